@@ -1,0 +1,21 @@
+// Error plumbing shared by the shims and the C API. A shim that fails returns AOTI_TORCH_FAILURE
+// and records why with set_last_error(); the message is thread-local and survives until the next
+// set_last_error() or clear_last_error() on the same thread.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace aoti_host {
+
+void set_last_error(std::string message);
+void clear_last_error();
+const std::string& last_error();
+
+// Thrown inside the runtime; converted to a C error code at the ABI (never crosses it).
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace aoti_host
