@@ -13,9 +13,15 @@ void clear_last_error();
 const std::string& last_error();
 
 // Thrown inside the runtime; converted to a C error code at the ABI (never crosses it).
+// `status` is the aoti_host_status (c_api.h) the C API returns for it.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message, int status = 7 /* AOTI_HOST_INTERNAL */)
+      : std::runtime_error(message), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
 };
 
 }  // namespace aoti_host

@@ -1,0 +1,84 @@
+/* The C API of the host runtime: load a plugin (a .pt2 package or a plugin .so) as a program, check
+ * inputs against its contract, run it. Every call returns an aoti_host_status; on failure
+ * aoti_host_last_error() gives the message (thread-local, valid until the next call on the thread).
+ * Outputs are AtenTensorHandles owned by the caller: read them with the exported aoti_torch_get_*
+ * shims and free them with aoti_torch_delete_tensor_object. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aoti_host/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct AtenTensorOpaque;
+
+typedef enum aoti_host_status {
+  AOTI_HOST_OK = 0,
+  AOTI_HOST_INVALID_ARGUMENT = 1, /* bad input: wrong count, dtype, rank, size; null pointers */
+  AOTI_HOST_NOT_FOUND = 2,        /* a file that does not exist or a package without a plugin */
+  AOTI_HOST_LOAD_FAILED = 3,      /* the plugin does not load: the loader's message, missing shims */
+  AOTI_HOST_INVALID_PROGRAM = 4,  /* the plugin or package is malformed or misbehaves */
+  AOTI_HOST_RUN_FAILED = 5,       /* the plugin's Run returned an error */
+  AOTI_HOST_NOT_SUPPORTED = 6,
+  AOTI_HOST_INTERNAL = 7
+} aoti_host_status;
+
+typedef struct aoti_host_program aoti_host_program;
+
+/* A borrowed view of caller memory, handed to the plugin without a copy. Strides in elements. */
+typedef struct aoti_host_tensor_view {
+  void* data;
+  int32_t dtype; /* torch ScalarType code: float32 = 6, int64 = 4, ... */
+  int32_t ndim;
+  const int64_t* sizes;
+  const int64_t* strides;    /* NULL: contiguous */
+  int32_t device_type;       /* 0 = cpu */
+  int32_t device_index;
+} aoti_host_tensor_view;
+
+/* What the plugin's contract says about one input or output (from the package's contract entry). */
+typedef struct aoti_host_tensor_spec {
+  const char* name;
+  int32_t dtype;          /* -1: unknown */
+  int32_t ndim;           /* -1: unknown */
+  const int64_t* sizes;   /* ndim entries; -1 marks a dynamic dimension */
+  const int64_t* min_sizes;
+  const int64_t* max_sizes;
+} aoti_host_tensor_spec;
+
+typedef struct aoti_host_load_options {
+  const char* weights_path; /* a weights blob for a plugin .so that keeps its weights outside; NULL */
+  const char* device;       /* "cpu" (default when NULL) */
+  size_t num_models;        /* concurrent Run slots in the container; 0 means 1 */
+} aoti_host_load_options;
+
+AOTI_HOST_API const char* aoti_host_version(void);
+AOTI_HOST_API const char* aoti_host_last_error(void);
+AOTI_HOST_API const char* aoti_host_status_name(int status);
+
+AOTI_HOST_API int aoti_host_program_load(const char* path, const aoti_host_load_options* options,
+                                         aoti_host_program** out);
+AOTI_HOST_API void aoti_host_program_free(aoti_host_program* program);
+
+AOTI_HOST_API int aoti_host_program_num_inputs(const aoti_host_program* program, size_t* out);
+AOTI_HOST_API int aoti_host_program_num_outputs(const aoti_host_program* program, size_t* out);
+/* has_contract: whether the package carried a contract (dtype/shape checks) */
+AOTI_HOST_API int aoti_host_program_has_contract(const aoti_host_program* program, bool* out);
+AOTI_HOST_API int aoti_host_program_input_spec(const aoti_host_program* program, size_t index,
+                                               aoti_host_tensor_spec* out);
+AOTI_HOST_API int aoti_host_program_output_spec(const aoti_host_program* program, size_t index,
+                                                aoti_host_tensor_spec* out);
+
+/* Checks inputs against the contract, then runs. outputs must have room for num_outputs handles. */
+AOTI_HOST_API int aoti_host_program_run(aoti_host_program* program, const aoti_host_tensor_view* inputs,
+                                        size_t num_inputs, struct AtenTensorOpaque** outputs,
+                                        size_t num_outputs);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif

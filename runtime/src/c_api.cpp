@@ -1,0 +1,129 @@
+// The C API: every call converts exceptions into a status and a thread-local message.
+#include "aoti_host/c_api.h"
+
+#include <new>
+
+#include "aoti_host/error.h"
+#include "program.h"
+
+struct aoti_host_program {
+  std::unique_ptr<aoti_host::Program> impl;
+};
+
+namespace {
+
+template <typename F>
+int guarded(F&& f) {
+  try {
+    aoti_host::clear_last_error();
+    f();
+    return AOTI_HOST_OK;
+  } catch (const aoti_host::Error& e) {
+    aoti_host::set_last_error(e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    aoti_host::set_last_error("out of memory");
+    return AOTI_HOST_INTERNAL;
+  } catch (const std::exception& e) {
+    aoti_host::set_last_error(std::string("internal error: ") + e.what());
+    return AOTI_HOST_INTERNAL;
+  } catch (...) {
+    aoti_host::set_last_error("internal error: unknown exception");
+    return AOTI_HOST_INTERNAL;
+  }
+}
+
+void require(const void* p, const char* what) {
+  if (p == nullptr) throw aoti_host::Error(std::string(what) + " is NULL", AOTI_HOST_INVALID_ARGUMENT);
+}
+
+void fill_spec(const aoti_host::TensorContract& c, aoti_host_tensor_spec* out) {
+  out->name = c.name.c_str();
+  out->dtype = c.dtype;
+  out->ndim = c.dtype < 0 ? -1 : static_cast<int32_t>(c.sizes.size());
+  out->sizes = c.sizes.data();
+  out->min_sizes = c.min_sizes.data();
+  out->max_sizes = c.max_sizes.data();
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* aoti_host_last_error(void) { return aoti_host::last_error().c_str(); }
+
+const char* aoti_host_status_name(int status) {
+  switch (status) {
+    case AOTI_HOST_OK: return "ok";
+    case AOTI_HOST_INVALID_ARGUMENT: return "invalid-argument";
+    case AOTI_HOST_NOT_FOUND: return "not-found";
+    case AOTI_HOST_LOAD_FAILED: return "load-failed";
+    case AOTI_HOST_INVALID_PROGRAM: return "invalid-program";
+    case AOTI_HOST_RUN_FAILED: return "run-failed";
+    case AOTI_HOST_NOT_SUPPORTED: return "not-supported";
+    case AOTI_HOST_INTERNAL: return "internal";
+    default: return "unknown";
+  }
+}
+
+int aoti_host_program_load(const char* path, const aoti_host_load_options* options, aoti_host_program** out) {
+  return guarded([&] {
+    require(path, "path");
+    require(out, "out");
+    *out = nullptr;
+    aoti_host_load_options defaults{nullptr, nullptr, 1};
+    auto impl = aoti_host::Program::load(path, options != nullptr ? *options : defaults);
+    *out = new aoti_host_program{std::move(impl)};
+  });
+}
+
+void aoti_host_program_free(aoti_host_program* program) { delete program; }
+
+int aoti_host_program_num_inputs(const aoti_host_program* program, size_t* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = program->impl->num_inputs();
+  });
+}
+
+int aoti_host_program_num_outputs(const aoti_host_program* program, size_t* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = program->impl->num_outputs();
+  });
+}
+
+int aoti_host_program_has_contract(const aoti_host_program* program, bool* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = program->impl->has_contract();
+  });
+}
+
+int aoti_host_program_input_spec(const aoti_host_program* program, size_t index, aoti_host_tensor_spec* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    if (index >= program->impl->num_inputs())
+      throw aoti_host::Error("input index " + std::to_string(index) + " out of range", AOTI_HOST_INVALID_ARGUMENT);
+    fill_spec(program->impl->input(index), out);
+  });
+}
+
+int aoti_host_program_output_spec(const aoti_host_program* program, size_t index, aoti_host_tensor_spec* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    if (index >= program->impl->num_outputs())
+      throw aoti_host::Error("output index " + std::to_string(index) + " out of range", AOTI_HOST_INVALID_ARGUMENT);
+    fill_spec(program->impl->output(index), out);
+  });
+}
+
+int aoti_host_program_run(aoti_host_program* program, const aoti_host_tensor_view* inputs, size_t num_inputs,
+                          struct AtenTensorOpaque** outputs, size_t num_outputs) {
+  return guarded([&] {
+    require(program, "program");
+    program->impl->run(inputs, num_inputs, outputs, num_outputs);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,123 @@
+#include "plugin.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <vector>
+
+#include "aoti_host/c_api.h"
+#include "aoti_host/error.h"
+#include "aoti_host/log.h"
+#include "elf_scan.h"
+
+namespace aoti_host {
+namespace {
+
+constexpr const char* kCxxRuntime = "libstdc++.so.6";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Symbols the C++ runtime (libstdc++/libsupc++) provides. Whether one is already available is
+// decided by resolving it in the global scope, never by the name alone (libc defines __cxa_atexit).
+bool is_cxx_runtime_symbol(const std::string& s) {
+  return starts_with(s, "_Z") || starts_with(s, "__cxa_") || starts_with(s, "__gxx_") ||
+         starts_with(s, "__dynamic_cast");
+}
+
+bool in_global_scope(const std::string& name) { return ::dlsym(RTLD_DEFAULT, name.c_str()) != nullptr; }
+
+std::string join(const std::vector<std::string>& v, size_t limit = 8) {
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < limit; ++i) out += (i ? ", " : "") + v[i];
+  if (v.size() > limit) out += ", ... (" + std::to_string(v.size() - limit) + " more)";
+  return out;
+}
+
+// The upstream `undefined symbol: _ZSt4cerr` case: the plugin uses the C++ runtime without listing it.
+void ensure_cxx_runtime(const std::string& path, const ElfImports& imports) {
+  for (const auto& n : imports.needed)
+    if (n == kCxxRuntime) return;  // its own scope provides it
+  std::vector<std::string> unresolved;
+  for (const auto& s : imports.undefined)
+    if (is_cxx_runtime_symbol(s) && !in_global_scope(s)) unresolved.push_back(s);
+  if (unresolved.empty()) return;
+  void* loaded = ::dlopen(kCxxRuntime, RTLD_NOW | RTLD_NOLOAD);
+  if (loaded == nullptr && in_global_scope("_ZSt4cerr")) {
+    // A C++ runtime linked statically into the host: a shared one beside it would be a second runtime.
+    std::string msg = path + ": imports C++ runtime symbols (" + join(unresolved) +
+                      ") that this host does not export, without listing " + kCxxRuntime +
+                      "; the host has a static C++ runtime, so preloading a second one is refused. "
+                      "fix: aoti-toolchain patch --add-needed " + kCxxRuntime + " " + path;
+    log(LogLevel::Error, "%s", msg.c_str());
+    throw Error(msg, AOTI_HOST_LOAD_FAILED);
+  }
+  if (loaded != nullptr) ::dlclose(loaded);
+  void* h = ::dlopen(kCxxRuntime, RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) {
+    const char* why = ::dlerror();
+    std::string msg = path + ": imports C++ runtime symbols (" + join(unresolved) + ") without listing " +
+                      kCxxRuntime + ", and preloading " + kCxxRuntime + " failed: " + (why ? why : "?") +
+                      ". fix: install the C++ runtime (libstdc++6) or aoti-toolchain patch --add-needed " +
+                      kCxxRuntime + " " + path;
+    log(LogLevel::Error, "%s", msg.c_str());  // every time: each load that needs it fails
+    throw Error(msg, AOTI_HOST_LOAD_FAILED);
+  }
+  log(LogLevel::Info, "%s: imports %zu C++ runtime symbols (%s) without listing %s: preloaded it RTLD_GLOBAL",
+      path.c_str(), unresolved.size(), join(unresolved, 3).c_str(), kCxxRuntime);
+  // The handle is kept for the life of the process: plugins bound to it can't be unloaded anyway.
+}
+
+}  // namespace
+
+Plugin::~Plugin() {
+  if (handle != nullptr) ::dlclose(handle);
+}
+
+std::shared_ptr<Plugin> open_plugin(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": no such file", AOTI_HOST_NOT_FOUND);
+  ElfImports imports = scan_elf_imports(path);
+  if (!imports.ok) {
+    throw Error(path + ": not a plugin: " + imports.error + "; pass a .pt2 package or the plugin .so inside it",
+                AOTI_HOST_INVALID_PROGRAM);
+  }
+  std::vector<std::string> missing_shims;
+  for (const auto& s : imports.undefined)
+    if (starts_with(s, "aoti_torch_") && !in_global_scope(s)) missing_shims.push_back(s);
+  if (!missing_shims.empty()) {
+    throw Error(path + ": imports " + std::to_string(missing_shims.size()) +
+                    " shim(s) this host does not provide: " + join(missing_shims, 32) +
+                    ". fix: implement them in the runtime (and add them to toolchain/spec/shims.toml), or "
+                    "re-export the model so it does not need them; if the host is not ours, link its shim "
+                    "archive with --whole-archive and export the shims",
+                AOTI_HOST_LOAD_FAILED);
+  }
+  ensure_cxx_runtime(path, imports);
+
+  auto plugin = std::make_shared<Plugin>();
+  plugin->path = path;
+  ::dlerror();
+  plugin->handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (plugin->handle == nullptr) {
+    const char* why = ::dlerror();
+    throw Error(path + ": dlopen failed: " + (why ? why : "unknown reason"), AOTI_HOST_LOAD_FAILED);
+  }
+  std::vector<std::string> missing_required;
+  for (const auto& info : kAotiEntryPointInfo) {
+    void* fn = ::dlsym(plugin->handle, info.name);
+    std::memcpy(reinterpret_cast<char*>(&plugin->fns) + info.offset, &fn, sizeof fn);
+    if (fn == nullptr && info.required) missing_required.push_back(info.name);
+  }
+  if (!missing_required.empty()) {
+    throw Error(path + ": not an AOTInductor plugin: missing required entry point(s) " + join(missing_required) +
+                    "; compile the model with torch._inductor.aoti_compile_and_package (aoti-toolchain export)",
+                AOTI_HOST_INVALID_PROGRAM);
+  }
+  auto* start = static_cast<const char*>(::dlsym(plugin->handle, "_binary_constants_bin_start"));
+  auto* end = static_cast<const char*>(::dlsym(plugin->handle, "_binary_constants_bin_end"));
+  if (start != nullptr && end != nullptr && end >= start) plugin->embedded_weight_bytes = end - start;
+  return plugin;
+}
+
+}  // namespace aoti_host

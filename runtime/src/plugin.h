@@ -1,0 +1,27 @@
+// Loading a plugin .so: checks before dlopen (shims it imports that this host lacks; C++ runtime
+// symbols with no C++ runtime in the global scope), the libstdc++ preload, dlopen(RTLD_NOW), and the
+// table of AOTInductor entry points.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "aoti_host/entry_points.h"
+
+namespace aoti_host {
+
+struct Plugin {
+  std::string path;
+  void* handle = nullptr;
+  AotiEntryPoints fns{};
+  // Bytes of weights compiled into the .so (the _binary_constants_bin_* range); <= 8 means the
+  // plugin expects its weights from a blob. -1 when the plugin doesn't say.
+  long long embedded_weight_bytes = -1;
+
+  ~Plugin();
+};
+
+// Throws Error with status AOTI_HOST_LOAD_FAILED (or NOT_FOUND / INVALID_PROGRAM) and the reason.
+std::shared_ptr<Plugin> open_plugin(const std::string& path);
+
+}  // namespace aoti_host

@@ -1,0 +1,412 @@
+#include "program.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "aoti_host/error.h"
+#include "aoti_host/log.h"
+#include "aoti_host/tensor.h"
+#include "json.h"
+#include "mapped_file.h"
+#include "zip.h"
+
+namespace aoti_host {
+namespace {
+
+constexpr const char* kContractEntry = "extra/aoti_toolchain_contract.json";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string dims(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + (v[i] < 0 ? std::string("?") : std::to_string(v[i]));
+  return out + "]";
+}
+
+void mkdir_p(const std::string& dir) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos == dir.size() || dir[pos] == '/') {
+      std::string part = dir.substr(0, pos);
+      if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+        throw Error("cannot create " + part + ": " + std::strerror(errno));
+    }
+  }
+}
+
+// Plugins never unload and each new path maps a new copy, so a package's plugin is extracted once
+// per content (CRC-32 + size + member name) and reused by every later load.
+std::string extract_plugin(const ZipArchive& zip, const ZipEntry& entry) {
+  const char* base = std::getenv("AOTI_HOST_CACHE_DIR");
+  std::string root;
+  if (base != nullptr && *base != '\0') {
+    root = base;
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    root = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/aoti-host-" + std::to_string(::getuid());
+  }
+  char key[64];
+  std::snprintf(key, sizeof key, "%08x-%llu", entry.crc32, static_cast<unsigned long long>(entry.size));
+  std::string leaf = entry.name.substr(entry.name.rfind('/') + 1);
+  std::string dir = root + "/" + key;
+  std::string path = dir + "/" + leaf;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == entry.size) return path;
+  mkdir_p(dir);
+  const unsigned char* bytes = zip.data(entry);
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
+  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno) + "; set AOTI_HOST_CACHE_DIR");
+  uint64_t done = 0;
+  while (done < entry.size) {
+    ssize_t w = ::write(fd, bytes + done, entry.size - done);
+    if (w <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error("cannot write " + tmp + ": " + std::strerror(err));
+    }
+    done += static_cast<uint64_t>(w);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error("cannot rename " + tmp + ": " + std::strerror(errno));
+  }
+  return path;
+}
+
+std::vector<int64_t> int_list(const Json* j, const std::string& what) {
+  std::vector<int64_t> out;
+  if (j == nullptr) return out;
+  if (!j->is_array()) throw Error(what + " is not a list");
+  for (const auto& v : j->array()) out.push_back(v.is_number() ? static_cast<int64_t>(v.number()) : -1);
+  return out;
+}
+
+std::vector<TensorContract> parse_tensors(const Json* list, const std::string& what) {
+  std::vector<TensorContract> out;
+  if (list == nullptr || !list->is_array()) throw Error(what + " is missing or not a list");
+  for (size_t i = 0; i < list->array().size(); ++i) {
+    const Json& t = list->array()[i];
+    std::string w = what + "[" + std::to_string(i) + "]";
+    TensorContract c;
+    if (const Json* n = t.get("name"); n != nullptr && n->is_string()) c.name = n->string();
+    const Json* dt = t.get("dtype");
+    if (dt == nullptr || !dt->is_string() || (c.dtype = dtype_from_name(dt->string())) < 0)
+      throw Error(w + ".dtype is missing or unknown");
+    const Json* shape = t.get("shape");
+    if (shape == nullptr || !shape->is_array()) throw Error(w + ".shape is missing");
+    for (const auto& d : shape->array()) {
+      if (d.is_number()) {
+        auto v = static_cast<int64_t>(d.number());
+        c.sizes.push_back(v), c.min_sizes.push_back(v), c.max_sizes.push_back(v);
+      } else if (d.is_object()) {  // {"min": 1, "max": 64}: a dynamic dimension
+        const Json* lo = d.get("min");
+        const Json* hi = d.get("max");
+        c.sizes.push_back(-1);
+        c.min_sizes.push_back(lo != nullptr && lo->is_number() ? static_cast<int64_t>(lo->number()) : 0);
+        c.max_sizes.push_back(hi != nullptr && hi->is_number() ? static_cast<int64_t>(hi->number()) : INT64_MAX);
+      } else {
+        throw Error(w + ".shape has an entry that is neither a size nor {min, max}");
+      }
+    }
+    c.strides = int_list(t.get("strides"), w + ".strides");
+    if (!c.strides.empty() && c.strides.size() != c.sizes.size()) throw Error(w + ".strides and shape differ in rank");
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// Strides the plugin expects for these sizes: the contract's for its example sizes when all dims are
+// static, else the same dimension order (e.g. channels-last) recomputed for the actual sizes.
+std::vector<int64_t> expected_strides(const TensorContract& c, const std::vector<int64_t>& sizes) {
+  if (c.strides.empty()) return Tensor::contiguous_strides(sizes);
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // innermost first: sort dims by the contract's stride (stable, ties keep the later dim inner)
+  for (size_t i = 0; i < order.size(); ++i)
+    for (size_t j = i + 1; j < order.size(); ++j)
+      if (c.strides[order[j]] < c.strides[order[i]] ||
+          (c.strides[order[j]] == c.strides[order[i]] && order[j] > order[i]))
+        std::swap(order[i], order[j]);
+  std::vector<int64_t> out(sizes.size());
+  int64_t s = 1;
+  for (size_t k = 0; k < order.size(); ++k) {
+    out[order[k]] = s;
+    s *= std::max<int64_t>(sizes[order[k]], 1);
+  }
+  return out;
+}
+
+bool same_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] > 1 && a[i] != b[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+int32_t dtype_from_name(const std::string& name) {
+  static const struct {
+    const char* name;
+    int32_t code;
+  } kTable[] = {{"uint8", 0},   {"int8", 1},    {"int16", 2},   {"int32", 3},     {"int64", 4},  {"float16", 5},
+                {"float32", 6}, {"float64", 7}, {"bool", 11},   {"bfloat16", 15}, {"half", 5},   {"float", 6},
+                {"double", 7},  {"long", 4},    {"int", 3}};
+  std::string n = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
+  for (const auto& e : kTable)
+    if (n == e.name) return e.code;
+  return -1;
+}
+
+std::string Program::plugin_error(const char* call) const {
+  std::string msg = std::string(call) + " failed";
+  if (plugin_->fns.AOTInductorGetLastError != nullptr) {
+    const char* why = nullptr;
+    if (plugin_->fns.AOTInductorGetLastError(&why) == AOTI_RUNTIME_SUCCESS && why != nullptr && *why != '\0')
+      msg += std::string(": ") + why;
+  }
+  if (!last_error().empty()) msg += " (host shim: " + last_error() + ")";
+  return msg;
+}
+
+std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options) {
+  std::unique_ptr<Program> p(new Program());
+  p->path_ = path;
+  std::string so_path = path;
+  std::unique_ptr<ZipArchive> zip;
+  const ZipEntry* blob = nullptr;
+  {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw Error(path + ": no such file", AOTI_HOST_NOT_FOUND);
+    char magic[4] = {};
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      size_t got = std::fread(magic, 1, 4, f);
+      std::fclose(f);
+      if (got == 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) {
+        try {
+          zip = std::make_unique<ZipArchive>(path);
+        } catch (const Error& e) {
+          throw Error(e.what(), AOTI_HOST_INVALID_PROGRAM);
+        }
+      }
+    }
+  }
+  if (zip) {
+    std::vector<const ZipEntry*> sos;
+    for (const auto& e : zip->entries()) {
+      if (e.name.find("/data/aotinductor/") == std::string::npos) continue;
+      if (ends_with(e.name, ".so")) sos.push_back(&e);
+      if (ends_with(e.name, "_weights.blob")) blob = &e;
+    }
+    if (sos.empty())
+      throw Error(path + ": package holds no plugin (no data/aotinductor/*/*.so)", AOTI_HOST_INVALID_PROGRAM);
+    if (sos.size() > 1)
+      throw Error(path + ": package holds " + std::to_string(sos.size()) +
+                      " plugins; this runtime loads one plugin per package", AOTI_HOST_NOT_SUPPORTED);
+    try {
+      so_path = extract_plugin(*zip, *sos[0]);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what(), AOTI_HOST_INVALID_PROGRAM);
+    }
+    std::string prefix = sos[0]->name.substr(0, sos[0]->name.find('/') + 1);
+    if (const ZipEntry* c = zip->find(prefix + kContractEntry)) {
+      const unsigned char* bytes = zip->data(*c);
+      std::string text(reinterpret_cast<const char*>(bytes), c->size);
+      try {
+        Json j = Json::parse(text, path + ":" + c->name);
+        p->inputs_ = parse_tensors(j.get("inputs"), path + ":" + c->name + ": inputs");
+        p->outputs_ = parse_tensors(j.get("outputs"), path + ":" + c->name + ": outputs");
+        p->has_contract_ = true;
+      } catch (const Error& e) {
+        throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export",
+                    AOTI_HOST_INVALID_PROGRAM);
+      }
+    }
+  }
+
+  p->plugin_ = open_plugin(so_path);
+  const AotiEntryPoints& fns = p->plugin_->fns;
+  const char* device = options.device != nullptr ? options.device : "cpu";
+  if (std::strcmp(device, "cpu") != 0 && CUDA_AVAILABLE == 0)
+    throw Error("device \"" + std::string(device) + "\": this runtime was built without CUDA (scons cuda=on)",
+                AOTI_HOST_NOT_SUPPORTED);
+  clear_last_error();
+  if (fns.AOTInductorModelContainerCreateWithDevice(&p->container_, options.num_models ? options.num_models : 1,
+                                                    device, nullptr) != AOTI_RUNTIME_SUCCESS) {
+    p->container_ = nullptr;
+    throw Error(path + ": " + p->plugin_error("AOTInductorModelContainerCreateWithDevice"), AOTI_HOST_INVALID_PROGRAM);
+  }
+
+  size_t num_constants = 0;
+  if (fns.AOTInductorModelContainerGetNumConstants != nullptr)
+    fns.AOTInductorModelContainerGetNumConstants(p->container_, &num_constants);
+  const bool external = p->plugin_->embedded_weight_bytes >= 0 && p->plugin_->embedded_weight_bytes <= 8 &&
+                        num_constants > 0;
+  const bool given = options.weights_path != nullptr && *options.weights_path != '\0';
+  if (given && !external) {
+    throw Error(std::string(options.weights_path) + ": " + path +
+                    " embeds its weights; --weights is only for plugins exported with weights in a blob",
+                AOTI_HOST_INVALID_ARGUMENT);
+  }
+  if (external) {
+    if (given) {
+      MappedFile weights(options.weights_path);
+      p->load_weights(weights.data(), weights.size(), options.weights_path);
+    } else if (blob != nullptr) {
+      p->load_weights(zip->data(*blob), blob->size, path + ":" + blob->name);
+    } else {
+      throw Error(path + ": the plugin keeps its " + std::to_string(num_constants) +
+                      " constants outside the .so and no weights were given; pass --weights BLOB (the "
+                      "*.wrapper_weights.blob of its package) or load the .pt2",
+                  AOTI_HOST_INVALID_ARGUMENT);
+    }
+  }
+
+  fns.AOTInductorModelContainerGetNumInputs(p->container_, &p->num_inputs_);
+  fns.AOTInductorModelContainerGetNumOutputs(p->container_, &p->num_outputs_);
+  if (p->has_contract_ && (p->inputs_.size() != p->num_inputs_ || p->outputs_.size() != p->num_outputs_)) {
+    throw Error(path + ": the contract lists " + std::to_string(p->inputs_.size()) + " inputs and " +
+                    std::to_string(p->outputs_.size()) + " outputs, the plugin has " +
+                    std::to_string(p->num_inputs_) + " and " + std::to_string(p->num_outputs_) +
+                    "; re-export the model", AOTI_HOST_INVALID_PROGRAM);
+  }
+  if (!p->has_contract_) {
+    log(LogLevel::Info, "%s: no contract in the package: only the number of inputs is checked", path.c_str());
+    p->inputs_.resize(p->num_inputs_);
+    p->outputs_.resize(p->num_outputs_);
+  }
+  for (size_t i = 0; i < p->num_inputs_; ++i) {
+    const char* name = nullptr;
+    if (fns.AOTInductorModelContainerGetInputName(p->container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
+        p->inputs_[i].name.empty())
+      p->inputs_[i].name = name;
+  }
+  for (size_t i = 0; i < p->num_outputs_; ++i) {
+    const char* name = nullptr;
+    if (fns.AOTInductorModelContainerGetOutputName(p->container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
+        p->outputs_[i].name.empty())
+      p->outputs_[i].name = name;
+  }
+  return p;
+}
+
+void Program::load_weights(const unsigned char* blob, size_t size, const std::string& from) {
+  const AotiEntryPoints& fns = plugin_->fns;
+  if (fns.AOTInductorModelUpdateConstantsFromBlob == nullptr) {
+    throw Error(path_ + ": the plugin keeps its weights outside but does not export "
+                "AOTInductorModelUpdateConstantsFromBlob; re-export it with embedded weights",
+                AOTI_HOST_NOT_SUPPORTED);
+  }
+  uint64_t expected = 0;
+  if (fns.AOTInductorModelContainerGetConstantsBlobSize != nullptr &&
+      fns.AOTInductorModelContainerGetConstantsBlobSize(container_, &expected) == AOTI_RUNTIME_SUCCESS &&
+      expected > size) {
+    throw Error(from + ": weights blob is " + std::to_string(size) + " bytes, the plugin " + path_ + " needs " +
+                    std::to_string(expected) + "; pass the blob exported with this plugin",
+                AOTI_HOST_INVALID_ARGUMENT);
+  }
+  clear_last_error();
+  if (fns.AOTInductorModelUpdateConstantsFromBlob(container_, blob) != AOTI_RUNTIME_SUCCESS)
+    throw Error(from + ": " + plugin_error("AOTInductorModelUpdateConstantsFromBlob"), AOTI_HOST_INVALID_PROGRAM);
+  log(LogLevel::Debug, "%s: loaded %zu bytes of weights from %s", path_.c_str(), size, from.c_str());
+}
+
+Program::~Program() {
+  if (container_ != nullptr) plugin_->fns.AOTInductorModelContainerDelete(container_);
+}
+
+void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs,
+                  size_t num_outputs) {
+  if (num_inputs != num_inputs_)
+    throw Error(path_ + ": the model takes " + std::to_string(num_inputs_) + " input(s), got " +
+                    std::to_string(num_inputs), AOTI_HOST_INVALID_ARGUMENT);
+  if (num_outputs < num_outputs_ || (num_outputs_ > 0 && outputs == nullptr))
+    throw Error(path_ + ": room for " + std::to_string(num_outputs) + " output(s), the model produces " +
+                    std::to_string(num_outputs_), AOTI_HOST_INVALID_ARGUMENT);
+  if (num_inputs > 0 && inputs == nullptr) throw Error("inputs is NULL", AOTI_HOST_INVALID_ARGUMENT);
+
+  std::vector<AtenTensorHandle> handles;
+  handles.reserve(num_inputs);
+  auto release = [&handles]() {
+    for (auto h : handles) delete from_handle(h);
+  };
+  try {
+    for (size_t i = 0; i < num_inputs; ++i) {
+      const aoti_host_tensor_view& v = inputs[i];
+      const TensorContract& c = inputs_[i];
+      std::string what = path_ + ": input " + std::to_string(i) + (c.name.empty() ? "" : " (" + c.name + ")");
+      if (v.ndim < 0 || (v.ndim > 0 && v.sizes == nullptr))
+        throw Error(what + ": ndim/sizes invalid", AOTI_HOST_INVALID_ARGUMENT);
+      if (v.device_type != 0)
+        throw Error(what + ": on device type " + std::to_string(v.device_type) + "; this program runs on the CPU",
+                    AOTI_HOST_INVALID_ARGUMENT);
+      if (!dtype_is_supported(v.dtype))
+        throw Error(what + ": dtype " + dtype_name(v.dtype) + " is not supported", AOTI_HOST_INVALID_ARGUMENT);
+      std::vector<int64_t> sizes(v.sizes, v.sizes + v.ndim);
+      std::vector<int64_t> strides =
+          v.strides != nullptr ? std::vector<int64_t>(v.strides, v.strides + v.ndim) : Tensor::contiguous_strides(sizes);
+      int64_t numel = 1;
+      for (auto s : sizes) {
+        if (s < 0) throw Error(what + ": negative size", AOTI_HOST_INVALID_ARGUMENT);
+        numel *= s;
+      }
+      if (numel > 0 && v.data == nullptr) throw Error(what + ": data is NULL", AOTI_HOST_INVALID_ARGUMENT);
+      if (has_contract_) {
+        if (v.dtype != c.dtype)
+          throw Error(what + ": dtype " + dtype_name(v.dtype) + ", the model was exported for " + dtype_name(c.dtype),
+                      AOTI_HOST_INVALID_ARGUMENT);
+        if (sizes.size() != c.sizes.size())
+          throw Error(what + ": shape " + dims(sizes) + " has rank " + std::to_string(sizes.size()) +
+                          ", the model was exported for shape " + dims(c.sizes), AOTI_HOST_INVALID_ARGUMENT);
+        for (size_t d = 0; d < sizes.size(); ++d) {
+          if (sizes[d] < c.min_sizes[d] || sizes[d] > c.max_sizes[d]) {
+            std::string range = c.sizes[d] >= 0 ? std::to_string(c.sizes[d])
+                                                : std::to_string(c.min_sizes[d]) + ".." + std::to_string(c.max_sizes[d]);
+            throw Error(what + ": shape " + dims(sizes) + ", dimension " + std::to_string(d) + " must be " + range +
+                            " (the model was exported for shape " + dims(c.sizes) + ")", AOTI_HOST_INVALID_ARGUMENT);
+          }
+        }
+      }
+      Tensor* t = Tensor::from_blob(v.data, v.dtype, sizes, strides, 0, 0, 0);
+      std::vector<int64_t> want = expected_strides(c, sizes);
+      if (!same_layout(sizes, strides, want)) {
+        // The plugin indexes inputs with the strides it was built for and never checks them.
+        log(LogLevel::Debug, "%s: strides %s converted to %s", what.c_str(), dims(strides).c_str(), dims(want).c_str());
+        std::unique_ptr<Tensor> borrowed(t);
+        t = Tensor::empty_strided(v.dtype, sizes, want);
+        AtenTensorHandle dst = to_handle(t);
+        if (aoti_torch_copy_(dst, to_handle(borrowed.get()), 0) != AOTI_TORCH_SUCCESS) {
+          delete t;
+          throw Error(what + ": layout conversion failed: " + last_error(), AOTI_HOST_INTERNAL);
+        }
+      }
+      handles.push_back(to_handle(t));
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  for (size_t i = 0; i < num_outputs_; ++i) outputs[i] = nullptr;
+  clear_last_error();
+  // Run takes ownership of the input handles (the plugin deletes them); the caller owns the outputs.
+  AOTIRuntimeError rc = plugin_->fns.AOTInductorModelContainerRun(container_, handles.data(), handles.size(),
+                                                                  outputs, num_outputs_, nullptr, nullptr);
+  if (rc != AOTI_RUNTIME_SUCCESS) {
+    for (size_t i = 0; i < num_outputs_; ++i) {
+      if (outputs[i] != nullptr) aoti_torch_delete_tensor_object(outputs[i]);
+      outputs[i] = nullptr;
+    }
+    throw Error(path_ + ": " + plugin_error("AOTInductorModelContainerRun"), AOTI_HOST_RUN_FAILED);
+  }
+}
+
+}  // namespace aoti_host

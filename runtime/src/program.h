@@ -1,0 +1,58 @@
+// A loaded program: one plugin, its container, its weights and its input/output contract.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aoti_host/c_api.h"
+#include "aoti_host/entry_points.h"
+#include "plugin.h"
+
+namespace aoti_host {
+
+// One input or output as the package's contract describes it (recorded by aoti-toolchain export).
+struct TensorContract {
+  std::string name;
+  int32_t dtype = -1;
+  std::vector<int64_t> sizes;      // -1: dynamic
+  std::vector<int64_t> min_sizes;  // for dynamic dims; equal to sizes for static ones
+  std::vector<int64_t> max_sizes;
+  std::vector<int64_t> strides;    // expected layout for the example sizes; empty: contiguous
+};
+
+class Program {
+ public:
+  static std::unique_ptr<Program> load(const std::string& path, const aoti_host_load_options& options);
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  size_t num_inputs() const { return num_inputs_; }
+  size_t num_outputs() const { return num_outputs_; }
+  bool has_contract() const { return has_contract_; }
+  const TensorContract& input(size_t i) const { return inputs_.at(i); }
+  const TensorContract& output(size_t i) const { return outputs_.at(i); }
+  const std::string& path() const { return path_; }
+
+  // Checks the inputs against the contract (throws Error with AOTI_HOST_INVALID_ARGUMENT), converts
+  // layouts the plugin wasn't built for, runs, and fills `outputs` (owned by the caller).
+  void run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs, size_t num_outputs);
+
+ private:
+  Program() = default;
+  std::string plugin_error(const char* call) const;
+  void load_weights(const unsigned char* blob, size_t size, const std::string& from);
+
+  std::string path_;
+  std::shared_ptr<Plugin> plugin_;
+  AOTInductorModelContainerHandle container_ = nullptr;
+  size_t num_inputs_ = 0, num_outputs_ = 0;
+  bool has_contract_ = false;
+  std::vector<TensorContract> inputs_, outputs_;
+};
+
+int32_t dtype_from_name(const std::string& name);  // -1 when unknown
+
+}  // namespace aoti_host

@@ -1,0 +1,1 @@
+"""ELF reading and checking. Only `lief_adapter` imports lief."""

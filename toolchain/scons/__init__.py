@@ -1,0 +1,1 @@
+"""SCons tools of aoti-toolchain (loaded by SConstruct with toolpath=['toolchain/scons'])."""

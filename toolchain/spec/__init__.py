@@ -1,0 +1,356 @@
+"""The spec: the AOTI C ABI as data (entry points, shims, providers) and its loader.
+
+Everything that lists shims or entry points (headers, linker lists, link tests, the verifier)
+is generated from the three TOML files next to this module. A malformed spec is rejected with a
+``SpecError`` naming the file, the key and the reason, plus how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import SpecError
+
+SPEC_DIR: Path = Path(__file__).resolve().parent
+SCHEMA_VERSION = 1
+ENTRY_POINTS_FILE = "entry_points.toml"
+SHIMS_FILE = "shims.toml"
+PROVIDERS_FILE = "providers.toml"
+GROUPS: tuple[str, ...] = ("core", "cpu", "cuda")
+HEADERS: tuple[str, ...] = ("shim.h", "generated/c_shim_cpu.h", "generated/c_shim_cuda.h")
+# Zero-argument int32_t getters whose value the host chooses once (torch's enum values).
+CONSTANT_PREFIXES: tuple[str, ...] = (
+    "aoti_torch_dtype_",
+    "aoti_torch_device_type_",
+    "aoti_torch_layout_",
+    "aoti_torch_memory_format_",
+)
+
+_IDENT = r"[A-Za-z_]\w*"
+_TYPE = (rf"(?:(?:const|unsigned|signed|long|short|struct)\s+)*(?:{_IDENT}::)*{_IDENT}"
+         rf"(?:\s*\*(?:\s*const\b)?)*")
+_PROTO_RE = re.compile(rf"^\s*(?P<ret>{_TYPE})\s*\b(?P<name>{_IDENT})\s*\((?P<params>[^()]*)\)\s*$")
+_PARAM_RE = re.compile(rf"^\s*(?P<type>{_TYPE})\s*\b(?P<name>{_IDENT})\s*$")
+_VERSION_RE = re.compile(r"^\d+\.\d+$")
+
+
+@dataclass(frozen=True)
+class Param:
+    type: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    returns: str
+    params: tuple[Param, ...]
+    prototype: str  # normalised: "RET NAME(TYPE NAME, ...)"
+
+
+@dataclass(frozen=True)
+class EntryPoint(Function):
+    required: bool
+    since: str
+    deprecated: bool
+    since_note: str = ""
+
+
+@dataclass(frozen=True)
+class Shim(Function):
+    group: str
+    header: str
+
+    @property
+    def is_constant(self) -> bool:
+        """True for the zero-argument int32_t dtype_/device_type_/layout_/memory_format_ getters."""
+        return (
+            not self.params
+            and self.returns == "int32_t"
+            and self.name.startswith(CONSTANT_PREFIXES)
+        )
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    sonames: tuple[str, ...]
+    symbol_patterns: tuple[str, ...]
+    preload: bool
+
+
+@dataclass(frozen=True)
+class Spec:
+    entry_points: tuple[EntryPoint, ...]
+    shims: tuple[Shim, ...]
+    providers: tuple[Provider, ...]
+    types: tuple[str, ...]
+    sources: tuple[Path, ...]
+
+    def shims_in(self, *groups: str) -> tuple[Shim, ...]:
+        for group in groups:
+            if group not in GROUPS:
+                msg = f"unknown shim group {group!r}{_did_you_mean(group, GROUPS)}"
+                raise SpecError(msg, fix=f"use one of: {', '.join(GROUPS)}")
+        return tuple(s for s in self.shims if s.group in groups)
+
+    def shim(self, name: str) -> Shim:
+        for s in self.shims:
+            if s.name == name:
+                return s
+        names = [s.name for s in self.shims]
+        msg = f"no shim named {name!r} in the spec{_did_you_mean(name, names)}"
+        raise SpecError(msg, fix=f"add it to {SPEC_DIR / SHIMS_FILE} or correct the name")
+
+    def entry_point(self, name: str) -> EntryPoint:
+        for e in self.entry_points:
+            if e.name == name:
+                return e
+        names = [e.name for e in self.entry_points]
+        msg = f"no entry point named {name!r} in the spec{_did_you_mean(name, names)}"
+        raise SpecError(msg, fix=f"add it to {SPEC_DIR / ENTRY_POINTS_FILE} or correct the name")
+
+
+# ---------------------------------------------------------------------------------------------
+# prototypes
+
+
+def normalise_type(text: str) -> str:
+    """``const int64_t *`` -> ``const int64_t*``: single spaces, stars attached to the type."""
+    text = re.sub(r"\s+", " ", text.strip())
+    return re.sub(r"\s*\*\s*", "*", text).replace("*const", "* const")
+
+
+def parse_prototype(text: str) -> Function:
+    """Parse ``RET NAME(TYPE NAME, ...)``; ``()`` and ``(void)`` mean no parameters.
+
+    Raises ``ValueError`` with the reason when the text is not such a prototype.
+    """
+    m = _PROTO_RE.match(text)
+    if m is None:
+        msg = f"cannot parse {text!r} as 'RET NAME(TYPE NAME, ...)'"
+        raise ValueError(msg)
+    returns = normalise_type(m["ret"])
+    raw_params = m["params"].strip()
+    params: list[Param] = []
+    if raw_params not in ("", "void"):
+        for i, part in enumerate(raw_params.split(",")):
+            pm = _PARAM_RE.match(part)
+            if pm is None:
+                msg = f"cannot parse parameter {i + 1} {part.strip()!r} as 'TYPE NAME'"
+                raise ValueError(msg)
+            params.append(Param(normalise_type(pm["type"]), pm["name"]))
+    args = ", ".join(f"{p.type} {p.name}" for p in params)
+    prototype = f"{returns} {m['name']}({args})"
+    return Function(m["name"], returns, tuple(params), prototype)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers
+
+
+def _did_you_mean(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _error(path: Path, key: str, reason: str, fix: str) -> SpecError:
+    return SpecError(f"{path}: {key}: {reason}", fix=fix)
+
+
+_KIND_NAMES = {str: "a string", bool: "a boolean (true/false)", list: "an array of strings"}
+
+
+def _check_value(path: Path, key: str, value: object, kind: type) -> None:
+    ok = isinstance(value, kind)
+    if ok and kind is list:
+        ok = all(isinstance(v, str) for v in value)  # type: ignore[attr-defined]
+    if not ok:
+        got = type(value).__name__
+        raise _error(path, key, f"must be {_KIND_NAMES[kind]}, got {got} {value!r}",
+                     f"write {key.rsplit('.', 1)[-1]} as {_KIND_NAMES[kind]}")
+
+
+def _check_keys(path: Path, where: str, table: dict[str, Any], fields: dict[str, tuple[type, bool]]
+                ) -> None:
+    for k in table:
+        if k not in fields:
+            raise _error(path, f"{where}.{k}" if where else k,
+                         f"unknown key {k!r}{_did_you_mean(k, fields)}",
+                         f"remove it or correct the spelling; allowed keys: {', '.join(fields)}")
+    for k, (kind, required) in fields.items():
+        key = f"{where}.{k}" if where else k
+        if k not in table:
+            if required:
+                raise _error(path, key, "missing required key", f"add {k} = ... ({_KIND_NAMES[kind]})")
+            continue
+        _check_value(path, key, table[k], kind)
+
+
+def _read(path: Path, array: str, extra_top: dict[str, tuple[type, bool]]) -> tuple[
+        dict[str, Any], list[dict[str, Any]]]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _error(path, "(file)", "spec file not found",
+                     "restore it from the repository (git checkout -- <file>)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _error(path, "(file)", f"cannot read: {exc}", "check the file's permissions and encoding") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _error(path, "(file)", f"invalid TOML: {exc}", "fix the syntax at that line and column") from None
+    if "schema" not in data:
+        raise _error(path, "schema", "missing schema version",
+                     f"add 'schema = {SCHEMA_VERSION}' at the top of the file")
+    schema = data["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
+        raise _error(path, "schema", f"unknown schema version {schema!r} (this toolchain reads {SCHEMA_VERSION})",
+                     f"write the file for schema {SCHEMA_VERSION} or upgrade aoti-toolchain")
+    fields: dict[str, tuple[type, bool]] = {"schema": (int, True), **extra_top, array: (list, True)}
+    for k in data:
+        if k not in fields:
+            raise _error(path, k, f"unknown key {k!r}{_did_you_mean(k, fields)}",
+                         f"remove it or correct the spelling; allowed top-level keys: {', '.join(fields)}")
+    for k, (kind, _required) in extra_top.items():
+        if k not in data:
+            raise _error(path, k, "missing required key", f"add {k} = [...] at the top of the file")
+        _check_value(path, k, data[k], kind)
+    rows = data.get(array)
+    if rows is None:
+        raise _error(path, array, f"no [[{array}]] tables", f"add at least one [[{array}]] table")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise _error(path, array, f"must be an array of tables ([[{array}]])",
+                     f"write each entry as a [[{array}]] table")
+    return data, rows
+
+
+def _where(array: str, index: int, row: dict[str, Any]) -> str:
+    name = row.get("name")
+    return f'{array} "{name}"' if isinstance(name, str) and name else f"{array}[{index}]"
+
+
+def _function(path: Path, where: str, row: dict[str, Any], seen: set[str]) -> Function:
+    name = row["name"]
+    if name in seen:
+        raise _error(path, f"{where}.name", f"duplicate name {name!r}", "keep one entry per name; delete the other")
+    seen.add(name)
+    try:
+        fn = parse_prototype(row["prototype"])
+    except ValueError as exc:
+        raise _error(path, f"{where}.prototype", f"unparsable prototype: {exc}",
+                     "write it as in the torch header, without the export macro or the trailing ';'") from None
+    if fn.name != name:
+        raise _error(path, f"{where}.prototype", f"prototype declares {fn.name!r} but name is {name!r}",
+                     "make name and the prototype's function name the same")
+    return fn
+
+
+# ---------------------------------------------------------------------------------------------
+# the three files
+
+_EP_FIELDS: dict[str, tuple[type, bool]] = {
+    "name": (str, True), "prototype": (str, True), "required": (bool, True), "since": (str, True),
+    "deprecated": (bool, True), "since_note": (str, False), "source": (str, False),
+}
+_SHIM_FIELDS: dict[str, tuple[type, bool]] = {
+    "name": (str, True), "prototype": (str, True), "group": (str, True), "header": (str, True),
+    "note": (str, False),
+}
+_PROVIDER_FIELDS: dict[str, tuple[type, bool]] = {
+    "name": (str, True), "soname": (str, False), "sonames": (list, False),
+    "symbol_patterns": (list, True), "preload": (bool, True), "note": (str, False),
+}
+
+
+def _load_entry_points(path: Path) -> tuple[EntryPoint, ...]:
+    _, rows = _read(path, "entry_point", {})
+    seen: set[str] = set()
+    out: list[EntryPoint] = []
+    for i, row in enumerate(rows):
+        where = _where("entry_point", i, row)
+        _check_keys(path, where, row, _EP_FIELDS)
+        fn = _function(path, where, row, seen)
+        since = row["since"]
+        if not _VERSION_RE.match(since):
+            raise _error(path, f"{where}.since", f"version {since!r} is not like '2.13'",
+                         "give the best-known torch release as MAJOR.MINOR and explain doubt in since_note")
+        out.append(EntryPoint(fn.name, fn.returns, fn.params, fn.prototype, required=row["required"],
+                              since=since, deprecated=row["deprecated"], since_note=row.get("since_note", "")))
+    return tuple(out)
+
+
+def _load_shims(path: Path) -> tuple[tuple[Shim, ...], tuple[str, ...]]:
+    data, rows = _read(path, "shim", {"types": (list, True)})
+    types: list[str] = []
+    for i, t in enumerate(data["types"]):
+        norm = normalise_type(t)
+        if not norm or norm in types:
+            reason = "empty type" if not norm else f"duplicate type {norm!r}"
+            raise _error(path, f"types[{i}]", reason, "list each type once")
+        types.append(norm)
+    seen: set[str] = set()
+    out: list[Shim] = []
+    for i, row in enumerate(rows):
+        where = _where("shim", i, row)
+        _check_keys(path, where, row, _SHIM_FIELDS)
+        fn = _function(path, where, row, seen)
+        for field, choices in (("group", GROUPS), ("header", HEADERS)):
+            if row[field] not in choices:
+                raise _error(path, f"{where}.{field}",
+                             f"unknown {field} {row[field]!r}{_did_you_mean(row[field], choices)}",
+                             f"use one of: {', '.join(choices)}")
+        for t in (fn.returns, *(p.type for p in fn.params)):
+            if t not in types:
+                raise _error(path, f"{where}.prototype", f"type {t!r} is not in the top-level types list",
+                             "add it to types = [...] if the C header can declare it (no c10/C++ types), "
+                             "or drop this shim")
+        out.append(Shim(fn.name, fn.returns, fn.params, fn.prototype, group=row["group"], header=row["header"]))
+    return tuple(out), tuple(types)
+
+
+def _load_providers(path: Path) -> tuple[Provider, ...]:
+    _, rows = _read(path, "provider", {})
+    seen: set[str] = set()
+    out: list[Provider] = []
+    for i, row in enumerate(rows):
+        where = _where("provider", i, row)
+        _check_keys(path, where, row, _PROVIDER_FIELDS)
+        if row["name"] in seen:
+            raise _error(path, f"{where}.name", f"duplicate name {row['name']!r}",
+                         "keep one entry per name; delete the other")
+        seen.add(row["name"])
+        if ("soname" in row) == ("sonames" in row):
+            raise _error(path, f"{where}.sonames", "give exactly one of soname (a string) or sonames (an array)",
+                         'write sonames = ["libfoo.so.1", ...]')
+        sonames = (row["soname"],) if "soname" in row else tuple(row["sonames"])
+        if not sonames or not all(sonames):
+            raise _error(path, f"{where}.sonames", "empty soname list", "list at least one soname")
+        out.append(Provider(row["name"], sonames, tuple(row["symbol_patterns"]), row["preload"]))
+    return tuple(out)
+
+
+def spec_files(directory: Path | None = None) -> tuple[Path, ...]:
+    """The files ``load_spec`` reads, for build-system dependencies."""
+    d = SPEC_DIR if directory is None else Path(directory)
+    return (d / ENTRY_POINTS_FILE, d / SHIMS_FILE, d / PROVIDERS_FILE)
+
+
+def load_spec(directory: Path | None = None) -> Spec:
+    """Read and validate the spec in ``directory`` (default: the packaged one)."""
+    ep_path, shim_path, prov_path = spec_files(directory)
+    entry_points = _load_entry_points(ep_path)
+    shims, types = _load_shims(shim_path)
+    providers = _load_providers(prov_path)
+    return Spec(entry_points=entry_points, shims=shims, providers=providers, types=types,
+                sources=(ep_path, shim_path, prov_path))
+
+
+__all__ = [
+    "CONSTANT_PREFIXES", "GROUPS", "HEADERS", "SCHEMA_VERSION", "SPEC_DIR", "EntryPoint", "Function",
+    "Param", "Provider", "Shim", "Spec", "SpecError", "load_spec", "normalise_type", "parse_prototype",
+    "spec_files",
+]
