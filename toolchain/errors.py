@@ -23,3 +23,33 @@ class SpecError(ToolchainError):
     """The spec (toolchain/spec/*.toml) is malformed."""
 
     exit_code = 3
+
+
+class UsageError(ToolchainError):
+    """The command line is wrong."""
+
+    exit_code = 2
+
+
+class InputError(ToolchainError):
+    """A file given to us is missing or malformed, or an input doesn't fit the model."""
+
+    exit_code = 3
+
+
+class LoadError(ToolchainError):
+    """A plugin or the host runtime library does not load."""
+
+    exit_code = 4
+
+
+class RunError(ToolchainError):
+    """A plugin's Run failed."""
+
+    exit_code = 5
+
+
+class CompareError(ToolchainError):
+    """Outputs differ from the reference beyond the tolerance."""
+
+    exit_code = 6

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain.errors import ToolchainError
+from toolchain.errors import InputError
 
 
-class ElfReadError(ToolchainError):
-    exit_code = 4
+class ElfReadError(InputError):
+    pass
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ def _check_exports_action(target, source, env):
         print(
             f"aoti-check: {target[0]}: {len(missing)} shim(s) not exported [rule shim-not-exported]:\n{lines}\n"
             "  fix: link the shim archive between -Wl,--whole-archive and -Wl,--no-whole-archive and export "
-            "the shims (the generated dynamic list, or --export-dynamic); use env.AotiHostProgram.",
+            "the shims (the generated dynamic list, or --export-dynamic): env.AotiHostProgram does both. A shim "
+            "that no source defines must be implemented, or removed from toolchain/spec/shims.toml.",
             file=sys.stderr,
         )
         path.unlink(missing_ok=True)
@@ -129,6 +130,12 @@ def AotiRuntimeLibrary(env, target, source=(), libs=(), **kw):
     return lib
 
 
+def AotiCheckExports(env, target):
+    """Attach the post-link export check to a binary built some other way."""
+    env.AddPostAction(target, CheckExports)
+    return target
+
+
 def AotiCodegen(env):
     from toolchain.codegen import OUTPUTS, template_files
 
@@ -146,6 +153,7 @@ def AotiCodegen(env):
 def generate(env):
     env.SetDefault(AOTI_CUDA=False, AOTI_SPEC_DIR=str(REPO_ROOT / "toolchain" / "spec"))
     env.AddMethod(AotiCodegen)
+    env.AddMethod(AotiCheckExports)
     env.AddMethod(AotiHostProgram)
     env.AddMethod(AotiRuntimeLibrary)
 

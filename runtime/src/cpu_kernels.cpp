@@ -1,0 +1,644 @@
+#include "cpu_kernels.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <memory>
+#include <thread>
+
+#include "aoti_host/error.h"
+
+namespace aoti_host {
+namespace cpu {
+
+namespace {
+
+using namespace dtype_code;
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float f32_from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// IEEE half <-> float, round-to-nearest-even (the FP16 library's branch-free algorithm, as c10 uses).
+float half_to_float(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const float normalized = f32_from_bits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float denormalized = f32_from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
+  const uint32_t bits = two_w < (1u << 27) ? f32_bits(denormalized) : f32_bits(normalized);
+  return f32_from_bits(sign | bits);
+}
+uint16_t float_to_half(float f) {
+  float base = (std::abs(f) * 0x1.0p+112f) * 0x1.0p-110f;
+  const uint32_t w = f32_bits(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = f32_from_bits((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = f32_bits(base);
+  const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+  const uint32_t mantissa_bits = bits & 0x00000FFFu;
+  const uint32_t nonsign = exp_bits + mantissa_bits;
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+float bf16_to_float(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
+uint16_t float_to_bf16(float f) {
+  const uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  const uint32_t rounding_bias = ((u >> 16) & 1u) + 0x7fffu;
+  return static_cast<uint16_t>((u + rounding_bias) >> 16);
+}
+
+template <typename T>
+T rd(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <typename T>
+void wr(char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+bool is_integral(int32_t dt) {
+  return dt == kUInt8 || dt == kInt8 || dt == kInt16 || dt == kInt32 || dt == kInt64 || dt == kBool;
+}
+
+template <typename Acc>
+Acc load(const char* p, int32_t dt) {
+  switch (dt) {
+    case kUInt8: return static_cast<Acc>(rd<uint8_t>(p));
+    case kInt8: return static_cast<Acc>(rd<int8_t>(p));
+    case kInt16: return static_cast<Acc>(rd<int16_t>(p));
+    case kInt32: return static_cast<Acc>(rd<int32_t>(p));
+    case kInt64: return static_cast<Acc>(rd<int64_t>(p));
+    case kBool: return static_cast<Acc>(rd<uint8_t>(p) != 0 ? 1 : 0);
+    case kFloat16: return static_cast<Acc>(half_to_float(rd<uint16_t>(p)));
+    case kBFloat16: return static_cast<Acc>(bf16_to_float(rd<uint16_t>(p)));
+    case kFloat32: return static_cast<Acc>(rd<float>(p));
+    case kFloat64: return static_cast<Acc>(rd<double>(p));
+    default: break;
+  }
+  throw Error(std::string("cannot compute on dtype ") + dtype_name(dt));
+}
+
+// Floating -> integral goes through int64 as c10's static_cast_with_inter_type does.
+template <typename Acc>
+int64_t to_i64(Acc v) {
+  return static_cast<int64_t>(v);
+}
+
+template <typename Acc>
+void store(char* p, int32_t dt, Acc v) {
+  switch (dt) {
+    case kUInt8: wr<uint8_t>(p, static_cast<uint8_t>(to_i64(v))); return;
+    case kInt8: wr<int8_t>(p, static_cast<int8_t>(to_i64(v))); return;
+    case kInt16: wr<int16_t>(p, static_cast<int16_t>(to_i64(v))); return;
+    case kInt32: wr<int32_t>(p, static_cast<int32_t>(to_i64(v))); return;
+    case kInt64: wr<int64_t>(p, to_i64(v)); return;
+    case kBool: wr<uint8_t>(p, v != Acc(0) ? 1 : 0); return;
+    case kFloat16: wr<uint16_t>(p, float_to_half(static_cast<float>(v))); return;
+    case kBFloat16: wr<uint16_t>(p, float_to_bf16(static_cast<float>(v))); return;
+    case kFloat32: wr<float>(p, static_cast<float>(v)); return;
+    case kFloat64: wr<double>(p, static_cast<double>(v)); return;
+    default: break;
+  }
+  throw Error(std::string("cannot compute on dtype ") + dtype_name(dt));
+}
+
+std::string dims_str(const std::vector<int64_t>& v, const char* sep = "x") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += sep;
+    s += std::to_string(v[i]);
+  }
+  return v.empty() ? "a scalar" : s;
+}
+
+std::string list_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
+void require_supported(const Tensor& t, const char* arg) {
+  if (!dtype_is_supported(t.dtype())) {
+    throw Error(std::string(arg) + " has dtype " + dtype_name(t.dtype()) +
+                ", which this runtime's CPU kernels do not compute on (supported: float16, bfloat16, float32, "
+                "float64, int8, int16, int32, int64, uint8, bool)");
+  }
+  if (t.device_type() != device_code::kCPU) {
+    throw Error(std::string(arg) + " is on device " + device_type_name(t.device_type()) + ", expected cpu");
+  }
+}
+
+void require_same_dtype(const Tensor& t, const char* arg, const Tensor& ref, const char* ref_arg) {
+  if (t.dtype() != ref.dtype()) {
+    throw Error(std::string(arg) + " has dtype " + dtype_name(t.dtype()) + " but " + ref_arg + " has dtype " +
+                dtype_name(ref.dtype()) + ": dtypes must be the same");
+  }
+}
+
+// Visits every element in row-major logical order: f(linear_index, element_offset).
+template <class F>
+void for_each_offset(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, F&& f) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  if (n == 0) return;
+  const size_t nd = sizes.size();
+  std::vector<int64_t> idx(nd, 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    f(i, off);
+    for (size_t d = nd; d-- > 0;) {
+      if (++idx[d] < sizes[d]) {
+        off += strides[d];
+        break;
+      }
+      off -= strides[d] * (sizes[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+// Strides that view `t` as if expanded to `target` (numpy broadcasting), or an error naming `arg`.
+std::vector<int64_t> broadcast_strides(const Tensor& t, const std::vector<int64_t>& target, const char* arg) {
+  const auto& s = t.sizes();
+  const auto& st = t.strides();
+  if (s.size() > target.size()) {
+    throw Error(std::string(arg) + " of shape " + list_str(s) + " cannot be broadcast to " + list_str(target));
+  }
+  std::vector<int64_t> out(target.size(), 0);
+  const size_t lead = target.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == target[lead + i]) {
+      out[lead + i] = st[i];
+    } else if (s[i] == 1) {
+      out[lead + i] = 0;
+    } else {
+      throw Error(std::string(arg) + " of shape " + list_str(s) + " cannot be broadcast to " + list_str(target));
+    }
+  }
+  return out;
+}
+
+template <typename Acc>
+std::vector<Acc> gather(const Tensor& t, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  std::vector<Acc> v(static_cast<size_t>(n));
+  const char* base = static_cast<const char*>(t.data_ptr());
+  const int64_t isz = static_cast<int64_t>(t.itemsize());
+  const int32_t dt = t.dtype();
+  for_each_offset(sizes, strides, [&](int64_t i, int64_t off) { v[static_cast<size_t>(i)] = load<Acc>(base + off * isz, dt); });
+  return v;
+}
+
+template <typename Acc>
+std::vector<Acc> gather(const Tensor& t) {
+  return gather<Acc>(t, t.sizes(), t.strides());
+}
+
+template <typename Acc>
+void scatter(Tensor& t, const std::vector<Acc>& v) {
+  char* base = static_cast<char*>(t.data_ptr());
+  const int64_t isz = static_cast<int64_t>(t.itemsize());
+  const int32_t dt = t.dtype();
+  for_each_offset(t.sizes(), t.strides(), [&](int64_t i, int64_t off) { store<Acc>(base + off * isz, dt, v[static_cast<size_t>(i)]); });
+}
+
+enum class AccKind { Float, Double, Int };
+AccKind acc_kind(int32_t dt) {
+  if (dt == kFloat16 || dt == kBFloat16) return AccKind::Float;
+  if (dt == kFloat32 || dt == kFloat64) return AccKind::Double;
+  return AccKind::Int;
+}
+
+template <class F>
+void dispatch_acc(int32_t dt, F&& f) {
+  switch (acc_kind(dt)) {
+    case AccKind::Float: f(float{}); return;
+    case AccKind::Double: f(double{}); return;
+    case AccKind::Int: f(int64_t{}); return;
+  }
+}
+
+// ---- matmul ----
+
+template <typename Acc>
+void addmm_impl(Tensor& out, const Tensor* self, const Tensor& mat1, const Tensor& mat2, double beta, double alpha,
+                int64_t batch) {
+  const int64_t n = mat1.sizes()[mat1.dim() - 2], m = mat1.sizes()[mat1.dim() - 1];
+  const int64_t p = mat2.sizes()[mat2.dim() - 1];
+  const std::vector<Acc> a = gather<Acc>(mat1);
+  const std::vector<Acc> b = gather<Acc>(mat2);
+  std::vector<Acc> c;
+  const bool use_self = self != nullptr && beta != 0.0;
+  if (use_self) c = gather<Acc>(*self, out.sizes(), broadcast_strides(*self, out.sizes(), "self"));
+  const Acc abeta = static_cast<Acc>(beta), aalpha = static_cast<Acc>(alpha);
+  std::vector<Acc> r(static_cast<size_t>(batch * n * p));
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    const Acc* A = a.data() + bi * n * m;
+    const Acc* B = b.data() + bi * m * p;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < p; ++j) {
+        Acc sum = 0;
+        for (int64_t k = 0; k < m; ++k) sum += A[i * m + k] * B[k * p + j];
+        const size_t o = static_cast<size_t>(bi * n * p + i * p + j);
+        Acc v = (aalpha == Acc(1)) ? sum : static_cast<Acc>(aalpha * sum);
+        if (use_self) v = static_cast<Acc>(v + abeta * c[o]);
+        r[o] = v;
+      }
+    }
+  }
+  scatter<Acc>(out, r);
+}
+
+// ---- convolution ----
+
+bool channels_last_threads_gt1() {
+  if (const char* v = std::getenv("OMP_NUM_THREADS")) {
+    const long n = std::strtol(v, nullptr, 10);
+    if (n > 0) return n > 1;
+  }
+  return std::thread::hardware_concurrency() > 1;
+}
+
+bool cpu_has_bf16_mkldnn() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_fp16_mkldnn() {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512fp16");
+#else
+  return false;
+#endif
+}
+
+bool all_ones(const std::vector<int64_t>& v) {
+  for (int64_t x : v)
+    if (x != 1) return false;
+  return true;
+}
+
+// Mirrors ATen's ConvParams::use_mkldnn for CPU (which decides Mkldnn vs Slow3d, and so whether a
+// channels_last_3d input gives a channels_last_3d output).
+bool would_use_mkldnn(const Tensor& input, const Tensor& weight, const ConvParams& p) {
+  switch (input.dtype()) {
+    case kBFloat16: return cpu_has_bf16_mkldnn();
+    case kFloat16: return cpu_has_fp16_mkldnn();
+    case kFloat32: break;
+    default: return false;
+  }
+  const auto& is = input.sizes();
+  const auto& ws = weight.sizes();
+  std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
+  const bool strided = !all_ones(p.stride), dilated = !all_ones(p.dilation);
+  if (!(strided || dilated || !all_ones(kernel) || channels_last_threads_gt1())) return false;
+  return p.groups > 1 || (ws[ws.size() - 1] > 3 && ws[ws.size() - 2] > 3) || is[0] > 1 ||
+         is[0] * is[1] * is[2] * is[3] > 20480;
+}
+
+// 0: contiguous, 2: channels_last, 3: channels_last_3d (torch's memory_format codes).
+int conv_output_memory_format(const Tensor& input, const Tensor& weight, const ConvParams& p) {
+  if (input.numel() == 0) return 0;
+  if (input.dim() == 4) {
+    // Mkldnn, Slow2d, SlowDilated2d and SlowTranspose2d all agree: channels_last if either operand is.
+    return (is_channels_last_strides_2d(input.sizes(), input.strides()) ||
+            is_channels_last_strides_2d(weight.sizes(), weight.strides()))
+               ? 2
+               : 0;
+  }
+  if (input.dim() == 5) {
+    // Only the mkldnn backend keeps channels_last_3d; Slow3d/SlowTranspose3d return contiguous.
+    const bool cl = is_channels_last_strides_3d(input.sizes(), input.strides()) ||
+                    is_channels_last_strides_3d(weight.sizes(), weight.strides());
+    return cl && would_use_mkldnn(input, weight, p) ? 3 : 0;
+  }
+  return 0;  // 1-d convolution: ATen returns contiguous whatever the input strides.
+}
+
+std::vector<int64_t> strides_for_format(const std::vector<int64_t>& s, int fmt) {
+  if (fmt == 2) {  // c10::get_channels_last_strides_2d
+    return {s[2] * s[3] * s[1], 1, s[3] * s[1], s[1]};
+  }
+  if (fmt == 3) {  // c10::get_channels_last_strides_3d
+    return {s[2] * s[3] * s[4] * s[1], 1, s[3] * s[4] * s[1], s[4] * s[1], s[1]};
+  }
+  return Tensor::contiguous_strides(s);
+}
+
+std::vector<int64_t> expand_param(const std::vector<int64_t>& v, size_t k, const char* name, bool allow_empty,
+                                  int64_t empty_default) {
+  if (v.size() == k) return v;
+  if (v.size() == 1) return std::vector<int64_t>(k, v[0]);
+  if (v.empty() && allow_empty) return std::vector<int64_t>(k, empty_default);
+  throw Error(std::string(name) + " has " + std::to_string(v.size()) + " elements " + list_str(v) + ", expected 1 or " +
+              std::to_string(k) + " (one per spatial dimension)");
+}
+
+template <typename Acc>
+void conv_impl(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p) {
+  // Work in 3 spatial dims: missing leading spatial dims have size 1, stride 1, no padding.
+  const size_t k = static_cast<size_t>(input.dim() - 2);
+  auto pad3 = [&](const std::vector<int64_t>& v, int64_t fill) {
+    std::vector<int64_t> r(3 - k, fill);
+    r.insert(r.end(), v.begin(), v.end());
+    return r;
+  };
+  const auto& is = input.sizes();
+  const auto& ws = weight.sizes();
+  const auto& os = out.sizes();
+  const std::vector<int64_t> I = pad3({is.begin() + 2, is.end()}, 1);
+  const std::vector<int64_t> K = pad3({ws.begin() + 2, ws.end()}, 1);
+  const std::vector<int64_t> O = pad3({os.begin() + 2, os.end()}, 1);
+  const std::vector<int64_t> S = pad3(p.stride, 1), P = pad3(p.padding, 0), D = pad3(p.dilation, 1);
+  const int64_t N = is[0], Cin = is[1], Cout = os[1], G = p.groups;
+  const int64_t Cin_g = Cin / G, Cout_g = Cout / G;
+  const std::vector<Acc> x = gather<Acc>(input);
+  const std::vector<Acc> w = gather<Acc>(weight);
+  std::vector<Acc> b;
+  if (bias != nullptr) b = gather<Acc>(*bias);
+  const int64_t Isp = I[0] * I[1] * I[2], Osp = O[0] * O[1] * O[2], Ksp = K[0] * K[1] * K[2];
+  std::vector<Acc> y(static_cast<size_t>(N * Cout * Osp), Acc(0));
+  if (!b.empty()) {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < Cout; ++c)
+        for (int64_t o = 0; o < Osp; ++o) y[static_cast<size_t>((n * Cout + c) * Osp + o)] = b[static_cast<size_t>(c)];
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      if (!p.transposed) {
+        // weight: [Cout, Cin_g, K...]
+        for (int64_t co = 0; co < Cout_g; ++co) {
+          const int64_t oc = g * Cout_g + co;
+          for (int64_t od = 0; od < O[0]; ++od)
+            for (int64_t oh = 0; oh < O[1]; ++oh)
+              for (int64_t ow = 0; ow < O[2]; ++ow) {
+                Acc acc = 0;
+                for (int64_t ci = 0; ci < Cin_g; ++ci) {
+                  const int64_t ic = g * Cin_g + ci;
+                  const Acc* xp = x.data() + (n * Cin + ic) * Isp;
+                  const Acc* wp = w.data() + (oc * Cin_g + ci) * Ksp;
+                  for (int64_t kd = 0; kd < K[0]; ++kd) {
+                    const int64_t id = od * S[0] - P[0] + kd * D[0];
+                    if (id < 0 || id >= I[0]) continue;
+                    for (int64_t kh = 0; kh < K[1]; ++kh) {
+                      const int64_t ih = oh * S[1] - P[1] + kh * D[1];
+                      if (ih < 0 || ih >= I[1]) continue;
+                      for (int64_t kw = 0; kw < K[2]; ++kw) {
+                        const int64_t iw = ow * S[2] - P[2] + kw * D[2];
+                        if (iw < 0 || iw >= I[2]) continue;
+                        acc += xp[(id * I[1] + ih) * I[2] + iw] * wp[(kd * K[1] + kh) * K[2] + kw];
+                      }
+                    }
+                  }
+                }
+                y[static_cast<size_t>((n * Cout + oc) * Osp + (od * O[1] + oh) * O[2] + ow)] += acc;
+              }
+        }
+      } else {
+        // weight: [Cin, Cout_g, K...]; each input element scatters into the output.
+        for (int64_t ci = 0; ci < Cin_g; ++ci) {
+          const int64_t ic = g * Cin_g + ci;
+          const Acc* xp = x.data() + (n * Cin + ic) * Isp;
+          for (int64_t co = 0; co < Cout_g; ++co) {
+            const int64_t oc = g * Cout_g + co;
+            const Acc* wp = w.data() + (ic * Cout_g + co) * Ksp;
+            Acc* yp = y.data() + (n * Cout + oc) * Osp;
+            for (int64_t id = 0; id < I[0]; ++id)
+              for (int64_t ih = 0; ih < I[1]; ++ih)
+                for (int64_t iw = 0; iw < I[2]; ++iw) {
+                  const Acc xv = xp[(id * I[1] + ih) * I[2] + iw];
+                  for (int64_t kd = 0; kd < K[0]; ++kd) {
+                    const int64_t od = id * S[0] - P[0] + kd * D[0];
+                    if (od < 0 || od >= O[0]) continue;
+                    for (int64_t kh = 0; kh < K[1]; ++kh) {
+                      const int64_t oh = ih * S[1] - P[1] + kh * D[1];
+                      if (oh < 0 || oh >= O[1]) continue;
+                      for (int64_t kw = 0; kw < K[2]; ++kw) {
+                        const int64_t ow = iw * S[2] - P[2] + kw * D[2];
+                        if (ow < 0 || ow >= O[2]) continue;
+                        yp[(od * O[1] + oh) * O[2] + ow] += xv * wp[(kd * K[1] + kh) * K[2] + kw];
+                      }
+                    }
+                  }
+                }
+          }
+        }
+      }
+    }
+  }
+  scatter<Acc>(out, y);
+}
+
+}  // namespace
+
+bool is_channels_last_strides_2d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  if (sizes.size() != 4 || strides.size() != 4) return false;
+  int64_t min = 0;
+  if (strides[1] == 0) return false;
+  for (int d : {1, 3, 2, 0}) {
+    if (sizes[d] == 0) return false;
+    if (strides[d] < min) return false;
+    // N111 and N11W-sliced tensors are ambiguous; ATen calls them contiguous.
+    if (d == 0 && min == strides[1]) return false;
+    min = strides[d];
+    if (sizes[d] > 1) min *= sizes[d];
+  }
+  return true;
+}
+
+bool is_channels_last_strides_3d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  if (sizes.size() != 5 || strides.size() != 5) return false;
+  int64_t min = 0;
+  if (strides[1] == 0) return false;
+  for (int d : {1, 4, 3, 2, 0}) {
+    if (sizes[d] == 0) return false;
+    if (strides[d] < min) return false;
+    if (d == 0 && min == strides[1]) return false;
+    min = strides[d];
+    if (sizes[d] > 1) min *= sizes[d];
+  }
+  return true;
+}
+
+void copy(Tensor& dst, const Tensor& src) {
+  const std::vector<int64_t> sst = broadcast_strides(src, dst.sizes(), "src");
+  if (dst.numel() == 0) return;
+  if (dst.dtype() == src.dtype()) {
+    // Same dtype: bytes, any dtype. Stage through a buffer so overlapping src/dst stay correct.
+    const size_t isz = dst.itemsize();
+    std::vector<char> buf(static_cast<size_t>(dst.numel()) * isz);
+    const char* sb = static_cast<const char*>(src.data_ptr());
+    for_each_offset(dst.sizes(), sst, [&](int64_t i, int64_t off) {
+      std::memcpy(buf.data() + static_cast<size_t>(i) * isz, sb + off * static_cast<int64_t>(isz), isz);
+    });
+    char* db = static_cast<char*>(dst.data_ptr());
+    for_each_offset(dst.sizes(), dst.strides(), [&](int64_t i, int64_t off) {
+      std::memcpy(db + off * static_cast<int64_t>(isz), buf.data() + static_cast<size_t>(i) * isz, isz);
+    });
+    return;
+  }
+  require_supported(src, "src");
+  require_supported(dst, "self");
+  if (is_integral(src.dtype()) && is_integral(dst.dtype())) {
+    scatter<int64_t>(dst, gather<int64_t>(src, dst.sizes(), sst));
+  } else {
+    scatter<double>(dst, gather<double>(src, dst.sizes(), sst));
+  }
+}
+
+void addmm(Tensor& out, const Tensor* self, const Tensor& mat1, const Tensor& mat2, double beta, double alpha) {
+  require_supported(mat1, "mat1");
+  require_supported(mat2, "mat2");
+  require_supported(out, "out");
+  if (mat1.dim() != 2) throw Error("mat1 must be a matrix, got " + std::to_string(mat1.dim()) + "-d tensor of shape " + list_str(mat1.sizes()));
+  if (mat2.dim() != 2) throw Error("mat2 must be a matrix, got " + std::to_string(mat2.dim()) + "-d tensor of shape " + list_str(mat2.sizes()));
+  if (mat1.sizes()[1] != mat2.sizes()[0]) {
+    throw Error("mat1 is " + dims_str(mat1.sizes()) + ", mat2 is " + dims_str(mat2.sizes()) + ": inner dimensions differ");
+  }
+  require_same_dtype(mat2, "mat2", mat1, "mat1");
+  require_same_dtype(out, "out", mat1, "mat1");
+  const std::vector<int64_t> want = {mat1.sizes()[0], mat2.sizes()[1]};
+  if (out.sizes() != want) {
+    throw Error("out is " + dims_str(out.sizes()) + ", expected " + dims_str(want) + " (mat1 is " + dims_str(mat1.sizes()) +
+                ", mat2 is " + dims_str(mat2.sizes()) + ")");
+  }
+  if (self != nullptr) {
+    require_supported(*self, "self");
+    require_same_dtype(*self, "self", mat1, "mat1");
+    broadcast_strides(*self, want, "self");
+  }
+  dispatch_acc(out.dtype(), [&](auto acc) { addmm_impl<decltype(acc)>(out, self, mat1, mat2, beta, alpha, 1); });
+}
+
+void bmm(Tensor& out, const Tensor& self, const Tensor& mat2) {
+  require_supported(self, "self");
+  require_supported(mat2, "mat2");
+  require_supported(out, "out");
+  if (self.dim() != 3) throw Error("self must be a 3-d tensor, got shape " + list_str(self.sizes()));
+  if (mat2.dim() != 3) throw Error("mat2 must be a 3-d tensor, got shape " + list_str(mat2.sizes()));
+  if (self.sizes()[0] != mat2.sizes()[0]) {
+    throw Error("self is " + dims_str(self.sizes()) + ", mat2 is " + dims_str(mat2.sizes()) + ": batch sizes differ");
+  }
+  if (self.sizes()[2] != mat2.sizes()[1]) {
+    throw Error("self is " + dims_str(self.sizes()) + ", mat2 is " + dims_str(mat2.sizes()) + ": inner dimensions differ");
+  }
+  require_same_dtype(mat2, "mat2", self, "self");
+  require_same_dtype(out, "out", self, "self");
+  const std::vector<int64_t> want = {self.sizes()[0], self.sizes()[1], mat2.sizes()[2]};
+  if (out.sizes() != want) {
+    throw Error("out is " + dims_str(out.sizes()) + ", expected " + dims_str(want) + " (self is " + dims_str(self.sizes()) +
+                ", mat2 is " + dims_str(mat2.sizes()) + ")");
+  }
+  dispatch_acc(out.dtype(), [&](auto acc) { addmm_impl<decltype(acc)>(out, nullptr, self, mat2, 0.0, 1.0, want[0]); });
+}
+
+Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p0) {
+  require_supported(input, "input");
+  require_supported(weight, "weight");
+  if (input.dim() < 3 || input.dim() > 5) {
+    throw Error("input must be 3-d, 4-d or 5-d (batched 1-d, 2-d or 3-d convolution), got shape " + list_str(input.sizes()));
+  }
+  if (weight.dim() != input.dim()) {
+    throw Error("weight has shape " + list_str(weight.sizes()) + " (" + std::to_string(weight.dim()) + "-d) but input has shape " +
+                list_str(input.sizes()) + " (" + std::to_string(input.dim()) + "-d)");
+  }
+  require_same_dtype(weight, "weight", input, "input");
+  const size_t k = static_cast<size_t>(input.dim() - 2);
+  ConvParams p = p0;
+  p.stride = expand_param(p0.stride, k, "stride", false, 1);
+  p.padding = expand_param(p0.padding, k, "padding", true, 0);
+  p.dilation = expand_param(p0.dilation, k, "dilation", false, 1);
+  p.output_padding = expand_param(p0.output_padding, k, "output_padding", true, 0);
+  for (size_t i = 0; i < k; ++i) {
+    if (p.stride[i] <= 0) throw Error("stride " + list_str(p.stride) + " must be positive");
+    if (p.padding[i] < 0) throw Error("padding " + list_str(p.padding) + " must be non-negative");
+    if (p.dilation[i] <= 0) throw Error("dilation " + list_str(p.dilation) + " must be positive");
+    if (p.transposed && p.output_padding[i] < 0) throw Error("output_padding " + list_str(p.output_padding) + " must be non-negative");
+    if (p.transposed && p.output_padding[i] >= p.stride[i] && p.output_padding[i] >= p.dilation[i]) {
+      throw Error("output_padding " + list_str(p.output_padding) + " must be smaller than either stride " + list_str(p.stride) +
+                  " or dilation " + list_str(p.dilation));
+    }
+  }
+  if (p.groups <= 0) throw Error("groups must be positive, got " + std::to_string(p.groups));
+  const auto& is = input.sizes();
+  const auto& ws = weight.sizes();
+  const int64_t G = p.groups;
+  int64_t c_out;
+  if (!p.transposed) {
+    if (ws[0] % G != 0) {
+      throw Error("weight has " + std::to_string(ws[0]) + " output channels (shape " + list_str(ws) + "), not divisible by groups=" +
+                  std::to_string(G));
+    }
+    if (is[1] != ws[1] * G) {
+      throw Error("input has " + std::to_string(is[1]) + " channels (shape " + list_str(is) + ") but weight of shape " + list_str(ws) +
+                  " with groups=" + std::to_string(G) + " expects " + std::to_string(ws[1] * G));
+    }
+    c_out = ws[0];
+  } else {
+    if (is[1] != ws[0]) {
+      throw Error("input has " + std::to_string(is[1]) + " channels (shape " + list_str(is) + ") but transposed weight of shape " +
+                  list_str(ws) + " expects " + std::to_string(ws[0]));
+    }
+    if (ws[0] % G != 0) {
+      throw Error("input channels " + std::to_string(ws[0]) + " are not divisible by groups=" + std::to_string(G));
+    }
+    c_out = ws[1] * G;
+  }
+  if (bias != nullptr) {
+    require_supported(*bias, "bias");
+    require_same_dtype(*bias, "bias", input, "input");
+    if (bias->dim() != 1 || bias->sizes()[0] != c_out) {
+      throw Error("bias has shape " + list_str(bias->sizes()) + ", expected [" + std::to_string(c_out) + "] (one per output channel)");
+    }
+  }
+  std::vector<int64_t> out_sizes = {is[0], c_out};
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t in = is[2 + i], kk = ws[2 + i];
+    int64_t o;
+    if (!p.transposed) {
+      const int64_t span = in + 2 * p.padding[i] - p.dilation[i] * (kk - 1) - 1;
+      if (span < 0) {
+        throw Error("input spatial size " + list_str({is.begin() + 2, is.end()}) + " with padding " + list_str(p.padding) +
+                    " is smaller than the dilated kernel " + list_str({ws.begin() + 2, ws.end()}) + " (dilation " +
+                    list_str(p.dilation) + ")");
+      }
+      o = span / p.stride[i] + 1;
+    } else {
+      o = (in - 1) * p.stride[i] - 2 * p.padding[i] + p.dilation[i] * (kk - 1) + p.output_padding[i] + 1;
+      if (o <= 0) throw Error("calculated output size is " + std::to_string(o) + " in spatial dimension " + std::to_string(i) + ": too small");
+    }
+    out_sizes.push_back(o);
+  }
+  const int fmt = conv_output_memory_format(input, weight, p);
+  std::unique_ptr<Tensor> out(Tensor::empty_strided(input.dtype(), out_sizes, strides_for_format(out_sizes, fmt),
+                                                    input.device_type(), input.device_index()));
+  dispatch_acc(input.dtype(), [&](auto acc) { conv_impl<decltype(acc)>(*out, input, weight, bias, p); });
+  return out.release();
+}
+
+}  // namespace cpu
+}  // namespace aoti_host

@@ -1,0 +1,36 @@
+// Reference CPU kernels behind the aoti_torch_cpu_* fallbacks and aoti_torch_copy_. Written for
+// correctness on any strides, not speed. Every function throws aoti_host::Error with a message that
+// names the bad argument; the shim wrapper prefixes the shim's name.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "aoti_host/tensor.h"
+
+namespace aoti_host {
+namespace cpu {
+
+// dst <- src elementwise (shapes must match); same dtype copies bytes (any dtype), otherwise converts
+// among the compute-supported dtypes.
+void copy(Tensor& dst, const Tensor& src);
+
+// out <- beta * self + alpha * (mat1 @ mat2); self broadcasts to out. beta == 0 ignores self.
+void addmm(Tensor& out, const Tensor* self, const Tensor& mat1, const Tensor& mat2, double beta, double alpha);
+void bmm(Tensor& out, const Tensor& self, const Tensor& mat2);
+
+struct ConvParams {
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  bool transposed = false;
+  int64_t groups = 1;
+};
+
+// aten::convolution; returns a new owning tensor in the memory format ATen's CPU backend would pick.
+Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p);
+
+// ATen's suggest_memory_format() predicates (c10::is_channels_last_strides_2d/3d).
+bool is_channels_last_strides_2d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+bool is_channels_last_strides_3d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+
+}  // namespace cpu
+}  // namespace aoti_host

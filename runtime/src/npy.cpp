@@ -1,0 +1,483 @@
+// NumPy .npy reading and writing (format 1.0/2.0/3.0, https://numpy.org/neps/nep-0001-npy-format.html).
+// Only little-endian numeric dtypes that have a torch ScalarType; everything else is refused with the
+// file name and the numpy call that fixes it, because a silently reinterpreted input is worse than none.
+#include "aoti_host/npy.h"
+
+#include "aoti_host/error.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace aoti_host {
+namespace {
+
+const char kMagic[] = "\x93NUMPY";
+constexpr size_t kMagicLen = 6;
+constexpr size_t kAlign = 64;  // numpy pads the header so the data starts 64-byte aligned
+
+struct DtypeInfo {
+  int32_t code;
+  char kind;  // numpy kind: 'f', 'i', 'u', 'b'
+  int size;
+};
+
+// torch ScalarType codes (c10/core/ScalarType.h).
+constexpr DtypeInfo kDtypes[] = {
+    {0, 'u', 1},   // uint8
+    {1, 'i', 1},   // int8
+    {2, 'i', 2},   // int16
+    {3, 'i', 4},   // int32
+    {4, 'i', 8},   // int64
+    {5, 'f', 2},   // float16
+    {6, 'f', 4},   // float32
+    {7, 'f', 8},   // float64
+    {11, 'b', 1},  // bool
+};
+
+const DtypeInfo* find_by_code(int32_t code) {
+  for (const auto& d : kDtypes)
+    if (d.code == code) return &d;
+  return nullptr;
+}
+
+const DtypeInfo* find_by_kind(char kind, int size) {
+  for (const auto& d : kDtypes)
+    if (d.kind == kind && d.size == size) return &d;
+  return nullptr;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Closes on scope exit so every error path releases the descriptor.
+struct File {
+  std::FILE* f = nullptr;
+  File() = default;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File() {
+    if (f != nullptr) std::fclose(f);
+  }
+};
+
+// A minimal reader for the one Python literal numpy writes: {'key': value, ...} with string,
+// True/False and tuple-of-int values. Anything else is a malformed header.
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& path, const std::string& text) : path_(path), s_(text) {}
+
+  void parse(std::string& descr, bool& fortran, std::vector<int64_t>& shape) {
+    bool have_descr = false, have_fortran = false, have_shape = false;
+    skip_ws();
+    expect('{');
+    for (;;) {
+      skip_ws();
+      if (peek() == '}') {
+        ++i_;
+        break;
+      }
+      std::string key = parse_string("a quoted key");
+      skip_ws();
+      expect(':');
+      skip_ws();
+      if (key == "descr") {
+        if (peek() == '[') {
+          bad_header_fix("structured dtypes are not supported",
+                         "save a plain numeric array (one field per file)");
+        }
+        descr = parse_string("a dtype string for 'descr'");
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        fortran = parse_bool();
+        have_fortran = true;
+      } else if (key == "shape") {
+        shape = parse_shape();
+        have_shape = true;
+      } else {
+        bad_header("unexpected key '" + key + "'");
+      }
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      skip_ws();
+      if (peek() == '}') {
+        ++i_;
+        break;
+      }
+      bad_header("expected ',' or '}' at offset " + std::to_string(i_));
+    }
+    if (!have_descr) bad_header("no 'descr' key");
+    if (!have_fortran) bad_header("no 'fortran_order' key");
+    if (!have_shape) bad_header("no 'shape' key");
+  }
+
+ private:
+  [[noreturn]] void bad_header(const std::string& what) {
+    bad_header_fix("malformed .npy header: " + what, "re-save the array with numpy.save");
+  }
+  [[noreturn]] void bad_header_fix(const std::string& what, const std::string& fix) {
+    fail(path_, what + "; " + fix);
+  }
+
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void skip_ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  void expect(char c) {
+    if (peek() != c) bad_header(std::string("expected '") + c + "' at offset " + std::to_string(i_));
+    ++i_;
+  }
+
+  std::string parse_string(const char* what) {
+    char q = peek();
+    if (q != '\'' && q != '"') bad_header(std::string("expected ") + what + " at offset " + std::to_string(i_));
+    ++i_;
+    std::string out;
+    while (i_ < s_.size() && s_[i_] != q) {
+      if (s_[i_] == '\\') bad_header("escapes in strings are not supported");
+      out += s_[i_++];
+    }
+    if (i_ >= s_.size()) bad_header("unterminated string");
+    ++i_;
+    return out;
+  }
+
+  bool parse_bool() {
+    if (s_.compare(i_, 4, "True") == 0) {
+      i_ += 4;
+      return true;
+    }
+    if (s_.compare(i_, 5, "False") == 0) {
+      i_ += 5;
+      return false;
+    }
+    bad_header("'fortran_order' is neither True nor False");
+  }
+
+  std::vector<int64_t> parse_shape() {
+    std::vector<int64_t> shape;
+    expect('(');
+    for (;;) {
+      skip_ws();
+      if (peek() == ')') {
+        ++i_;
+        return shape;
+      }
+      if (peek() < '0' || peek() > '9') bad_header("'shape' holds something other than non-negative integers");
+      int64_t v = 0;
+      while (peek() >= '0' && peek() <= '9') {
+        int64_t digit = peek() - '0';
+        if (v > (INT64_MAX - digit) / 10) bad_header("a dimension in 'shape' overflows int64");
+        v = v * 10 + digit;
+        ++i_;
+      }
+      if (peek() == 'L') ++i_;  // Python 2 longs, as written by old numpy
+      shape.push_back(v);
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+      } else if (peek() != ')') {
+        bad_header("expected ',' or ')' in 'shape'");
+      }
+    }
+  }
+
+  const std::string& path_;
+  const std::string& s_;
+  size_t i_ = 0;
+};
+
+const DtypeInfo& dtype_from_descr(const std::string& path, const std::string& descr) {
+  if (descr.empty()) fail(path, "empty dtype in 'descr'; re-save the array with numpy.save");
+  char order = descr[0];
+  std::string body = descr;
+  if (order == '<' || order == '>' || order == '|' || order == '=') {
+    body = descr.substr(1);
+  } else {
+    order = '=';
+  }
+  if (body == "O") {
+    fail(path, "dtype 'O' is an object array, which holds Python objects, not numbers; "
+               "save a numeric array (arr.astype(np.float32))");
+  }
+  char kind = body.empty() ? '\0' : body[0];
+  if (kind == '?') {  // numpy's character code for bool
+    kind = 'b';
+    body = "b1";
+  }
+  int size = 0;
+  bool digits = body.size() >= 2;
+  for (size_t k = 1; k < body.size(); ++k) {
+    if (body[k] < '0' || body[k] > '9' || size > 1000) {
+      digits = false;
+      break;
+    }
+    size = size * 10 + (body[k] - '0');
+  }
+  const DtypeInfo* info = digits ? find_by_kind(kind, size) : nullptr;
+  if (info == nullptr) {
+    fail(path, "dtype '" + descr +
+                   "' is not supported (float16/32/64, int8/16/32/64, uint8, bool are); "
+                   "convert it (e.g. arr.astype('<f4') or arr.astype('<i8'))");
+  }
+  if (order == '>' && info->size > 1) {
+    fail(path, "dtype '" + descr + "' is big-endian; save it little-endian (arr.astype('<" + body + "'))");
+  }
+  return *info;
+}
+
+bool mul_overflows(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
+
+uint32_t read_le(const unsigned char* p, int n) {
+  uint32_t v = 0;
+  for (int k = n - 1; k >= 0; --k) v = (v << 8) | p[k];
+  return v;
+}
+
+std::string shape_repr(const std::vector<int64_t>& sizes) {
+  std::string s = "(";
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (k > 0) s += ", ";
+    s += std::to_string(sizes[k]);
+  }
+  if (sizes.size() == 1) s += ",";
+  return s + ")";
+}
+
+// Buffers the bytes of the array in logical order into the file, so a strided source costs one
+// pass and constant extra memory.
+class Writer {
+ public:
+  Writer(std::FILE* f, const std::string& tmp) : f_(f), tmp_(tmp) { buf_.reserve(kCap); }
+  void put(const void* p, size_t n) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    while (n > 0) {
+      size_t take = std::min(n, kCap - buf_.size());
+      buf_.insert(buf_.end(), c, c + take);
+      c += take;
+      n -= take;
+      if (buf_.size() == kCap) flush();
+    }
+  }
+  void flush() {
+    if (!buf_.empty() && std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size()) {
+      throw Error(tmp_ + ": write failed: " + errno_text(errno) + "; check free space and permissions");
+    }
+    buf_.clear();
+  }
+
+ private:
+  static constexpr size_t kCap = 1 << 20;
+  std::FILE* f_;
+  const std::string& tmp_;
+  std::vector<unsigned char> buf_;
+};
+
+}  // namespace
+
+NpyArray read_npy(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) fail(path, "no such file; check the path");
+    fail(path, "cannot open: " + errno_text(errno));
+  }
+  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a .npy file; give the path of a file saved by numpy.save");
+  File file;
+  file.f = std::fopen(path.c_str(), "rb");
+  if (file.f == nullptr) fail(path, "cannot open: " + errno_text(errno) + "; check the permissions");
+
+  // Size by reading, not stat: the file may be a pipe or change under us.
+  std::vector<unsigned char> bytes;
+  {
+    unsigned char chunk[1 << 16];
+    size_t n;
+    while ((n = std::fread(chunk, 1, sizeof chunk, file.f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
+    if (std::ferror(file.f)) fail(path, "read failed: " + errno_text(errno));
+  }
+
+  if (bytes.size() < kMagicLen + 2 || std::memcmp(bytes.data(), kMagic, kMagicLen) != 0) {
+    fail(path, "not a .npy file (no \\x93NUMPY magic); save the array with numpy.save(path, arr)");
+  }
+  const int major = bytes[6], minor = bytes[7];
+  int len_bytes;
+  if (major == 1) {
+    len_bytes = 2;
+  } else if (major == 2 || major == 3) {
+    len_bytes = 4;
+  } else {
+    fail(path, "unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor) +
+                   " (1.0, 2.0 and 3.0 are read); re-save it with numpy.save");
+  }
+  const size_t prefix = kMagicLen + 2 + static_cast<size_t>(len_bytes);
+  if (bytes.size() < prefix) fail(path, "truncated .npy header; the file is incomplete, save it again");
+  const size_t header_len = read_le(bytes.data() + kMagicLen + 2, len_bytes);
+  if (bytes.size() - prefix < header_len) {
+    fail(path, "truncated .npy header (" + std::to_string(header_len) + " bytes announced, " +
+                   std::to_string(bytes.size() - prefix) + " present); the file is incomplete, save it again");
+  }
+  const std::string header(reinterpret_cast<const char*>(bytes.data() + prefix), header_len);
+
+  std::string descr;
+  bool fortran = false;
+  std::vector<int64_t> shape;
+  HeaderParser(path, header).parse(descr, fortran, shape);
+  const DtypeInfo& info = dtype_from_descr(path, descr);
+
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (mul_overflows(numel, d, &numel)) fail(path, "shape " + shape_repr(shape) + " overflows int64");
+  }
+  int64_t nbytes = 0;
+  if (mul_overflows(numel, info.size, &nbytes)) fail(path, "shape " + shape_repr(shape) + " overflows int64");
+
+  const size_t data_off = prefix + header_len;
+  const size_t have = bytes.size() - data_off;
+  if (have < static_cast<uint64_t>(nbytes)) {
+    fail(path, "truncated data: shape " + shape_repr(shape) + " of '" + descr + "' needs " +
+                   std::to_string(nbytes) + " bytes, the file has " + std::to_string(have) +
+                   "; the file is incomplete, save it again");
+  }
+  if (have > static_cast<uint64_t>(nbytes)) {
+    fail(path, std::to_string(have - static_cast<uint64_t>(nbytes)) + " bytes after the data of shape " +
+                   shape_repr(shape) + " of '" + descr +
+                   "'; the file is not a single array (np.savez writes .npz, not .npy); save it with numpy.save");
+  }
+
+  NpyArray out;
+  out.dtype = info.code;
+  out.sizes = shape;
+  out.strides.assign(shape.size(), 1);
+  // Strides of size-0/1 dims don't matter; plain products keep them non-negative and small.
+  if (fortran) {
+    for (size_t k = 1; k < shape.size(); ++k) out.strides[k] = out.strides[k - 1] * std::max<int64_t>(shape[k - 1], 1);
+  } else {
+    for (size_t k = shape.size(); k-- > 1;) out.strides[k - 1] = out.strides[k] * std::max<int64_t>(shape[k], 1);
+  }
+  out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_off), bytes.end());
+  return out;
+}
+
+void write_npy(const std::string& path, int32_t dtype, const std::vector<int64_t>& sizes,
+               const std::vector<int64_t>& strides, const void* data) {
+  const DtypeInfo* info = find_by_code(dtype);
+  if (info == nullptr) {
+    fail(path, "dtype code " + std::to_string(dtype) +
+                   " has no .npy equivalent here (float16/32/64, int8/16/32/64, uint8, bool); "
+                   "convert the tensor before writing it");
+  }
+  if (!strides.empty() && strides.size() != sizes.size()) {
+    fail(path, "internal: " + std::to_string(sizes.size()) + " sizes but " + std::to_string(strides.size()) +
+                   " strides");
+  }
+  int64_t numel = 1;
+  for (int64_t d : sizes) {
+    if (d < 0) fail(path, "internal: negative size in " + shape_repr(sizes));
+    if (mul_overflows(numel, d, &numel)) fail(path, "shape " + shape_repr(sizes) + " overflows int64");
+  }
+  if (numel > 0 && data == nullptr) fail(path, "internal: null data for a non-empty array");
+  // Empty strides mean contiguous (row-major).
+  std::vector<int64_t> st = strides;
+  if (st.empty()) {
+    st.assign(sizes.size(), 1);
+    for (size_t k = sizes.size(); k-- > 1;) st[k - 1] = st[k] * sizes[k];
+  }
+
+  std::string descr = info->size == 1 ? "|" : "<";
+  descr += info->kind;
+  descr += std::to_string(info->size);
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_repr(sizes) + ", }";
+  // Version 1.0 unless the padded header can't fit its 2-byte length.
+  int major = 1;
+  size_t prefix = kMagicLen + 2 + 2;
+  size_t total = ((prefix + dict.size() + 1 + kAlign - 1) / kAlign) * kAlign;
+  if (total - prefix > 65535) {
+    major = 2;
+    prefix = kMagicLen + 2 + 4;
+    total = ((prefix + dict.size() + 1 + kAlign - 1) / kAlign) * kAlign;
+  }
+  const size_t header_len = total - prefix;
+  dict.append(header_len - dict.size() - 1, ' ');
+  dict += '\n';
+
+  std::string head(kMagic, kMagicLen);
+  head += static_cast<char>(major);
+  head += '\0';
+  for (size_t k = 0; k < (major == 1 ? 2u : 4u); ++k) head += static_cast<char>((header_len >> (8 * k)) & 0xff);
+  head += dict;
+
+  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  // Removes the temp file on every failure path; disarmed once renamed.
+  struct TempGuard {
+    const std::string& tmp;
+    std::FILE* f = nullptr;
+    bool armed = true;
+    ~TempGuard() {
+      if (f != nullptr) std::fclose(f);
+      if (armed) std::remove(tmp.c_str());
+    }
+  } guard{tmp};
+
+  guard.f = std::fopen(tmp.c_str(), "wb");
+  if (guard.f == nullptr) {
+    guard.armed = false;  // nothing was created
+    fail(path, "cannot create " + tmp + ": " + errno_text(errno) + "; check the directory exists and is writable");
+  }
+  Writer w(guard.f, tmp);
+  w.put(head.data(), head.size());
+
+  const auto* base = static_cast<const unsigned char*>(data);
+  const size_t item = static_cast<size_t>(info->size);
+  if (numel > 0) {
+    const size_t nd = sizes.size();
+    if (nd == 0) {
+      w.put(base, item);
+    } else {
+      // Walk the outer dims with an odometer; copy the innermost dim as one run when it is dense.
+      const int64_t inner = sizes[nd - 1];
+      const int64_t inner_stride = st[nd - 1];
+      std::vector<int64_t> idx(nd - 1, 0);
+      bool more = true;
+      while (more) {
+        int64_t off = 0;
+        for (size_t k = 0; k + 1 < nd; ++k) off += idx[k] * st[k];
+        const unsigned char* row = base + off * static_cast<int64_t>(item);
+        if (inner_stride == 1) {
+          w.put(row, static_cast<size_t>(inner) * item);
+        } else {
+          for (int64_t j = 0; j < inner; ++j) w.put(row + j * inner_stride * static_cast<int64_t>(item), item);
+        }
+        more = false;
+        for (size_t k = nd - 1; k-- > 0;) {
+          if (++idx[k] < sizes[k]) {
+            more = true;
+            break;
+          }
+          idx[k] = 0;
+        }
+      }
+    }
+  }
+  w.flush();
+  if (std::fflush(guard.f) != 0 || ::fsync(::fileno(guard.f)) != 0) {
+    fail(path, "cannot write " + tmp + ": " + errno_text(errno) + "; check free space");
+  }
+  std::FILE* f = guard.f;
+  guard.f = nullptr;
+  if (std::fclose(f) != 0) fail(path, "cannot write " + tmp + ": " + errno_text(errno) + "; check free space");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    fail(path, "cannot rename " + tmp + " onto it: " + errno_text(errno) + "; check the directory is writable");
+  }
+  guard.armed = false;
+}
+
+}  // namespace aoti_host

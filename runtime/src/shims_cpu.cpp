@@ -1,0 +1,96 @@
+// aoti_torch_cpu_* fallbacks: the ATen ops a plugin calls instead of generating code for them.
+// Reference implementations (any strides, accumulation in double for float32/float64, float for
+// float16/bfloat16, int64 for integers); correctness over speed.
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aoti_host/error.h"
+#include "aoti_host/log.h"
+#include "aoti_host/shims.h"
+#include "aoti_host/tensor.h"
+#include "cpu_kernels.h"
+
+using aoti_host::Error;
+using aoti_host::from_handle;
+using aoti_host::Tensor;
+using aoti_host::to_handle;
+
+namespace {
+
+template <class F>
+AOTITorchError guarded(const char* shim, F&& f) noexcept {
+  try {
+    f();
+    return AOTI_TORCH_SUCCESS;
+  } catch (const std::exception& e) {
+    aoti_host::set_last_error(std::string(shim) + ": " + e.what());
+  } catch (...) {
+    aoti_host::set_last_error(std::string(shim) + ": unknown exception");
+  }
+  aoti_host::log(aoti_host::LogLevel::Debug, "%s", aoti_host::last_error().c_str());
+  return AOTI_TORCH_FAILURE;
+}
+
+Tensor& tensor_arg(AtenTensorHandle h, const char* name) {
+  if (h == nullptr) throw Error(std::string("argument '") + name + "' is a null tensor handle");
+  return *from_handle(h);
+}
+
+std::vector<int64_t> int_list(const int64_t* p, int64_t n, const char* name) {
+  if (n < 0) throw Error(std::string(name) + " has negative length " + std::to_string(n));
+  if (n > 0 && p == nullptr) throw Error(std::string(name) + " is null but its length is " + std::to_string(n));
+  return std::vector<int64_t>(p, p + n);
+}
+
+}  // namespace
+
+extern "C" {
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_addmm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                      AtenTensorHandle mat1, AtenTensorHandle mat2, double beta,
+                                                      double alpha) {
+  return guarded("aoti_torch_cpu_addmm_out", [&] {
+    aoti_host::cpu::addmm(tensor_arg(out, "out"), &tensor_arg(self, "self"), tensor_arg(mat1, "mat1"),
+                          tensor_arg(mat2, "mat2"), beta, alpha);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_mm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2) {
+  return guarded("aoti_torch_cpu_mm_out", [&] {
+    // ATen names mm's first operand "self"; messages call it mat1 like addmm does.
+    aoti_host::cpu::addmm(tensor_arg(out, "out"), nullptr, tensor_arg(self, "self"), tensor_arg(mat2, "mat2"), 0.0,
+                          1.0);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_bmm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2) {
+  return guarded("aoti_torch_cpu_bmm_out", [&] {
+    aoti_host::cpu::bmm(tensor_arg(out, "out"), tensor_arg(self, "self"), tensor_arg(mat2, "mat2"));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_convolution(AtenTensorHandle input, AtenTensorHandle weight,
+                                                        AtenTensorHandle* bias, const int64_t* stride,
+                                                        int64_t stride_len_, const int64_t* padding,
+                                                        int64_t padding_len_, const int64_t* dilation,
+                                                        int64_t dilation_len_, int32_t transposed,
+                                                        const int64_t* output_padding, int64_t output_padding_len_,
+                                                        int64_t groups, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu_convolution", [&] {
+    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    aoti_host::cpu::ConvParams p;
+    p.stride = int_list(stride, stride_len_, "stride");
+    p.padding = int_list(padding, padding_len_, "padding");
+    p.dilation = int_list(dilation, dilation_len_, "dilation");
+    p.output_padding = int_list(output_padding, output_padding_len_, "output_padding");
+    p.transposed = transposed != 0;
+    p.groups = groups;
+    // Optional tensor: a null pointer or a pointer to a null handle both mean "no bias".
+    const Tensor* b = (bias != nullptr && *bias != nullptr) ? from_handle(*bias) : nullptr;
+    *ret0 = to_handle(aoti_host::cpu::convolution(tensor_arg(input, "input"), tensor_arg(weight, "weight"), b, p));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,448 @@
+// aoti-run: run an AOTInductor plugin (.pt2 package or plugin .so) on .npy inputs, write .npy outputs.
+//
+//   aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy [-i IN1.npy ...] -o OUTDIR [--repeat N] [--quiet]
+//
+// Exit codes (stable: scripts and the Python CLI rely on them):
+//   0 success; 1 anything unexpected; 2 usage error; 3 bad input (a missing model/weights/input file, a bad
+//   .npy, the wrong number of inputs, inputs the contract refuses, an unusable OUTDIR); 4 the model does not
+//   load; 5 the run fails.
+#include "aoti_host/c_api.h"
+#include "aoti_host/error.h"
+#include "aoti_host/npy.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <new>
+#include <string>
+#include <system_error>
+#include <vector>
+
+// The exported shims that read output handles. Declared here rather than through the generated
+// shims.h so this file does not depend on generated code; the types are identical to it.
+extern "C" {
+struct AtenTensorOpaque;
+typedef AtenTensorOpaque* AtenTensorHandle;
+int32_t aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret);
+int32_t aoti_torch_get_dtype(AtenTensorHandle tensor, int32_t* ret);
+int32_t aoti_torch_get_dim(AtenTensorHandle tensor, int64_t* ret);
+int32_t aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t** ret);
+int32_t aoti_torch_get_strides(AtenTensorHandle tensor, int64_t** ret);
+int32_t aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
+}
+
+namespace {
+
+enum ExitCode { kOk = 0, kUnexpected = 1, kUsage = 2, kBadInput = 3, kLoadFailed = 4, kRunFailed = 5 };
+
+const char kUsageLine[] =
+    "usage: aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy [-i IN1.npy ...] -o OUTDIR "
+    "[--repeat N] [--quiet]";
+
+const char kHelp[] =
+    "\n"
+    "Runs an AOTInductor plugin on CPU: inputs from .npy files, outputs to OUTDIR/output_<k>.npy.\n"
+    "\n"
+    "  MODEL.pt2|PLUGIN.so   a .pt2 package or a compiled plugin .so\n"
+    "  --weights BLOB        weights blob for a plugin .so that keeps its weights outside\n"
+    "  -i, --input FILE.npy  one per model input, in order\n"
+    "  -o, --output DIR      where output_<k>.npy go (created if missing; also --output-dir)\n"
+    "  --repeat N            after the first run, run N more times and print\n"
+    "                        'latency_us: median=.. p10=.. p90=.. n=N'\n"
+    "  -q, --quiet           do not print one line per output\n"
+    "  -h, --help            this text\n"
+    "\n"
+    "Exit codes: 0 ok, 1 unexpected error, 2 usage error, 3 bad input (missing file, bad .npy,\n"
+    "wrong input count or dtype/shape), 4 the model does not load, 5 the run fails.\n";
+
+// Carries an exit code and a message that already says what to do; thrown to main.
+struct Failure {
+  int code;
+  std::string message;
+};
+
+[[noreturn]] void usage_error(const std::string& what) { throw Failure{kUsage, what + "\n" + kUsageLine}; }
+
+struct Args {
+  std::string model;
+  std::string weights;
+  bool has_weights = false;
+  std::vector<std::string> inputs;
+  std::string outdir;
+  bool has_outdir = false;
+  long long repeat = 0;
+  bool quiet = false;
+  bool help = false;
+};
+
+long long parse_repeat(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || n < 1 || n > 100000000) {
+    usage_error("--repeat wants a positive integer (1..100000000), got '" + text + "'");
+  }
+  return n;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  bool has_model = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool inline_value = false;
+    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+      const size_t eq = arg.find('=');
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+        inline_value = true;
+      }
+    }
+    // Fetches the option's value: "--opt=V" or the next argument.
+    auto take = [&](const char* name) -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) usage_error(std::string(name) + " needs a value");
+      return argv[++i];
+    };
+    auto no_value = [&](const char* name) {
+      if (inline_value) usage_error(std::string(name) + " takes no value");
+    };
+    if (arg == "-h" || arg == "--help") {
+      no_value("--help");
+      a.help = true;
+      return a;
+    } else if (arg == "-i" || arg == "--input") {
+      a.inputs.push_back(take("-i"));
+    } else if (arg == "-o" || arg == "--output-dir" || arg == "--output") {
+      a.outdir = take("-o");
+      a.has_outdir = true;
+      if (a.outdir.empty()) usage_error("-o needs a directory, got ''");
+    } else if (arg == "--weights") {
+      a.weights = take("--weights");
+      a.has_weights = true;
+      if (a.weights.empty()) usage_error("--weights needs a file, got ''");
+    } else if (arg == "--repeat") {
+      a.repeat = parse_repeat(take("--repeat"));
+    } else if (arg == "-q" || arg == "--quiet") {
+      no_value("--quiet");
+      a.quiet = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      usage_error("unknown option '" + std::string(argv[i]) + "'");
+    } else if (has_model) {
+      usage_error("unexpected argument '" + arg + "' (the model is '" + a.model +
+                  "'; give inputs with -i FILE.npy)");
+    } else {
+      a.model = arg;
+      has_model = true;
+    }
+  }
+  if (!has_model) usage_error("no model given (a .pt2 package or a plugin .so)");
+  if (!a.has_outdir) usage_error("no output directory given (-o OUTDIR)");
+  return a;
+}
+
+void require_file(const std::string& path, const char* what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      throw Failure{kBadInput, path + ": no such file; check the path of the " + what};
+    }
+    throw Failure{kBadInput, path + ": cannot access the " + what + ": " + std::strerror(errno)};
+  }
+  if (S_ISDIR(st.st_mode)) throw Failure{kBadInput, path + ": is a directory; give the " + what + " file"};
+}
+
+void make_outdir(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    throw Failure{kBadInput, dir + ": exists and is not a directory; choose another -o"};
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    throw Failure{kBadInput, dir + ": cannot create the output directory: " + ec.message() + "; choose another -o"};
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw Failure{kBadInput, dir + ": exists and is not a directory; choose another -o"};
+  }
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  return (!dir.empty() && dir.back() == '/') ? dir + name : dir + "/" + name;
+}
+
+const char* dtype_name(int32_t code) {
+  switch (code) {
+    case 0: return "uint8";
+    case 1: return "int8";
+    case 2: return "int16";
+    case 3: return "int32";
+    case 4: return "int64";
+    case 5: return "float16";
+    case 6: return "float32";
+    case 7: return "float64";
+    case 8: return "complex32";
+    case 9: return "complex64";
+    case 10: return "complex128";
+    case 11: return "bool";
+    case 15: return "bfloat16";
+    default: return nullptr;
+  }
+}
+
+std::string dtype_label(int32_t code) {
+  const char* name = dtype_name(code);
+  return name != nullptr ? name : "dtype(" + std::to_string(code) + ")";
+}
+
+std::string shape_label(const std::vector<int64_t>& sizes) {
+  std::string s = "[";
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (k > 0) s += ", ";
+    s += std::to_string(sizes[k]);
+  }
+  return s + "]";
+}
+
+std::string last_error_or(int status) {
+  const char* msg = aoti_host_last_error();
+  if (msg != nullptr && *msg != '\0') return msg;
+  const char* name = aoti_host_status_name(status);
+  return std::string("status ") + (name != nullptr ? name : std::to_string(status));
+}
+
+struct ProgramDeleter {
+  void operator()(aoti_host_program* p) const { aoti_host_program_free(p); }
+};
+using ProgramPtr = std::unique_ptr<aoti_host_program, ProgramDeleter>;
+
+// Output handles of one run; the caller owns them, so they are deleted on every path.
+class Outputs {
+ public:
+  explicit Outputs(size_t n) : handles_(n, nullptr) {}
+  Outputs(const Outputs&) = delete;
+  Outputs& operator=(const Outputs&) = delete;
+  ~Outputs() { reset(); }
+  AtenTensorHandle* data() { return handles_.data(); }
+  AtenTensorHandle operator[](size_t k) const { return handles_[k]; }
+  size_t size() const { return handles_.size(); }
+  void reset() {
+    for (auto& h : handles_) {
+      if (h != nullptr) aoti_torch_delete_tensor_object(h);
+      h = nullptr;
+    }
+  }
+
+ private:
+  std::vector<AtenTensorHandle> handles_;
+};
+
+void run_once(aoti_host_program* program, const std::string& model,
+              const std::vector<aoti_host_tensor_view>& views, Outputs& outputs) {
+  const int status = aoti_host_program_run(program, views.data(), views.size(), outputs.data(), outputs.size());
+  if (status == AOTI_HOST_OK) return;
+  if (status == AOTI_HOST_INVALID_ARGUMENT) {
+    throw Failure{kBadInput, "the inputs do not fit " + model + ": " + last_error_or(status)};
+  }
+  throw Failure{kRunFailed, model + ": the run failed: " + last_error_or(status)};
+}
+
+void check_shim(int32_t err, const char* shim, size_t k) {
+  if (err != 0) {
+    throw Failure{kUnexpected, std::string(shim) + " failed on output_" + std::to_string(k) +
+                                   " (error " + std::to_string(err) + "); this is a runtime bug, please report it"};
+  }
+}
+
+// Widens bfloat16 (no .npy equivalent) to float32 in logical order; exact, since every bfloat16 is a float32.
+std::vector<float> bf16_to_f32(const void* data, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  std::vector<float> out(static_cast<size_t>(std::max<int64_t>(numel, 0)));
+  const auto* src = static_cast<const uint16_t*>(data);
+  std::vector<int64_t> idx(sizes.size(), 0);
+  for (size_t j = 0; j < out.size(); ++j) {
+    int64_t off = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) off += idx[d] * strides[d];
+    const uint32_t bits = static_cast<uint32_t>(src[off]) << 16;
+    std::memcpy(&out[j], &bits, sizeof bits);
+    for (size_t d = sizes.size(); d-- > 0;) {
+      if (++idx[d] < sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool quiet) {
+  int32_t dtype = -1;
+  int64_t dim = 0;
+  int64_t* sizes_p = nullptr;
+  int64_t* strides_p = nullptr;
+  void* data = nullptr;
+  check_shim(aoti_torch_get_dtype(h, &dtype), "aoti_torch_get_dtype", k);
+  check_shim(aoti_torch_get_dim(h, &dim), "aoti_torch_get_dim", k);
+  check_shim(aoti_torch_get_sizes(h, &sizes_p), "aoti_torch_get_sizes", k);
+  check_shim(aoti_torch_get_strides(h, &strides_p), "aoti_torch_get_strides", k);
+  check_shim(aoti_torch_get_data_ptr(h, &data), "aoti_torch_get_data_ptr", k);
+  if (dim < 0 || (dim > 0 && (sizes_p == nullptr || strides_p == nullptr))) {
+    throw Failure{kUnexpected, "output_" + std::to_string(k) + " has no valid sizes/strides (dim " +
+                                   std::to_string(dim) + "); this is a runtime bug, please report it"};
+  }
+  const std::vector<int64_t> sizes(sizes_p, sizes_p + dim);
+  const std::vector<int64_t> strides(strides_p, strides_p + dim);
+  const std::string name = "output_" + std::to_string(k);
+  const std::string path = join(outdir, name + ".npy");
+  try {
+    if (dtype == 15) {
+      const std::vector<float> wide = bf16_to_f32(data, sizes, strides);
+      aoti_host::write_npy(path, 6, sizes, {}, wide.data());
+      std::fprintf(stderr,
+                   "aoti-run: note: %s is bfloat16, which .npy cannot hold; wrote it as float32 "
+                   "(exact; convert back with torch.from_numpy(a).bfloat16())\n",
+                   name.c_str());
+    } else {
+      aoti_host::write_npy(path, dtype, sizes, strides, data);
+    }
+  } catch (const aoti_host::Error& e) {
+    throw Failure{kUnexpected, std::string("cannot write ") + name + " (" + dtype_label(dtype) +
+                                   shape_label(sizes) + "): " + e.what()};
+  }
+  if (!quiet) {
+    std::printf("%s: %s%s -> %s\n", name.c_str(), dtype_label(dtype).c_str(), shape_label(sizes).c_str(),
+                path.c_str());
+  }
+}
+
+// numpy's default (linear) percentile of sorted samples.
+double percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.size() == 1) return sorted[0];
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+int run(const Args& args) {
+  require_file(args.model, "model (.pt2 package or plugin .so)");
+  if (args.has_weights) require_file(args.weights, "weights blob (--weights)");
+
+  // Inputs first: a bad .npy is found before a possibly slow load.
+  std::vector<aoti_host::NpyArray> arrays;
+  arrays.reserve(args.inputs.size());
+  for (const auto& path : args.inputs) {
+    try {
+      arrays.push_back(aoti_host::read_npy(path));
+    } catch (const aoti_host::Error& e) {
+      throw Failure{kBadInput, e.what()};
+    }
+  }
+  make_outdir(args.outdir);
+
+  aoti_host_load_options options{};
+  options.weights_path = args.has_weights ? args.weights.c_str() : nullptr;
+  aoti_host_program* raw = nullptr;
+  const int load_status = aoti_host_program_load(args.model.c_str(), &options, &raw);
+  ProgramPtr program(raw);
+  if (load_status != AOTI_HOST_OK) {
+    const std::string why = last_error_or(load_status);
+    struct stat st {};
+    if (load_status == AOTI_HOST_NOT_FOUND && ::stat(args.model.c_str(), &st) != 0) {
+      throw Failure{kBadInput, args.model + ": no such file; check the path of the model"};
+    }
+    throw Failure{kLoadFailed, "cannot load " + args.model + ": " + why};
+  }
+  if (!program) throw Failure{kLoadFailed, "cannot load " + args.model + ": the runtime returned no program"};
+
+  size_t num_inputs = 0, num_outputs = 0;
+  int status = aoti_host_program_num_inputs(program.get(), &num_inputs);
+  if (status != AOTI_HOST_OK) throw Failure{kUnexpected, args.model + ": cannot count inputs: " + last_error_or(status)};
+  status = aoti_host_program_num_outputs(program.get(), &num_outputs);
+  if (status != AOTI_HOST_OK) throw Failure{kUnexpected, args.model + ": cannot count outputs: " + last_error_or(status)};
+
+  if (num_inputs != arrays.size()) {
+    std::string given;
+    for (const auto& p : args.inputs) given += (given.empty() ? "-i " : " -i ") + p;
+    if (given.empty()) given = "no -i given";
+    throw Failure{kBadInput, "the model takes " + std::to_string(num_inputs) +
+                                 (num_inputs == 1 ? " input" : " inputs") + ", got " + std::to_string(arrays.size()) +
+                                 " (" + given + "); give one -i FILE.npy per input, in order"};
+  }
+
+  std::vector<aoti_host_tensor_view> views(arrays.size());
+  for (size_t k = 0; k < arrays.size(); ++k) {
+    auto& a = arrays[k];
+    views[k].data = a.data.empty() ? nullptr : a.data.data();
+    views[k].dtype = a.dtype;
+    views[k].ndim = static_cast<int32_t>(a.sizes.size());
+    views[k].sizes = a.sizes.data();
+    views[k].strides = a.strides.data();
+    views[k].device_type = 0;
+    views[k].device_index = 0;
+  }
+
+  {
+    Outputs outputs(num_outputs);
+    run_once(program.get(), args.model, views, outputs);
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      if (outputs[k] == nullptr) {
+        throw Failure{kRunFailed, args.model + ": the run returned no tensor for output_" + std::to_string(k)};
+      }
+      write_output(outputs[k], k, args.outdir, args.quiet);
+    }
+  }
+  std::fflush(stdout);
+
+  if (args.repeat > 0) {
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(args.repeat));
+    for (long long r = 0; r < args.repeat; ++r) {
+      Outputs outputs(num_outputs);
+      const auto t0 = std::chrono::steady_clock::now();
+      run_once(program.get(), args.model, views, outputs);
+      outputs.reset();
+      const auto t1 = std::chrono::steady_clock::now();
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("latency_us: median=%.1f p10=%.1f p90=%.1f n=%lld\n", percentile(us, 0.5), percentile(us, 0.1),
+                percentile(us, 0.9), args.repeat);
+    std::fflush(stdout);
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args args = parse_args(argc, argv);
+    if (args.help) {
+      std::printf("%s\n%s", kUsageLine, kHelp);
+      return kOk;
+    }
+    return run(args);
+  } catch (const Failure& f) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "aoti-run: %s\n", f.message.c_str());
+    return f.code;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "aoti-run: out of memory; free memory or use smaller inputs\n");
+    return kUnexpected;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "aoti-run: unexpected error: %s; please report it with the command line\n", e.what());
+    return kUnexpected;
+  } catch (...) {
+    std::fprintf(stderr, "aoti-run: unexpected error (unknown exception); please report it with the command line\n");
+    return kUnexpected;
+  }
+}

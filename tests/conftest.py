@@ -1,0 +1,112 @@
+"""Shared fixtures: the SCons-built host runtime, torch in the build dir, exported example plugins."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_DIR = REPO_ROOT / "build"
+VARIANT = "cpu-gcc-release"
+
+# Inductor writes ~500 MB to TMPDIR even with TORCHINDUCTOR_CACHE_DIR set: keep both in the build dir.
+_TORCH_DIR = BUILD_DIR / "torch"
+(_TORCH_DIR / "tmp").mkdir(parents=True, exist_ok=True)
+os.environ["TMPDIR"] = str(_TORCH_DIR / "tmp")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_TORCH_DIR / "inductor-cache"))
+os.environ.setdefault("AOTI_HOST_CACHE_DIR", str(BUILD_DIR / "plugin-cache"))
+
+
+def scons_command() -> list[str]:
+    exe = shutil.which("scons") or str(Path(sys.executable).with_name("scons"))
+    return [exe]
+
+
+@dataclass(frozen=True)
+class HostBuild:
+    variant_dir: Path
+
+    @property
+    def lib(self) -> Path:
+        return self.variant_dir / "dist" / "lib" / "libaoti_host.so"
+
+    @property
+    def aoti_run(self) -> Path:
+        return self.variant_dir / "dist" / "bin" / "aoti-run"
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.variant_dir / "tests"
+
+    @property
+    def gen_dir(self) -> Path:
+        return self.variant_dir / "gen"
+
+
+@pytest.fixture(scope="session")
+def host_build() -> HostBuild:
+    """The default build (`scons`), brought up to date once per session."""
+    proc = subprocess.run([*scons_command(), "-Q", f"-j{os.cpu_count() or 2}"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"scons failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return HostBuild(BUILD_DIR / VARIANT)
+
+
+@pytest.fixture(scope="session")
+def host_lib(host_build: HostBuild) -> Path:
+    return host_build.lib
+
+
+@pytest.fixture(scope="session")
+def torch():
+    return pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[torch]')")
+
+
+@pytest.fixture(scope="session")
+def export_example(torch, tmp_path_factory):
+    """export_example(name, weights) -> (pt2 path, module, example inputs); each exported once per session."""
+    from toolchain import examples
+    from toolchain.export import export
+
+    cache: dict[tuple[str, str], tuple[Path, object, tuple]] = {}
+    root = tmp_path_factory.mktemp("plugins")
+
+    def get(name: str, weights: str = "embedded"):
+        key = (name, weights)
+        if key not in cache:
+            module, inputs = examples.get(name)
+            pt2 = export(module, inputs, root / f"{name}-{weights}.pt2", weights=weights, build_dir=BUILD_DIR)
+            cache[key] = (pt2, module, inputs)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def fake_plugin(tmp_path_factory):
+    """fake_plugin(name, imports=[...]) -> path of a real .so compiled from templates/fixtures."""
+    import jinja2
+
+    from toolchain.spec import load_spec
+
+    spec = load_spec()
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "templates")),
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    root = tmp_path_factory.mktemp("fake-plugins")
+
+    def build(name: str, imports: list[str] = (), entry_points: list[str] | None = None) -> Path:
+        eps = entry_points if entry_points is not None else [e.name for e in spec.entry_points if e.required]
+        src = root / f"{name}.c"
+        src.write_text(env.get_template("fixtures/fake_plugin.c.j2").render(
+            description=name, imports=list(imports), entry_points=eps))
+        out = root / f"{name}.so"
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+        return out
+
+    return build

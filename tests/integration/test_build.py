@@ -1,0 +1,128 @@
+"""The SCons build: link rules, the post-link check, generated files, null builds, options."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, scons_command
+
+
+def scons(*args, cwd=REPO_ROOT, check=False):
+    proc = subprocess.run([*scons_command(), *map(str, args)], cwd=cwd, capture_output=True, text=True)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_link_test_passes(host_build):
+    """The generated link test: dlsym of every spec shim, then a fake plugin bound with RTLD_NOW."""
+    proc = subprocess.run([str(host_build.tests_dir / "link_test"), str(host_build.tests_dir / "link_test_plugin.so")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "fake plugin bound with RTLD_NOW" in proc.stdout
+
+
+def test_without_whole_archive_the_check_and_the_link_test_fail(host_build, tmp_path):
+    shims = host_build.variant_dir / "obj" / "lib" / "libaoti_host_shims.a"
+    gen = host_build.gen_dir
+    # 1. The post-link check catches it in an SCons build that links the shims as a plain library.
+    (tmp_path / "SConstruct").write_text(f"""
+import sys
+sys.path.insert(0, {str(REPO_ROOT)!r})
+env = Environment(tools=["default", "aoti_host"], toolpath=[{str(REPO_ROOT / "toolchain" / "scons")!r}],
+                  CPPPATH=[{str(REPO_ROOT / "runtime" / "include")!r}, {str(gen / "include")!r}])
+prog = env.Program("link_test_nowhole", [{str(gen / "src" / "link_test.c")!r}],
+                   LIBS=[File({str(shims)!r}), "dl", "stdc++", "m"],
+                   LINKFLAGS=["-pthread", "-Wl,--dynamic-list={gen / "link" / "host.dynlist"}"])
+env.AotiCheckExports(prog)
+""")
+    proc = scons("-Q", cwd=tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "shim(s) not exported [rule shim-not-exported]" in out
+    assert "aoti_torch_empty_strided: not in the dynamic symbol table" in out
+    assert "--whole-archive" in out
+    assert not (tmp_path / "link_test_nowhole").exists(), "a binary that failed the check must not stay"
+    # 2. The same program linked by hand (no check) fails the link test at run time.
+    exe = tmp_path / "link_test_by_hand"
+    subprocess.run(["gcc", "-I", str(gen / "include"), "-I", str(REPO_ROOT / "runtime" / "include"),
+                    str(gen / "src" / "link_test.c"), str(shims), "-ldl", "-lstdc++", "-lm", "-pthread",
+                    f"-Wl,--dynamic-list={gen / 'link' / 'host.dynlist'}", "-o", str(exe)], check=True)
+    run = subprocess.run([str(exe), str(host_build.tests_dir / "link_test_plugin.so")], capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "shim not exported by this program: aoti_torch_clone" in run.stderr
+    assert "does not load" in run.stderr
+
+
+def test_null_build_does_nothing_fast(host_build):
+    scons("-Q", check=True)
+    start = time.monotonic()
+    q = scons("-q")
+    elapsed = time.monotonic() - start
+    assert q.returncode == 0, "scons -q says something is out of date after a full build"
+    assert elapsed < 2.0, f"null build took {elapsed:.2f}s"
+    dry = scons("-n", "-Q")
+    # FACTS.md: `scons -n -Q` still prints "scons: `X' is up to date." lines; no command may appear.
+    commands = [ln for ln in dry.stdout.splitlines() if ln and not re.match(r"scons: `.*' is up to date\.", ln)]
+    assert commands == [], commands
+
+
+def test_help_documents_options():
+    out = scons("-h").stdout
+    for opt in ("cuda:", "cxx:", "mode:", "build_dir:", "spec_dir:"):
+        assert opt in out, opt
+    assert "auto" in out and "debug" in out
+
+
+def test_unknown_option_is_refused_with_a_suggestion(tmp_path):
+    proc = scons("-Q", "mdoe=debug", f"build_dir={tmp_path}")
+    assert proc.returncode == 2
+    assert "unknown option mdoe=debug" in proc.stdout and "did you mean mode" in proc.stdout
+
+
+def test_cuda_on_is_refused_clearly_for_now(tmp_path):
+    proc = scons("-Q", "cuda=on", f"build_dir={tmp_path}")
+    assert proc.returncode == 2 and "cuda=on" in proc.stdout
+
+
+def _compiled_objects(output: str) -> set[str]:
+    return {Path(m).name for m in re.findall(r"-o (\S+\.os) -c", output)}
+
+
+@pytest.mark.slow
+def test_spec_edit_rebuilds_exactly_the_dependents(tmp_path):
+    spec = tmp_path / "spec"
+    shutil.copytree(REPO_ROOT / "toolchain" / "spec", spec, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    build = tmp_path / "build"
+    args = ["-Q", f"-j{os.cpu_count() or 2}", f"spec_dir={spec}", f"build_dir={build}"]
+    scons(*args, check=True)
+    assert scons("-q", *args[2:]).returncode == 0
+
+    # An optional entry point becomes required: only entry_points.h changes.
+    text = (spec / "entry_points.toml").read_text()
+    block = re.search(r'name = "AOTInductorGetLastError"\n(?:.*\n)*?required = false', text)
+    assert block, "spec layout changed; update this test"
+    edited = text[: block.start()] + block.group(0).replace("required = false", "required = true") + text[block.end():]
+    (spec / "entry_points.toml").write_text(edited)
+    out = scons(*args, check=True).stdout
+    assert "aoti-codegen: wrote entry_points.h" in out
+    rebuilt = _compiled_objects(out)
+    assert {"plugin.os", "program.os", "c_api.os"} <= rebuilt, rebuilt
+    assert not rebuilt & {"tensor.os", "shims_core.os", "shims_cpu.os", "log.os", "zip.os", "npy.os"}, rebuilt
+
+    # A spec edit that changes no generated file (a comment): codegen runs, writes nothing, nothing rebuilds.
+    (spec / "shims.toml").write_text((spec / "shims.toml").read_text() + "\n# a comment\n")
+    out = scons(*args, check=True).stdout
+    assert "aoti-codegen:" in out and "wrote" not in out, out
+    assert _compiled_objects(out) == set()
+    assert " -o " not in out.replace("aoti-codegen", ""), out
+
+    # Nothing changed: nothing runs.
+    assert scons("-q", *args[2:]).returncode == 0

@@ -1,0 +1,207 @@
+"""aoti-toolchain: command-line entry point (`aoti-toolchain ...` or `python -m toolchain ...`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from toolchain.errors import CompareError, InputError, ToolchainError, UsageError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
+
+
+def _load_npy(path: Path):
+    import numpy as np
+
+    if not path.is_file():
+        msg = f"{path}: no such file"
+        raise InputError(msg)
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        msg = f"{path}: not a valid .npy file: {exc}"
+        raise InputError(msg, fix="save inputs with numpy.save") from exc
+
+
+def _save_npy(path: Path, array) -> None:
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npy", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, np.ascontiguousarray(array))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def compare(outputs, refs, atol: float, rtol: float) -> list[str]:
+    """Lines describing each output against its reference; raises CompareError on a mismatch."""
+    import numpy as np
+
+    if len(refs) != len(outputs):
+        msg = f"{len(refs)} reference(s) for {len(outputs)} output(s)"
+        raise UsageError(msg)
+    lines, bad = [], []
+    for k, (out, ref) in enumerate(zip(outputs, refs)):
+        if out.shape != ref.shape:
+            bad.append(f"output_{k}: shape {list(out.shape)}, reference {list(ref.shape)}")
+            continue
+        err = float(np.max(np.abs(out.astype(np.float64) - ref.astype(np.float64)))) if out.size else 0.0
+        ok = bool(np.allclose(out, ref, atol=atol, rtol=rtol))
+        lines.append(f"output_{k}: max abs error {err:.3g} ({'ok' if ok else 'MISMATCH'})")
+        if not ok:
+            bad.append(lines[-1])
+    if bad:
+        msg = "outputs differ from the references: " + "; ".join(bad)
+        raise CompareError(msg, fix=f"atol={atol} rtol={rtol}; loosen them only if the model is numerically noisy")
+    return lines
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from toolchain import runtime
+
+    inputs = [_load_npy(Path(p)) for p in args.input]
+    refs = [_load_npy(Path(p)) for p in args.compare]
+    with runtime.load(args.model, weights=args.weights, library_path=args.library) as prog:
+        outputs = prog.run(inputs)
+    for k, out in enumerate(outputs):
+        dest = Path(args.output) / f"output_{k}.npy"
+        _save_npy(dest, out)
+        print(f"output_{k}: {out.dtype}{list(out.shape)} -> {dest}")
+    if refs:
+        for line in compare(outputs, refs, args.atol, args.rtol):
+            print(line)
+    return 0
+
+
+def _module_from_spec(spec: str):
+    from toolchain import examples
+
+    if spec.startswith("example:"):
+        return examples.get(spec.removeprefix("example:"))
+    if ":" not in spec:
+        msg = f"{spec!r}: expected example:NAME or package.module:factory"
+        raise UsageError(msg, fix="the factory returns (module, example_inputs)")
+    import importlib
+
+    mod_name, func = spec.split(":", 1)
+    try:
+        factory = getattr(importlib.import_module(mod_name), func)
+    except (ImportError, AttributeError) as exc:
+        msg = f"{spec}: cannot import: {exc}"
+        raise InputError(msg) from exc
+    return factory()
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from toolchain.export import export, prepare_build_dirs
+
+    prepare_build_dirs(Path(args.build_dir))
+    module, example_inputs = _module_from_spec(args.model)
+    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir))
+    print(f"exported {args.model} -> {out}")
+    if args.save_inputs:
+        import numpy as np
+
+        d = Path(args.save_inputs)
+        for i, x in enumerate(example_inputs):
+            _save_npy(d / f"input_{i}.npy", x.detach().numpy())
+        outs = module(*example_inputs)
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        for k, y in enumerate(outs):
+            _save_npy(d / f"expected_{k}.npy", np.asarray(y.detach().numpy()))
+        print(f"example inputs and eager outputs -> {d}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Build the runtime, export the built-in example with torch, run it in aoti-run, compare with eager."""
+    import numpy as np
+
+    build = Path(args.build_dir).resolve()
+    scons = shutil.which("scons") or str(Path(sys.executable).with_name("scons"))
+    print(f"[1/3] building the host runtime: scons -C {REPO_ROOT} build_dir={build}", flush=True)
+    subprocess.run([scons, "-C", str(REPO_ROOT), "-Q", "-s", f"build_dir={build}", f"-j{os.cpu_count() or 2}"], check=True)
+    aoti_run = build / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
+    work = build / "demo" / args.example
+    pt2 = work / f"{args.example}.pt2"
+    print(f"[2/3] exporting example:{args.example} with torch -> {pt2}", flush=True)
+    ns = argparse.Namespace(model=f"example:{args.example}", output=str(pt2), weights=args.weights,
+                            build_dir=str(build), save_inputs=str(work))
+    cmd_export(ns)
+    n_in = len(list(work.glob("input_*.npy")))
+    cmd = [str(aoti_run), str(pt2), *sum((["-i", str(work / f"input_{i}.npy")] for i in range(n_in)), []),
+           "-o", str(work / "out")]
+    print(f"[3/3] running it in our LibTorch-free host: {' '.join(cmd)}", flush=True)
+    subprocess.run(cmd, check=True)
+    worst = 0.0
+    for k, exp_path in enumerate(sorted(work.glob("expected_*.npy"))):
+        got = np.load(work / "out" / f"output_{k}.npy")
+        exp = np.load(exp_path)
+        err = float(np.max(np.abs(got.astype(np.float64) - exp))) if got.size else 0.0
+        worst = max(worst, err)
+        print(f"output_{k} {got.dtype}{list(got.shape)}:\n{np.array2string(got, precision=5, threshold=64)}")
+    print(f"max error against eager PyTorch: {worst:.3g}")
+    if worst > args.tolerance:
+        msg = f"max error {worst:.3g} exceeds {args.tolerance}"
+        raise CompareError(msg)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="aoti-toolchain", description="Build, check, repair and run AOTInductor plugins.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a .pt2 or plugin .so in the host runtime (Python module)")
+    r.add_argument("model")
+    r.add_argument("--weights", help="weights blob for a plugin .so exported with weights outside")
+    r.add_argument("-i", "--input", action="append", default=[], help="input .npy, in order (repeat)")
+    r.add_argument("-o", "--output", required=True, help="directory for output_<k>.npy")
+    r.add_argument("--compare", nargs="+", default=[], metavar="REF.npy", help="reference outputs, in order")
+    r.add_argument("--atol", type=float, default=1e-5)
+    r.add_argument("--rtol", type=float, default=1e-4)
+    r.add_argument("--library", type=Path, default=None, help="libaoti_host.so (default: this checkout's build)")
+    r.set_defaults(func=cmd_run)
+
+    e = sub.add_parser("export", help="export a torch module to a .pt2 for this host (needs torch)")
+    e.add_argument("model", help="example:NAME (built-in) or package.module:factory returning (module, inputs)")
+    e.add_argument("-o", "--output", required=True, help="the .pt2 to write")
+    e.add_argument("--weights", choices=("embedded", "blob"), default="embedded")
+    e.add_argument("--build-dir", default="build", help="TMPDIR and the inductor cache go under it")
+    e.add_argument("--save-inputs", metavar="DIR", help="also save the example inputs and eager outputs as .npy")
+    e.set_defaults(func=cmd_export)
+
+    d = sub.add_parser("demo", help="build the runtime, export a built-in example, run it, compare with eager")
+    d.add_argument("--example", default="mlp")
+    d.add_argument("--weights", choices=("embedded", "blob"), default="embedded")
+    d.add_argument("--build-dir", default=str(REPO_ROOT / "build"))
+    d.add_argument("--tolerance", type=float, default=1e-5)
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except ToolchainError as exc:
+        print(f"aoti-toolchain: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except subprocess.CalledProcessError as exc:
+        print(f"aoti-toolchain: error: {' '.join(map(str, exc.cmd))} exited with {exc.returncode}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

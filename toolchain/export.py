@@ -1,0 +1,181 @@
+"""torch module + example inputs -> a `.pt2` built for our host (optional dependency: torch).
+
+What this does that a bare `aoti_compile_and_package` call doesn't (FACTS.md):
+- `link_libtorch=False`, so the plugin needs no LibTorch; our host supplies every `aoti_torch_*`.
+- `always_keep_tensor_constants=True`, so small constants stay swappable weights.
+- weights embedded in the .so, or in a `*.wrapper_weights.blob` inside the package.
+- TMPDIR and the inductor cache inside the build dir (inductor writes ~500 MB of headers to TMPDIR).
+- the input/output contract recorded in the package (`<pkg>/extra/aoti_toolchain_contract.json`), which
+  the runtime checks every Run against: plugins don't check their inputs themselves.
+- a copy of the inductor configs (aoti_compile_and_package modifies the dict it is given) and an
+  atomic write: a failed export leaves no half-written package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import InputError, ToolchainError
+
+CONTRACT_ENTRY = "extra/aoti_toolchain_contract.json"
+CONTRACT_SCHEMA = 1
+WEIGHTS_MODES = ("embedded", "blob")
+
+
+class ExportError(ToolchainError):
+    exit_code = 7
+
+
+def prepare_build_dirs(build_dir: Path) -> Path:
+    """Point TMPDIR and TORCHINDUCTOR_CACHE_DIR inside `build_dir` (before torch compiles anything)."""
+    root = (build_dir / "torch").resolve()
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
+    (root / "inductor-cache").mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(root / "tmp")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor-cache")
+    tempfile.tempdir = None  # tempfile caches the directory it found first
+    return root
+
+
+def inductor_configs(weights: str) -> dict[str, Any]:
+    if weights not in WEIGHTS_MODES:
+        msg = f"weights={weights!r}: must be one of {', '.join(WEIGHTS_MODES)}"
+        raise InputError(msg)
+    cfg: dict[str, Any] = {
+        "aot_inductor.link_libtorch": False,
+        "always_keep_tensor_constants": True,
+    }
+    if weights == "blob":
+        cfg["aot_inductor.package_constants_in_so"] = False
+        cfg["aot_inductor.package_constants_on_disk_format"] = "binary_blob"
+    return cfg
+
+
+def _dim(size: Any, range_constraints: dict[Any, Any]) -> int | dict[str, int]:
+    if isinstance(size, int):
+        return size
+    try:
+        return int(size)
+    except (TypeError, ValueError):
+        pass
+    expr = getattr(getattr(size, "node", None), "expr", None)
+    vr = range_constraints.get(expr) if expr is not None else None
+    lower = int(vr.lower) if vr is not None else 0
+    upper = vr.upper if vr is not None else None
+    out = {"min": lower}
+    if upper is not None and str(upper) not in ("oo", "int_oo"):
+        out["max"] = int(upper)
+    return out
+
+
+def _tensor_entry(name: str, value: Any, range_constraints: dict[Any, Any]) -> dict[str, Any]:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        msg = f"{name}: only tensors can cross the plugin boundary, got {type(value).__name__}"
+        raise ExportError(msg)
+    entry: dict[str, Any] = {
+        "name": name,
+        "dtype": str(value.dtype).removeprefix("torch."),
+        "shape": [_dim(s, range_constraints) for s in value.shape],
+    }
+    try:
+        entry["strides"] = [int(s) for s in value.stride()]
+    except (TypeError, ValueError, RuntimeError):
+        pass  # symbolic strides: the runtime assumes the same dimension order as the example
+    return entry
+
+
+def contract_of(ep: Any, example_inputs: Sequence[Any]) -> dict[str, Any]:
+    """Names, dtypes, shapes (dynamic dims as {min, max}) and strides of the exported program's I/O."""
+    import torch
+
+    rc = dict(ep.range_constraints)
+    user_inputs = list(ep.graph_signature.user_inputs)
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    inputs = []
+    for i, name in enumerate(user_inputs):
+        val = placeholders[name].meta.get("val") if name in placeholders else None
+        if val is None and i < len(example_inputs):
+            val = example_inputs[i]
+        entry = _tensor_entry(name, val, rc)
+        if i < len(example_inputs) and isinstance(example_inputs[i], torch.Tensor):
+            entry["strides"] = [int(s) for s in example_inputs[i].stride()]
+        inputs.append(entry)
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    out_names = list(ep.graph_signature.user_outputs)
+    outputs = []
+    for k, arg in enumerate(out_node.args[0][-len(out_names):] if out_names else []):
+        outputs.append(_tensor_entry(f"output_{k}", getattr(arg, "meta", {}).get("val"), rc))
+    return {
+        "schema": CONTRACT_SCHEMA,
+        "producer": "aoti-toolchain",
+        "torch": torch.__version__,
+        "inputs": inputs,
+        "outputs": outputs,
+    }
+
+
+def _package_prefix(path: Path) -> str:
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    prefixes = {n.split("/", 1)[0] for n in names if "/data/aotinductor/" in n}
+    if len(prefixes) != 1:
+        msg = f"{path}: expected one model directory in the package, found {sorted(prefixes)}"
+        raise ExportError(msg)
+    return prefixes.pop()
+
+
+def add_contract(package: Path, contract: dict[str, Any]) -> None:
+    prefix = _package_prefix(package)
+    with zipfile.ZipFile(package, "a", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr(f"{prefix}/{CONTRACT_ENTRY}", json.dumps(contract, indent=1, sort_keys=True))
+
+
+def export(
+    module: Any,
+    example_inputs: Sequence[Any],
+    out: Path,
+    *,
+    weights: str = "embedded",
+    build_dir: Path = Path("build"),
+    dynamic_shapes: Any = None,
+    extra_configs: dict[str, Any] | None = None,
+) -> Path:
+    """Export `module` called on `example_inputs` to `out` (.pt2) for our host; returns `out`."""
+    prepare_build_dirs(build_dir)
+    import torch
+
+    cfg = {**inductor_configs(weights), **(extra_configs or {})}
+    out = Path(out)
+    if out.suffix != ".pt2":
+        msg = f"{out}: the package name must end in .pt2"
+        raise InputError(msg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    module = module.eval() if hasattr(module, "eval") else module
+    try:
+        ep = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    except Exception as exc:  # torch raises many types; the message is what the user needs
+        msg = f"torch.export failed: {type(exc).__name__}: {exc}"
+        raise ExportError(msg) from exc
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".pt2", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
+        add_contract(tmp, contract_of(ep, example_inputs))
+        os.replace(tmp, out)
+    except ToolchainError:
+        tmp.unlink(missing_ok=True)
+        raise
+    except Exception as exc:
+        tmp.unlink(missing_ok=True)
+        msg = f"AOTInductor compilation failed: {type(exc).__name__}: {exc}"
+        raise ExportError(msg) from exc
+    return out

@@ -1,0 +1,232 @@
+"""The bundled Python runtime: ctypes over the built host library (libaoti_host.so), numpy in and out.
+
+    from toolchain import runtime
+    prog = runtime.load("model.pt2")
+    outputs = prog.run([x])          # numpy arrays in, numpy arrays out
+
+The library is opened RTLD_GLOBAL before any plugin: plugins bind their `aoti_torch_*` imports from
+the global scope, and ctypes' default (RTLD_LOCAL) would hide them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from toolchain.errors import InputError, LoadError, RunError, ToolchainError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LIBRARY_ENV = "AOTI_HOST_LIBRARY"
+
+# torch ScalarType codes <-> numpy dtypes
+_TO_CODE = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
+            np.dtype(np.int64): 4, np.dtype(np.float16): 5, np.dtype(np.float32): 6, np.dtype(np.float64): 7,
+            np.dtype(np.bool_): 11}
+_FROM_CODE = {v: k for k, v in _TO_CODE.items()}
+_STATUS = {1: InputError, 2: InputError, 3: LoadError, 4: LoadError, 5: RunError, 6: LoadError, 7: ToolchainError}
+
+
+class _View(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("sizes", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("device_type", ctypes.c_int32), ("device_index", ctypes.c_int32)]
+
+
+class _Spec(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("sizes", ctypes.POINTER(ctypes.c_int64)), ("min_sizes", ctypes.POINTER(ctypes.c_int64)),
+                ("max_sizes", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("weights_path", ctypes.c_char_p), ("device", ctypes.c_char_p), ("num_models", ctypes.c_size_t)]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: np.dtype | None
+    shape: tuple[int | None, ...] | None  # None marks a dynamic dimension
+
+
+def default_library() -> Path:
+    """$AOTI_HOST_LIBRARY, else the CPU release build of this checkout."""
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        return Path(env)
+    for variant in ("cpu-gcc-release", "cpu-clang-release", "cpu-gcc-debug"):
+        cand = REPO_ROOT / "build" / variant / "dist" / "lib" / "libaoti_host.so"
+        if cand.exists():
+            return cand
+    return REPO_ROOT / "build" / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
+
+
+class Library:
+    """The loaded host runtime library with typed entry points."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_library()
+        if not self.path.exists():
+            msg = f"{self.path}: the host runtime library is not built"
+            raise LoadError(msg, fix=f"run `scons` in {REPO_ROOT}, or set {LIBRARY_ENV}=/path/to/libaoti_host.so")
+        try:
+            lib = ctypes.CDLL(str(self.path), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        except OSError as exc:
+            msg = f"{self.path}: cannot load the host runtime library: {exc}"
+            raise LoadError(msg) from exc
+        self.lib = lib
+        vp, sz, i32, i64p = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)
+        lib.aoti_host_last_error.restype = ctypes.c_char_p
+        lib.aoti_host_version.restype = ctypes.c_char_p
+        lib.aoti_host_program_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(vp)]
+        lib.aoti_host_program_free.argtypes = [vp]
+        lib.aoti_host_program_free.restype = None
+        for fn in ("aoti_host_program_num_inputs", "aoti_host_program_num_outputs"):
+            getattr(lib, fn).argtypes = [vp, ctypes.POINTER(sz)]
+        lib.aoti_host_program_has_contract.argtypes = [vp, ctypes.POINTER(ctypes.c_bool)]
+        for fn in ("aoti_host_program_input_spec", "aoti_host_program_output_spec"):
+            getattr(lib, fn).argtypes = [vp, sz, ctypes.POINTER(_Spec)]
+        lib.aoti_host_program_run.argtypes = [vp, ctypes.POINTER(_View), sz, ctypes.POINTER(vp), sz]
+        lib.aoti_torch_get_data_ptr.argtypes = [vp, ctypes.POINTER(vp)]
+        lib.aoti_torch_get_dtype.argtypes = [vp, ctypes.POINTER(i32)]
+        lib.aoti_torch_get_dim.argtypes = [vp, ctypes.POINTER(ctypes.c_int64)]
+        lib.aoti_torch_get_sizes.argtypes = [vp, ctypes.POINTER(i64p)]
+        lib.aoti_torch_get_strides.argtypes = [vp, ctypes.POINTER(i64p)]
+        lib.aoti_torch_delete_tensor_object.argtypes = [vp]
+
+    @property
+    def version(self) -> str:
+        return self.lib.aoti_host_version().decode()
+
+    def check(self, status: int, what: str) -> None:
+        if status != 0:
+            msg = self.lib.aoti_host_last_error().decode(errors="replace")
+            raise _STATUS.get(status, ToolchainError)(msg or f"{what} failed with status {status}")
+
+    def take_output(self, handle: int) -> np.ndarray:
+        """Copy an output tensor into a numpy array (its own layout kept) and free the handle."""
+        lib = self.lib
+        try:
+            data, code, ndim = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_int64()
+            sizes, strides = ctypes.POINTER(ctypes.c_int64)(), ctypes.POINTER(ctypes.c_int64)()
+            for rc in (lib.aoti_torch_get_data_ptr(handle, ctypes.byref(data)),
+                       lib.aoti_torch_get_dtype(handle, ctypes.byref(code)),
+                       lib.aoti_torch_get_dim(handle, ctypes.byref(ndim)),
+                       lib.aoti_torch_get_sizes(handle, ctypes.byref(sizes)),
+                       lib.aoti_torch_get_strides(handle, ctypes.byref(strides))):
+                self.check(rc, "reading an output tensor")
+            dtype = _FROM_CODE.get(code.value)
+            if dtype is None:
+                msg = f"output dtype code {code.value} has no numpy equivalent"
+                raise RunError(msg)
+            shape = tuple(sizes[i] for i in range(ndim.value))
+            elem_strides = tuple(strides[i] for i in range(ndim.value))
+            if any(s == 0 for s in shape):
+                return np.empty(shape, dtype)
+            # span of memory the view touches, then a strided view of it, copied (layout preserved)
+            lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, elem_strides))
+            hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, elem_strides))
+            count = hi - lo + 1
+            buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(data.value + lo * dtype.itemsize)
+            flat = np.frombuffer(buf, dtype=dtype, count=count)
+            view = np.lib.stride_tricks.as_strided(flat[-lo:], shape, [s * dtype.itemsize for s in elem_strides])
+            return np.array(view, order="K", copy=True)
+        finally:
+            lib.aoti_torch_delete_tensor_object(handle)
+
+
+class Program:
+    """A plugin loaded in the host runtime. Use `load()`."""
+
+    def __init__(self, library: Library, handle: int, path: Path) -> None:
+        self._lib = library
+        self._handle = ctypes.c_void_p(handle)
+        self.path = path
+        n = ctypes.c_size_t()
+        library.check(library.lib.aoti_host_program_num_inputs(self._handle, ctypes.byref(n)), "num_inputs")
+        self.num_inputs = n.value
+        library.check(library.lib.aoti_host_program_num_outputs(self._handle, ctypes.byref(n)), "num_outputs")
+        self.num_outputs = n.value
+        flag = ctypes.c_bool()
+        library.check(library.lib.aoti_host_program_has_contract(self._handle, ctypes.byref(flag)), "has_contract")
+        self.has_contract = flag.value
+        self.inputs = tuple(self._spec("input", i) for i in range(self.num_inputs))
+        self.outputs = tuple(self._spec("output", i) for i in range(self.num_outputs))
+
+    def _spec(self, kind: str, i: int) -> TensorSpec:
+        s = _Spec()
+        fn = getattr(self._lib.lib, f"aoti_host_program_{kind}_spec")
+        self._lib.check(fn(self._handle, i, ctypes.byref(s)), f"{kind}_spec")
+        name = (s.name or b"").decode()
+        if s.ndim < 0:
+            return TensorSpec(name, None, None)
+        shape = tuple(None if s.sizes[d] < 0 else s.sizes[d] for d in range(s.ndim))
+        return TensorSpec(name, _FROM_CODE.get(s.dtype), shape)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self._handle.value is None:
+            msg = f"{self.path}: program is closed"
+            raise RunError(msg)
+        if len(inputs) != self.num_inputs:
+            msg = f"{self.path}: the model takes {self.num_inputs} input(s), got {len(inputs)}"
+            raise InputError(msg)
+        views = (_View * max(1, len(inputs)))()
+        keep = []
+        for i, arr in enumerate(inputs):
+            a = np.asarray(arr)
+            code = _TO_CODE.get(a.dtype)
+            if code is None or not a.dtype.isnative:
+                msg = f"input {i}: dtype {a.dtype} is not supported (use float16/32/64, int8-64, uint8 or bool)"
+                raise InputError(msg)
+            if any(s % a.itemsize for s in a.strides):
+                a = np.ascontiguousarray(a)
+            sizes = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
+            strides = (ctypes.c_int64 * max(1, a.ndim))(*[s // a.itemsize for s in a.strides])
+            keep.append((a, sizes, strides))
+            views[i] = _View(a.ctypes.data, code, a.ndim, sizes, strides, 0, 0)
+        outs = (ctypes.c_void_p * max(1, self.num_outputs))()
+        rc = self._lib.lib.aoti_host_program_run(self._handle, views, len(inputs), outs, self.num_outputs)
+        self._lib.check(rc, "run")
+        return [self._lib.take_output(outs[k]) for k in range(self.num_outputs)]
+
+    def close(self) -> None:
+        if self._handle.value is not None:
+            self._lib.lib.aoti_host_program_free(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __enter__(self) -> Program:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+_LIBRARIES: dict[Path, Library] = {}
+
+
+def library(path: Path | None = None) -> Library:
+    resolved = (Path(path) if path is not None else default_library()).resolve()
+    if resolved not in _LIBRARIES:
+        _LIBRARIES[resolved] = Library(resolved)
+    return _LIBRARIES[resolved]
+
+
+def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None = None,
+         library_path: Path | None = None) -> Program:
+    """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin)."""
+    lib = library(library_path)
+    opts = _Options(os.fsencode(weights) if weights is not None else None, b"cpu", 1)
+    handle = ctypes.c_void_p()
+    lib.check(lib.lib.aoti_host_program_load(os.fsencode(path), ctypes.byref(opts), ctypes.byref(handle)), "load")
+    return Program(lib, handle.value or 0, Path(path))
