@@ -32,13 +32,14 @@ def test_link_test_passes(host_build):
 def test_without_whole_archive_the_check_and_the_link_test_fail(host_build, tmp_path):
     shims = host_build.variant_dir / "obj" / "lib" / "libaoti_host_shims.a"
     gen = host_build.gen_dir
+    shutil.copy(gen / "src" / "link_test.c", tmp_path / "link_test.c")
     # 1. The post-link check catches it in an SCons build that links the shims as a plain library.
     (tmp_path / "SConstruct").write_text(f"""
 import sys
 sys.path.insert(0, {str(REPO_ROOT)!r})
 env = Environment(tools=["default", "aoti_host"], toolpath=[{str(REPO_ROOT / "toolchain" / "scons")!r}],
                   CPPPATH=[{str(REPO_ROOT / "runtime" / "include")!r}, {str(gen / "include")!r}])
-prog = env.Program("link_test_nowhole", [{str(gen / "src" / "link_test.c")!r}],
+prog = env.Program("link_test_nowhole", ["link_test.c"],
                    LIBS=[File({str(shims)!r}), "dl", "stdc++", "m"],
                    LINKFLAGS=["-pthread", "-Wl,--dynamic-list={gen / "link" / "host.dynlist"}"])
 env.AotiCheckExports(prog)

@@ -106,7 +106,13 @@ class Runtime:
         return torch.as_strided(flat, sizes, strides, off).clone(memory_format=torch.preserve_format)
 
     def last_error(self) -> str:
-        return ""
+        """The runtime's thread-local message, when the C API that exposes it is linked in."""
+        try:
+            fn = self.lib.aoti_host_last_error
+        except AttributeError:
+            return "(aoti_host_last_error not available)"
+        fn.restype = ctypes.c_char_p
+        return (fn() or b"").decode(errors="replace")
 
     def release(self) -> None:
         for h in self.handles:
@@ -225,6 +231,9 @@ def test_bmm(rt: Runtime, dtype: str, layout: str) -> None:
 def test_mm_errors(rt: Runtime) -> None:
     a, b, o = torch.zeros(4, 16), torch.zeros(15, 8), torch.zeros(4, 8)
     assert rt.lib.aoti_torch_cpu_mm_out(rt.from_torch(o), rt.from_torch(a), rt.from_torch(b)) == 1
+    msg = rt.last_error()
+    if "not available" not in msg:
+        assert msg == "aoti_torch_cpu_mm_out: mat1 is 4x16, mat2 is 15x8: inner dimensions differ"
     b2, o2 = torch.zeros(16, 8, dtype=torch.float64), torch.zeros(4, 8)
     assert rt.lib.aoti_torch_cpu_mm_out(rt.from_torch(o2), rt.from_torch(a), rt.from_torch(b2)) == 1
     o3 = torch.zeros(4, 7)
@@ -248,7 +257,7 @@ CONV_CASES = [
 
 
 def _conv_operands(g, nd: int, transposed: bool, groups: int, dtype: str, batch: int):
-    cin, cout = 4, 6 if not transposed else 4
+    cin, cout = 4, 12 if not transposed else 4
     spatial = [7, 6, 5][:nd]
     x = _rand(g, batch, cin, *spatial, dtype=dtype)
     w = (_rand(g, cin, cout // groups, *[3, 2, 2][:nd], dtype=dtype) if transposed
@@ -268,7 +277,7 @@ def _run_conv(rt: Runtime, x, w, b, stride, padding, dilation, transposed, outpu
                                            arr(stride), len(stride), arr(padding), len(padding), arr(dilation),
                                            len(dilation), int(transposed), arr(output_padding), len(output_padding),
                                            groups, ctypes.byref(ret))
-    assert rc == 0, "aoti_torch_cpu_convolution failed"
+    assert rc == 0, f"aoti_torch_cpu_convolution failed: {rt.last_error()}"
     rt.handles.append(ret.value)
     return rt.to_torch(ret.value)
 
@@ -347,8 +356,10 @@ def test_functional_wrappers(rt: Runtime) -> None:
 
 
 @needs_torch
-@pytest.mark.parametrize("bad", ["channels", "groups", "kernel", "dtype", "bias"])
-def test_convolution_errors(rt: Runtime, bad: str) -> None:
+@pytest.mark.parametrize("bad,needle", [("channels", "but weight of shape [6, 3, 3, 3] with groups=1 expects 3"), ("groups", "not divisible by groups=4"),
+                                        ("kernel", "smaller than the dilated kernel"), ("dtype", "dtypes must be"),
+                                        ("bias", "bias has shape [5]")])
+def test_convolution_errors(rt: Runtime, bad: str, needle: str) -> None:
     x, w, b = torch.zeros(1, 4, 5, 5), torch.zeros(6, 4, 3, 3), None
     groups = 1
     if bad == "channels":
@@ -362,8 +373,10 @@ def test_convolution_errors(rt: Runtime, bad: str) -> None:
         w = torch.zeros(6, 4, 3, 3, dtype=torch.float64)
     elif bad == "bias":
         b = torch.zeros(5)
-    with pytest.raises(AssertionError, match="aoti_torch_cpu_convolution failed"):
+    with pytest.raises(AssertionError, match="aoti_torch_cpu_convolution failed") as info:
         _run_conv(rt, x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], groups)
+    if "not available" not in rt.last_error():
+        assert needle in str(info.value)
 
 
 def test_all_shapes_listed() -> None:

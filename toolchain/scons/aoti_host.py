@@ -23,6 +23,9 @@ import SCons.Script
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+# SCons restores sys.path after reading the SConscripts; actions import toolchain.* later, which works
+# once the package itself is in sys.modules.
+import toolchain  # noqa: E402,F401
 
 
 def _groups(env) -> tuple[str, ...]:
@@ -147,6 +150,9 @@ def AotiCodegen(env):
                         SCons.Action.Action(_codegen_action, "aoti-codegen: $AOTI_GEN_DIR"))
     # Which groups are generated depends on the configuration, not only on file contents.
     env.Depends(nodes, env.Value(repr(_groups(env))))
+    # SCons deletes targets before rebuilding them; keep them so codegen can leave unchanged files as they
+    # are and nothing that includes them rebuilds.
+    env.Precious(nodes)
     return nodes
 
 
