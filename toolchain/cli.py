@@ -55,7 +55,7 @@ def compare(outputs, refs, atol: float, rtol: float) -> list[str]:
         msg = f"{len(refs)} reference(s) for {len(outputs)} output(s)"
         raise UsageError(msg)
     lines, bad = [], []
-    for k, (out, ref) in enumerate(zip(outputs, refs)):
+    for k, (out, ref) in enumerate(zip(outputs, refs, strict=True)):
         if out.shape != ref.shape:
             bad.append(f"output_{k}: shape {list(out.shape)}, reference {list(ref.shape)}")
             continue

@@ -38,7 +38,7 @@ def test_python_runtime_matches_eager(host_lib, export_example, name, weights):
         assert prog.has_contract
         got = prog.run([x.numpy() for x in inputs])
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert g.dtype == e.dtype and g.shape == e.shape
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 

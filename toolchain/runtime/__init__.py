@@ -129,8 +129,8 @@ class Library:
             if any(s == 0 for s in shape):
                 return np.empty(shape, dtype)
             # span of memory the view touches, then a strided view of it, copied (layout preserved)
-            lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, elem_strides))
-            hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, elem_strides))
+            lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, elem_strides, strict=True))
+            hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, elem_strides, strict=True))
             count = hi - lo + 1
             buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(data.value + lo * dtype.itemsize)
             flat = np.frombuffer(buf, dtype=dtype, count=count)
