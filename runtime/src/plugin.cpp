@@ -25,7 +25,13 @@ bool is_cxx_runtime_symbol(const std::string& s) {
          starts_with(s, "__dynamic_cast");
 }
 
-bool in_global_scope(const std::string& name) { return ::dlsym(RTLD_DEFAULT, name.c_str()) != nullptr; }
+// What a plugin opened RTLD_LOCAL binds against first: the executable, its dependencies and every object
+// opened RTLD_GLOBAL. dlsym(RTLD_DEFAULT) would also search this library's own dependencies, which a
+// plugin does not see when the runtime library was itself opened RTLD_LOCAL.
+bool in_global_scope(const std::string& name) {
+  static void* const global = ::dlopen(nullptr, RTLD_NOW);
+  return ::dlsym(global, name.c_str()) != nullptr;
+}
 
 std::string join(const std::vector<std::string>& v, size_t limit = 8) {
   std::string out;
