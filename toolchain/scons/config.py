@@ -28,7 +28,8 @@ class Variant:
 
 def add_variables(vars) -> None:
     vars.AddVariables(
-        EnumVariable("cuda", "build the CUDA runtime: auto turns it on when nvcc is found", "off",
+        EnumVariable("cuda", "build the CUDA runtime (not yet in this release: auto builds the CPU runtime, "
+                     "on stops with a message)", "off",
                      allowed_values=("auto", "on", "off")),
         ("cxx", "C++ compiler (g++, clang++, or a path)", os.environ.get("CXX", "g++")),
         EnumVariable("mode", "optimisation level", "release", allowed_values=("debug", "release")),
@@ -62,7 +63,10 @@ def _resolve_cuda(env) -> bool:
     if choice == "off":
         return False
     if choice == "auto":
-        return False  # The CUDA variant lands with the nvcc tool; until then auto means CPU.
+        if nvcc:
+            print(f"scons: cuda=auto: nvcc found ({nvcc}), but the CUDA runtime variant is not part of this "
+                  "build yet; building the CPU runtime")
+        return False
     if not nvcc:
         print("scons: error: cuda=on but nvcc is not on PATH nor at /usr/local/cuda/bin/nvcc; "
               "install the CUDA toolkit or build with cuda=off")
