@@ -1,5 +1,6 @@
 // Core aoti_torch_* shims: constants, tensor creation/inspection/views, copies, checks and warnings.
 // No C++ exception crosses the C ABI except from aoti_torch_check, which must throw (see below).
+#include "shim_util.h"
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -22,24 +23,8 @@ namespace {
 
 constexpr int32_t kLayoutStrided = 0;
 
-template <class F>
-AOTITorchError guarded(const char* shim, F&& f) noexcept {
-  try {
-    f();
-    return AOTI_TORCH_SUCCESS;
-  } catch (const std::exception& e) {
-    aoti_host::set_last_error(std::string(shim) + ": " + e.what());
-  } catch (...) {
-    aoti_host::set_last_error(std::string(shim) + ": unknown exception");
-  }
-  aoti_host::log(aoti_host::LogLevel::Debug, "%s", aoti_host::last_error().c_str());
-  return AOTI_TORCH_FAILURE;
-}
-
-Tensor& tensor_arg(AtenTensorHandle h, const char* name) {
-  if (h == nullptr) throw Error(std::string("argument '") + name + "' is a null tensor handle");
-  return *from_handle(h);
-}
+using aoti_host::shim::guarded;
+using aoti_host::shim::tensor_arg;
 
 template <class T>
 T* out_arg(T* p, const char* name) {

@@ -1,6 +1,7 @@
 // aoti_torch_cpu_* fallbacks: the ATen ops a plugin calls instead of generating code for them.
 // Reference implementations (any strides, accumulation in double for float32/float64, float for
 // float16/bfloat16, int64 for integers); correctness over speed.
+#include "shim_util.h"
 #include <exception>
 #include <memory>
 #include <string>
@@ -19,24 +20,8 @@ using aoti_host::to_handle;
 
 namespace {
 
-template <class F>
-AOTITorchError guarded(const char* shim, F&& f) noexcept {
-  try {
-    f();
-    return AOTI_TORCH_SUCCESS;
-  } catch (const std::exception& e) {
-    aoti_host::set_last_error(std::string(shim) + ": " + e.what());
-  } catch (...) {
-    aoti_host::set_last_error(std::string(shim) + ": unknown exception");
-  }
-  aoti_host::log(aoti_host::LogLevel::Debug, "%s", aoti_host::last_error().c_str());
-  return AOTI_TORCH_FAILURE;
-}
-
-Tensor& tensor_arg(AtenTensorHandle h, const char* name) {
-  if (h == nullptr) throw Error(std::string("argument '") + name + "' is a null tensor handle");
-  return *from_handle(h);
-}
+using aoti_host::shim::guarded;
+using aoti_host::shim::tensor_arg;
 
 std::vector<int64_t> int_list(const int64_t* p, int64_t n, const char* name) {
   if (n < 0) throw Error(std::string(name) + " has negative length " + std::to_string(n));

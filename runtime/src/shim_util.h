@@ -1,0 +1,38 @@
+// Shared by the shim translation units: the exception-to-error-code boundary of every shim and the
+// null-handle check of tensor arguments.
+#pragma once
+
+#include <exception>
+#include <string>
+
+#include "aoti_host/error.h"
+#include "aoti_host/log.h"
+#include "aoti_host/shims.h"
+#include "aoti_host/tensor.h"
+
+namespace aoti_host {
+namespace shim {
+
+// Runs f; a C++ exception never crosses the C ABI: it becomes AOTI_TORCH_FAILURE and a last-error
+// message prefixed with the shim's name.
+template <class F>
+AOTITorchError guarded(const char* shim, F&& f) noexcept {
+  try {
+    f();
+    return AOTI_TORCH_SUCCESS;
+  } catch (const std::exception& e) {
+    set_last_error(std::string(shim) + ": " + e.what());
+  } catch (...) {
+    set_last_error(std::string(shim) + ": unknown exception");
+  }
+  log(LogLevel::Debug, "%s", last_error().c_str());
+  return AOTI_TORCH_FAILURE;
+}
+
+inline Tensor& tensor_arg(AtenTensorHandle h, const char* name) {
+  if (h == nullptr) throw Error(std::string("argument '") + name + "' is a null tensor handle");
+  return *from_handle(h);
+}
+
+}  // namespace shim
+}  // namespace aoti_host
