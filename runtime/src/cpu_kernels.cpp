@@ -125,14 +125,6 @@ std::string dims_str(const std::vector<int64_t>& v, const char* sep = "x") {
   return v.empty() ? "a scalar" : s;
 }
 
-std::string list_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
 
 void require_supported(const Tensor& t, const char* arg) {
   if (!dtype_is_supported(t.dtype())) {

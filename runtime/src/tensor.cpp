@@ -52,25 +52,17 @@ const DtypeInfo* find_dtype(int32_t code) {
 
 thread_local char t_unknown_name[32];
 
-std::string dims_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
 
 void check_geometry(const char* what, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                     int64_t storage_offset) {
   if (sizes.size() != strides.size()) {
-    throw Error(std::string(what) + ": sizes " + dims_str(sizes) + " and strides " + dims_str(strides) +
+    throw Error(std::string(what) + ": sizes " + list_str(sizes) + " and strides " + list_str(strides) +
                 " have different lengths");
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] < 0) throw Error(std::string(what) + ": negative size in " + dims_str(sizes));
+    if (sizes[i] < 0) throw Error(std::string(what) + ": negative size in " + list_str(sizes));
     if (strides[i] < 0) {
-      throw Error(std::string(what) + ": negative stride in " + dims_str(strides) + " (not supported)");
+      throw Error(std::string(what) + ": negative stride in " + list_str(strides) + " (not supported)");
     }
   }
   if (storage_offset < 0) {
@@ -92,6 +84,15 @@ void check_device(const char* what, int32_t device_type, int32_t device_index) {
 }
 
 }  // namespace
+
+std::string list_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
 
 size_t element_size(int32_t dtype) {
   const DtypeInfo* info = find_dtype(dtype);
@@ -246,7 +247,7 @@ Tensor* Tensor::alias_as(int32_t dtype, std::vector<int64_t> sizes, std::vector<
   // Only owned storage has a size we trust; a view past its end is a plugin bug, not a crash to wait for.
   const size_t need = compute_storage_nbytes(sizes, strides, itemsize, storage_offset);
   if (storage_->owning() && need > storage_->nbytes()) {
-    throw Error("view with sizes " + dims_str(sizes) + ", strides " + dims_str(strides) + ", storage_offset " +
+    throw Error("view with sizes " + list_str(sizes) + ", strides " + list_str(strides) + ", storage_offset " +
                 std::to_string(storage_offset) + " and dtype " + dtype_name(dtype) + " needs " +
                 std::to_string(need) + " bytes, but the storage has " + std::to_string(storage_->nbytes()));
   }

@@ -4,20 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "aoti_host/error.h"
 #include "aoti_host/shims.h"
 
 namespace {
-
-int g_failures = 0;
-
-#define EXPECT(cond)                                                      \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::printf("FAIL: %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-      ++g_failures;                                                       \
-    }                                                                     \
-  } while (0)
 
 #define EXPECT_OK(call)                                                                            \
   do {                                                                                             \

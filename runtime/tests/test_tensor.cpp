@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "aoti_host/error.h"
 #include "aoti_host/shims.h"
 #include "aoti_host/tensor.h"
@@ -14,16 +15,6 @@
 using aoti_host::Tensor;
 
 namespace {
-
-int g_failures = 0;
-
-#define EXPECT(cond)                                                      \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::printf("FAIL: %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-      ++g_failures;                                                       \
-    }                                                                     \
-  } while (0)
 
 #define EXPECT_OK(call) EXPECT((call) == AOTI_TORCH_SUCCESS)
 

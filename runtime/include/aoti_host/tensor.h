@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 // Same declaration as the generated shims.h; repeating an identical typedef is valid C++.
@@ -33,6 +34,8 @@ size_t element_size(int32_t dtype);     // throws Error naming the code if unkno
 const char* dtype_name(int32_t dtype);  // "float32", ...; "dtype(<code>)" if unknown
 bool dtype_is_supported(int32_t dtype);  // dtypes the CPU kernels compute on
 const char* device_type_name(int32_t device_type);
+// "[2, 3, 4]": sizes, strides and other int lists in messages.
+std::string list_str(const std::vector<int64_t>& v);
 
 // Bytes a strided view needs from the start of its storage (c10's computeStorageNbytes).
 size_t compute_storage_nbytes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
