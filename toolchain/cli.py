@@ -73,9 +73,14 @@ def compare(outputs, refs, atol: float, rtol: float) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from toolchain import runtime
 
-    inputs = [_load_npy(Path(p)) for p in args.input]
+    specs = [runtime.split_input_arg(p) for p in args.input]
+    inputs = [_load_npy(Path(p)) for p, _ in specs]
+    layouts = [runtime.layout_strides(lay, x.shape) if lay else None for (_, lay), x in zip(specs, inputs, strict=True)]
     refs = [_load_npy(Path(p)) for p in args.compare]
-    with runtime.load(args.model, weights=args.weights, library_path=args.library) as prog:
+    with runtime.load(args.model, weights=args.weights, library_path=args.library, strict=args.strict) as prog:
+        for k, strides in enumerate(layouts):
+            if strides is not None and k < prog.num_inputs:
+                prog.set_input_layout(k, strides)
         outputs = prog.run(inputs)
     for k, out in enumerate(outputs):
         dest = Path(args.output) / f"output_{k}.npy"
@@ -168,7 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a .pt2 or plugin .so in the host runtime (Python module)")
     r.add_argument("model")
     r.add_argument("--weights", help="weights blob for a plugin .so exported with weights outside")
-    r.add_argument("-i", "--input", action="append", default=[], help="input .npy, in order (repeat)")
+    r.add_argument("-i", "--input", action="append", default=[], metavar="FILE.npy[:LAYOUT]",
+                   help="input .npy, in order (repeat); LAYOUT (contiguous, channels_last, channels_last_3d, "
+                   "strides=S0,S1,...) is the layout a plugin without a contract was built for")
+    r.add_argument("--strict", action="store_true",
+                   help="refuse inputs in another layout than the plugin's instead of converting them")
     r.add_argument("-o", "--output", required=True, help="directory for output_<k>.npy")
     r.add_argument("--compare", nargs="+", default=[], metavar="REF.npy", help="reference outputs, in order")
     r.add_argument("--atol", type=float, default=1e-5)

@@ -126,4 +126,21 @@ int aoti_host_program_run(aoti_host_program* program, const aoti_host_tensor_vie
   });
 }
 
+int aoti_host_program_set_strict(aoti_host_program* program, bool strict) {
+  return guarded([&] {
+    require(program, "program");
+    program->impl->set_strict(strict);
+  });
+}
+
+int aoti_host_program_set_input_layout(aoti_host_program* program, size_t index, const int64_t* strides,
+                                       int32_t ndim) {
+  return guarded([&] {
+    require(program, "program");
+    if (ndim < 0) throw aoti_host::Error("ndim is negative", AOTI_HOST_INVALID_ARGUMENT);
+    if (ndim > 0) require(strides, "strides");
+    program->impl->set_input_layout(index, std::vector<int64_t>(strides, strides + ndim));
+  });
+}
+
 }  // extern "C"

@@ -1,6 +1,7 @@
 #include "cpu_kernels.h"
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "aoti_host/error.h"
+#include "cpu_gemm.h"
 
 namespace aoti_host {
 namespace cpu {
@@ -350,6 +352,182 @@ std::vector<int64_t> expand_param(const std::vector<int64_t>& v, size_t k, const
               std::to_string(k) + " (one per spatial dimension)");
 }
 
+
+// ---- BLAS paths (float32 -> float, float64 -> double) ----
+
+template <typename T>
+constexpr int32_t dtype_of() {
+  return sizeof(T) == 4 ? kFloat32 : kFloat64;
+}
+
+// The tensor's elements as T: its own memory when it already is T, else a packed copy in `buf` (then
+// the returned strides are contiguous).
+template <typename T>
+const T* typed_data(const Tensor& t, std::vector<T>& buf, std::vector<int64_t>& strides) {
+  if (t.dtype() == dtype_of<T>()) {
+    strides = t.strides();
+    return static_cast<const T*>(t.data_ptr());
+  }
+  buf = gather<T>(t);
+  strides = Tensor::contiguous_strides(t.sizes());
+  return buf.data();
+}
+
+template <typename T>
+const T* contiguous_data(const Tensor& t, std::vector<T>& buf) {
+  if (t.dtype() == dtype_of<T>() && t.is_contiguous()) return static_cast<const T*>(t.data_ptr());
+  buf = gather<T>(t);
+  return buf.data();
+}
+
+// Writes packed row-major values into `t` (any strides), converting to its dtype.
+template <typename T>
+void store_packed(Tensor& t, const T* v) {
+  if (t.dtype() == dtype_of<T>()) {
+    T* base = static_cast<T*>(t.data_ptr());
+    for_each_offset(t.sizes(), t.strides(), [&](int64_t i, int64_t off) { base[off] = v[i]; });
+    return;
+  }
+  char* base = static_cast<char*>(t.data_ptr());
+  const int64_t isz = static_cast<int64_t>(t.itemsize());
+  const int32_t dt = t.dtype();
+  for_each_offset(t.sizes(), t.strides(), [&](int64_t i, int64_t off) { store<T>(base + off * isz, dt, v[i]); });
+}
+
+template <typename T>
+MatView<const T> mat_of(const Tensor& t, int64_t batch) {
+  const auto& s = t.sizes();
+  const auto& st = t.strides();
+  const size_t d = s.size();
+  const T* p = static_cast<const T*>(t.data_ptr()) + (d == 3 ? batch * st[0] : 0);
+  return {p, s[d - 2], s[d - 1], st[d - 2], st[d - 1]};
+}
+
+template <typename T>
+void addmm_blas(Tensor& out, const Tensor* self, const Tensor& mat1, const Tensor& mat2, double beta, double alpha,
+                int64_t batch) {
+  const bool use_self = self != nullptr && beta != 0.0;
+  const auto& os = out.sizes();
+  const int64_t M = os[os.size() - 2], N = os[os.size() - 1];
+  if (use_self) {  // out <- self (broadcast), then out <- alpha * A @ B + beta * out
+    const std::vector<int64_t> sst = broadcast_strides(*self, os, "self");
+    if (self->dtype() != out.dtype()) throw Error("self and out dtypes differ");
+    const T* sp = static_cast<const T*>(self->data_ptr());
+    std::vector<T> tmp(static_cast<size_t>(M * N));
+    for_each_offset(os, sst, [&](int64_t i, int64_t off) { tmp[static_cast<size_t>(i)] = sp[off]; });
+    store_packed<T>(out, tmp.data());
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const MatView<const T> co = mat_of<T>(out, b);
+    const MatView<T> c{const_cast<T*>(co.p), co.rows, co.cols, co.rs, co.cs};
+    gemm<T>(mat_of<T>(mat1, b), mat_of<T>(mat2, b), c, static_cast<T>(alpha), use_self ? static_cast<T>(beta) : T(0));
+  }
+}
+
+// Convolution as GEMM: im2col + GEMM for convolutions, GEMM + col2im for transposed ones, per sample
+// and group, into a packed NC(DHW) result that is then stored in the output's layout.
+template <typename T>
+void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p) {
+  const size_t k = static_cast<size_t>(input.dim() - 2);
+  auto pad3 = [&](const std::vector<int64_t>& v, int64_t fill) {
+    std::vector<int64_t> r(3 - k, fill);
+    r.insert(r.end(), v.begin(), v.end());
+    return r;
+  };
+  const auto& is = input.sizes();
+  const auto& ws = weight.sizes();
+  const auto& os = out.sizes();
+  const std::vector<int64_t> I = pad3({is.begin() + 2, is.end()}, 1);
+  const std::vector<int64_t> K = pad3({ws.begin() + 2, ws.end()}, 1);
+  const std::vector<int64_t> O = pad3({os.begin() + 2, os.end()}, 1);
+  const std::vector<int64_t> S = pad3(p.stride, 1), P = pad3(p.padding, 0), D = pad3(p.dilation, 1);
+  const int64_t N = is[0], Cin = is[1], Cout = os[1], G = p.groups;
+  const int64_t Cin_g = Cin / G, Cout_g = Cout / G;
+  const int64_t Isp = I[0] * I[1] * I[2], Osp = O[0] * O[1] * O[2], Ksp = K[0] * K[1] * K[2];
+  std::vector<T> xbuf, wbuf, ybuf;
+  const T* x = contiguous_data<T>(input, xbuf);
+  const T* w = contiguous_data<T>(weight, wbuf);
+  const bool direct = out.dtype() == dtype_of<T>() && out.is_contiguous();
+  if (!direct) ybuf.assign(static_cast<size_t>(N * Cout * Osp), T(0));
+  T* y = direct ? static_cast<T*>(out.data_ptr()) : ybuf.data();
+  T beta = 0;
+  if (bias != nullptr) {
+    std::vector<T> bbuf;
+    const T* b = contiguous_data<T>(*bias, bbuf);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < Cout; ++c) std::fill_n(y + (n * Cout + c) * Osp, Osp, b[c]);
+    beta = 1;
+  } else if (p.transposed) {
+    std::fill_n(y, N * Cout * Osp, T(0));  // col2im accumulates
+  }
+  if (!p.transposed) {
+    const int64_t Kc = Cin_g * Ksp;
+    const bool pointwise = Ksp == 1 && all_ones(S) && P[0] == 0 && P[1] == 0 && P[2] == 0;
+    std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Kc * Osp));
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t g = 0; g < G; ++g) {
+        const T* xg = x + (n * Cin + g * Cin_g) * Isp;
+        if (!pointwise) {
+          T* c = col.data();
+          for (int64_t ci = 0; ci < Cin_g; ++ci)
+            for (int64_t kd = 0; kd < K[0]; ++kd)
+              for (int64_t kh = 0; kh < K[1]; ++kh)
+                for (int64_t kw = 0; kw < K[2]; ++kw) {
+                  const T* xc = xg + ci * Isp;
+                  for (int64_t od = 0; od < O[0]; ++od) {
+                    const int64_t id = od * S[0] - P[0] + kd * D[0];
+                    for (int64_t oh = 0; oh < O[1]; ++oh) {
+                      const int64_t ih = oh * S[1] - P[1] + kh * D[1];
+                      const bool row_in = id >= 0 && id < I[0] && ih >= 0 && ih < I[1];
+                      const T* xr = xc + (id * I[1] + ih) * I[2];
+                      for (int64_t ow = 0; ow < O[2]; ++ow) {
+                        const int64_t iw = ow * S[2] - P[2] + kw * D[2];
+                        *c++ = (row_in && iw >= 0 && iw < I[2]) ? xr[iw] : T(0);
+                      }
+                    }
+                  }
+                }
+        }
+        const MatView<const T> A{w + g * Cout_g * Kc, Cout_g, Kc, Kc, 1};
+        const MatView<const T> B{pointwise ? xg : col.data(), Kc, Osp, Osp, 1};
+        const MatView<T> C{y + (n * Cout + g * Cout_g) * Osp, Cout_g, Osp, Osp, 1};
+        gemm<T>(A, B, C, T(1), beta);
+      }
+    }
+  } else {
+    const int64_t Kc = Cout_g * Ksp;
+    std::vector<T> cols(static_cast<size_t>(Kc * Isp));
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t g = 0; g < G; ++g) {
+        // weight [Cin, Cout_g, K...]: this group's rows form a [Cin_g, Cout_g * Ksp] matrix
+        const MatView<const T> Wg{w + g * Cin_g * Kc, Cin_g, Kc, Kc, 1};
+        const MatView<const T> Xg{x + (n * Cin + g * Cin_g) * Isp, Cin_g, Isp, Isp, 1};
+        gemm<T>(Wg.t(), Xg, MatView<T>{cols.data(), Kc, Isp, Isp, 1}, T(1), T(0));
+        const T* c = cols.data();
+        for (int64_t co = 0; co < Cout_g; ++co) {
+          T* yc = y + (n * Cout + g * Cout_g + co) * Osp;
+          for (int64_t kd = 0; kd < K[0]; ++kd)
+            for (int64_t kh = 0; kh < K[1]; ++kh)
+              for (int64_t kw = 0; kw < K[2]; ++kw)
+                for (int64_t id = 0; id < I[0]; ++id) {
+                  const int64_t od = id * S[0] - P[0] + kd * D[0];
+                  for (int64_t ih = 0; ih < I[1]; ++ih, c += I[2]) {
+                    const int64_t oh = ih * S[1] - P[1] + kh * D[1];
+                    if (od < 0 || od >= O[0] || oh < 0 || oh >= O[1]) continue;
+                    T* yr = yc + (od * O[1] + oh) * O[2];
+                    for (int64_t iw = 0; iw < I[2]; ++iw) {
+                      const int64_t ow = iw * S[2] - P[2] + kw * D[2];
+                      if (ow >= 0 && ow < O[2]) yr[ow] += c[iw];
+                    }
+                  }
+                }
+        }
+      }
+    }
+  }
+  if (!direct) store_packed<T>(out, ybuf.data());
+}
+
 template <typename Acc>
 void conv_impl(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p) {
   // Work in 3 spatial dims: missing leading spatial dims have size 1, stride 1, no padding.
@@ -523,6 +701,8 @@ void addmm(Tensor& out, const Tensor* self, const Tensor& mat1, const Tensor& ma
     require_same_dtype(*self, "self", mat1, "mat1");
     broadcast_strides(*self, want, "self");
   }
+  if (out.dtype() == kFloat32) return addmm_blas<float>(out, self, mat1, mat2, beta, alpha, 1);
+  if (out.dtype() == kFloat64) return addmm_blas<double>(out, self, mat1, mat2, beta, alpha, 1);
   dispatch_acc(out.dtype(), [&](auto acc) { addmm_impl<decltype(acc)>(out, self, mat1, mat2, beta, alpha, 1); });
 }
 
@@ -545,6 +725,8 @@ void bmm(Tensor& out, const Tensor& self, const Tensor& mat2) {
     throw Error("out is " + dims_str(out.sizes()) + ", expected " + dims_str(want) + " (self is " + dims_str(self.sizes()) +
                 ", mat2 is " + dims_str(mat2.sizes()) + ")");
   }
+  if (out.dtype() == kFloat32) return addmm_blas<float>(out, nullptr, self, mat2, 0.0, 1.0, want[0]);
+  if (out.dtype() == kFloat64) return addmm_blas<double>(out, nullptr, self, mat2, 0.0, 1.0, want[0]);
   dispatch_acc(out.dtype(), [&](auto acc) { addmm_impl<decltype(acc)>(out, nullptr, self, mat2, 0.0, 1.0, want[0]); });
 }
 
@@ -628,8 +810,151 @@ Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bia
   const int fmt = conv_output_memory_format(input, weight, p);
   std::unique_ptr<Tensor> out(Tensor::empty_strided(input.dtype(), out_sizes, strides_for_format(out_sizes, fmt),
                                                     input.device_type(), input.device_index()));
-  dispatch_acc(input.dtype(), [&](auto acc) { conv_impl<decltype(acc)>(*out, input, weight, bias, p); });
+  if (out->numel() > 0 && input.dtype() == kFloat32) {
+    conv_gemm<float>(*out, input, weight, bias, p);
+  } else if (out->numel() > 0 && input.dtype() == kFloat64) {
+    conv_gemm<double>(*out, input, weight, bias, p);
+  } else {
+    dispatch_acc(input.dtype(), [&](auto acc) { conv_impl<decltype(acc)>(*out, input, weight, bias, p); });
+  }
   return out.release();
+}
+
+
+namespace {
+
+template <typename T>
+void sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* mask, T scale,
+               Tensor& out, Tensor& lse) {
+  const int64_t B = q.sizes()[0], Hq = q.sizes()[1], L = q.sizes()[2], E = q.sizes()[3];
+  const int64_t Hk = k.sizes()[1], S = k.sizes()[2], Ev = v.sizes()[3];
+  const int64_t group = Hq / Hk;
+  std::vector<T> qb, kb, vb;
+  std::vector<int64_t> qs, ks, vs;
+  const T* qp = typed_data<T>(q, qb, qs);
+  const T* kp = typed_data<T>(k, kb, ks);
+  const T* vp = typed_data<T>(v, vb, vs);
+  // The output in its own layout when it is T, else a T buffer with the same strides, stored at the end.
+  const std::vector<int64_t>& os = out.strides();
+  std::vector<T> ob;
+  T* op = static_cast<T*>(out.data_ptr());
+  if (out.dtype() != dtype_of<T>()) {
+    ob.assign(static_cast<size_t>(out.numel()), T(0));
+    op = ob.data();
+  }
+  std::vector<T> mb;
+  std::vector<int64_t> ms;
+  if (mask != nullptr) {
+    const std::vector<int64_t> full = {B, Hq, L, S};
+    ms = broadcast_strides(*mask, full, "attn_mask");
+    if (mask->dtype() == kBool) {  // true: attend; false: masked out
+      const char* base = static_cast<const char*>(mask->data_ptr());
+      mb.resize(static_cast<size_t>(B * Hq * L * S));
+      for_each_offset(full, ms, [&](int64_t i, int64_t off) {
+        mb[static_cast<size_t>(i)] = base[off] != 0 ? T(0) : -std::numeric_limits<T>::infinity();
+      });
+    } else {
+      mb = gather<T>(*mask, full, ms);
+    }
+  }
+  float* lf = lse.dtype() == kFloat32 ? static_cast<float*>(lse.data_ptr()) : nullptr;
+  double* ld = lse.dtype() == kFloat64 ? static_cast<double*>(lse.data_ptr()) : nullptr;
+  const std::vector<int64_t>& ls = lse.strides();
+  std::vector<T> scores(static_cast<size_t>(L * S));
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / group;
+      const MatView<const T> Q{qp + b * qs[0] + h * qs[1], L, E, qs[2], qs[3]};
+      const MatView<const T> K{kp + b * ks[0] + hk * ks[1], S, E, ks[2], ks[3]};
+      const MatView<const T> V{vp + b * vs[0] + hk * vs[1], S, Ev, vs[2], vs[3]};
+      gemm<T>(Q, K.t(), MatView<T>{scores.data(), L, S, S, 1}, scale, T(0));
+      const T* m = mb.empty() ? nullptr : mb.data() + (b * Hq + h) * L * S;
+      for (int64_t i = 0; i < L; ++i) {
+        T* row = scores.data() + i * S;
+        T mx = ninf;
+        for (int64_t j = 0; j < S; ++j) {
+          T x = row[j];
+          if (m != nullptr) x += m[i * S + j];
+          if (causal && j > i) x = ninf;
+          row[j] = x;
+          mx = std::max(mx, x);
+        }
+        T sum = 0, lsev;
+        if (mx == ninf) {  // every key masked out: ATen's kernel gives zeros and logsumexp -inf
+          std::fill_n(row, S, T(0));
+          lsev = ninf;
+        } else {
+          for (int64_t j = 0; j < S; ++j) sum += (row[j] = std::exp(row[j] - mx));
+          const T inv = T(1) / sum;
+          for (int64_t j = 0; j < S; ++j) row[j] *= inv;
+          lsev = mx + std::log(sum);
+        }
+        const int64_t lo = b * ls[0] + h * ls[1] + i * ls[2];
+        if (lf != nullptr) lf[lo] = static_cast<float>(lsev);
+        if (ld != nullptr) ld[lo] = static_cast<double>(lsev);
+      }
+      gemm<T>(MatView<const T>{scores.data(), L, S, S, 1}, V,
+              MatView<T>{op + b * os[0] + h * os[1], L, Ev, os[2], os[3]}, T(1), T(0));
+    }
+  }
+  if (!ob.empty()) {
+    char* base = static_cast<char*>(out.data_ptr());
+    const int64_t isz = static_cast<int64_t>(out.itemsize());
+    const int32_t dt = out.dtype();
+    for_each_offset(out.sizes(), os, [&](int64_t, int64_t off) { store<T>(base + off * isz, dt, ob[static_cast<size_t>(off)]); });
+  }
+}
+
+}  // namespace
+
+void sdpa_flash(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p, bool is_causal,
+                const Tensor* attn_mask, const double* scale, Tensor** out, Tensor** logsumexp) {
+  for (const auto* t : {&q, &k, &v}) {
+    const char* name = t == &q ? "query" : t == &k ? "key" : "value";
+    require_supported(*t, name);
+    if (t->dim() != 4)
+      throw Error(std::string(name) + " must be 4-d [batch, heads, seq, head_dim], got shape " + list_str(t->sizes()));
+  }
+  const int32_t dt = q.dtype();
+  if (dt != kFloat32 && dt != kFloat64 && dt != kFloat16 && dt != kBFloat16)
+    throw Error(std::string("query has dtype ") + dtype_name(dt) + "; flash attention takes float32, float64, float16 or bfloat16");
+  require_same_dtype(k, "key", q, "query");
+  require_same_dtype(v, "value", q, "query");
+  const auto& qs = q.sizes();
+  const auto& ks = k.sizes();
+  const auto& vs = v.sizes();
+  if (ks[0] != qs[0] || vs[0] != qs[0])
+    throw Error("batch sizes differ: query " + list_str(qs) + ", key " + list_str(ks) + ", value " + list_str(vs));
+  if (ks[1] != vs[1] || ks[2] != vs[2])
+    throw Error("key " + list_str(ks) + " and value " + list_str(vs) + " must have the same heads and sequence length");
+  if (ks[3] != qs[3]) throw Error("query " + list_str(qs) + " and key " + list_str(ks) + " head sizes differ");
+  if (ks[1] == 0 || qs[1] % ks[1] != 0)
+    throw Error("query has " + std::to_string(qs[1]) + " heads, key/value " + std::to_string(ks[1]) +
+                ": the query heads must be a multiple of the key/value heads");
+  if (dropout_p != 0.0)
+    throw Error("dropout_p=" + std::to_string(dropout_p) + ": this runtime runs inference only; export the model in eval() mode");
+  if (attn_mask != nullptr) {
+    require_supported(*attn_mask, "attn_mask");
+    if (attn_mask->dtype() != dt && attn_mask->dtype() != kBool)
+      throw Error(std::string("attn_mask has dtype ") + dtype_name(attn_mask->dtype()) + ", expected " + dtype_name(dt) + " or bool");
+    broadcast_strides(*attn_mask, {qs[0], qs[1], qs[2], ks[2]}, "attn_mask");
+  }
+  const int64_t B = qs[0], H = qs[1], L = qs[2], Ev = vs[3];
+  std::unique_ptr<Tensor> o(Tensor::empty_strided(dt, {B, H, L, Ev}, {L * H * Ev, Ev, H * Ev, 1}, q.device_type(),
+                                                  q.device_index()));
+  std::unique_ptr<Tensor> l(Tensor::empty_strided(dt == kFloat64 ? kFloat64 : kFloat32, {B, H, L}, {L * H, 1, H},
+                                                  q.device_type(), q.device_index()));
+  const double sc = scale != nullptr ? *scale : 1.0 / std::sqrt(static_cast<double>(qs[3]));
+  if (o->numel() > 0 || l->numel() > 0) {
+    if (dt == kFloat64) {
+      sdpa_impl<double>(q, k, v, is_causal, attn_mask, sc, *o, *l);
+    } else {
+      sdpa_impl<float>(q, k, v, is_causal, attn_mask, static_cast<float>(sc), *o, *l);
+    }
+  }
+  *out = o.release();
+  *logsumexp = l.release();
 }
 
 }  // namespace cpu

@@ -28,6 +28,13 @@ struct ConvParams {
 // aten::convolution; returns a new owning tensor in the memory format ATen's CPU backend would pick.
 Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p);
 
+// aten::_scaled_dot_product_flash_attention_for_cpu: query [B, Hq, L, E], key [B, Hk, S, E], value
+// [B, Hk, S, Ev] (Hq a multiple of Hk). Returns new tensors in exactly ATen's layouts: output
+// [B, Hq, L, Ev] stored as [B, L, Hq, Ev], logsumexp [B, Hq, L] (float32, float64 for double inputs)
+// stored as [B, L, Hq]; plugins reinterpret them with those strides.
+void sdpa_flash(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p, bool is_causal,
+                const Tensor* attn_mask, const double* scale, Tensor** out, Tensor** logsumexp);
+
 // ATen's suggest_memory_format() predicates (c10::is_channels_last_strides_2d/3d).
 bool is_channels_last_strides_2d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
 bool is_channels_last_strides_3d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);

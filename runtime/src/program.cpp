@@ -125,17 +125,17 @@ std::vector<TensorContract> parse_tensors(const Json* list, const std::string& w
   return out;
 }
 
-// Strides the plugin expects for these sizes: the contract's for its example sizes when all dims are
-// static, else the same dimension order (e.g. channels-last) recomputed for the actual sizes.
-std::vector<int64_t> expected_strides(const TensorContract& c, const std::vector<int64_t>& sizes) {
-  if (c.strides.empty()) return Tensor::contiguous_strides(sizes);
+// Strides the plugin expects for these sizes: `layout` (the contract's strides for its example sizes,
+// or a layout the caller gave) when it fits them, else the same dimension order (e.g. channels-last)
+// recomputed for the actual sizes. An empty layout means contiguous.
+std::vector<int64_t> expected_strides(const std::vector<int64_t>& layout, const std::vector<int64_t>& sizes) {
+  if (layout.empty() || layout.size() != sizes.size()) return Tensor::contiguous_strides(sizes);
   std::vector<size_t> order(sizes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // innermost first: sort dims by the contract's stride (stable, ties keep the later dim inner)
+  // innermost first: sort dims by the layout's stride (stable, ties keep the later dim inner)
   for (size_t i = 0; i < order.size(); ++i)
     for (size_t j = i + 1; j < order.size(); ++j)
-      if (c.strides[order[j]] < c.strides[order[i]] ||
-          (c.strides[order[j]] == c.strides[order[i]] && order[j] > order[i]))
+      if (layout[order[j]] < layout[order[i]] || (layout[order[j]] == layout[order[i]] && order[j] > order[i]))
         std::swap(order[i], order[j]);
   std::vector<int64_t> out(sizes.size());
   int64_t s = 1;
@@ -151,6 +151,18 @@ bool same_layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& 
     if (sizes[i] > 1 && a[i] != b[i]) return false;
   return true;
 }
+
+// "contiguous", "channels_last", "channels_last_3d" or the strides themselves, for messages.
+std::string layout_name(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  if (same_layout(sizes, strides, Tensor::contiguous_strides(sizes))) return "contiguous " + dims(strides);
+  if (sizes.size() == 4 && same_layout(sizes, strides, expected_strides({4, 1, 3, 2}, sizes)))
+    return "channels_last " + dims(strides);
+  if (sizes.size() == 5 && same_layout(sizes, strides, expected_strides({5, 1, 4, 3, 2}, sizes)))
+    return "channels_last_3d " + dims(strides);
+  return "strides " + dims(strides);
+}
+
+constexpr const char* kCheckInputsEnv = "AOTI_RUNTIME_CHECK_INPUTS";
 
 }  // namespace
 
@@ -280,10 +292,28 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
                     "; re-export the model", AOTI_HOST_INVALID_PROGRAM);
   }
   if (!p->has_contract_) {
-    log(LogLevel::Info, "%s: no contract in the package: only the number of inputs is checked", path.c_str());
+    // Without a contract the host can't know what the plugin was built for, but the plugin can: its
+    // generated check_inputs (dtype, sizes, dynamic ranges, strides, device) runs when
+    // AOTI_RUNTIME_CHECK_INPUTS is set at its first Run (a function-local static, read once per plugin).
+    // setenv is not thread-safe: load programs before starting threads that read the environment.
+    const char* env = std::getenv(kCheckInputsEnv);
+    if (env == nullptr) {
+      ::setenv(kCheckInputsEnv, "1", 0);
+      env = std::getenv(kCheckInputsEnv);
+    }
+    p->plugin_checks_inputs_ = env != nullptr && env[0] != '0';
+    if (p->plugin_checks_inputs_) {
+      log(LogLevel::Info, "%s: no contract in the package: the plugin checks its own inputs (%s=%s)", path.c_str(),
+          kCheckInputsEnv, env);
+    } else {
+      log(LogLevel::Warning, "%s: no contract in the package and %s=0: inputs are not checked; a wrong shape or "
+          "layout gives wrong numbers. Unset %s or re-export with aoti-toolchain export", path.c_str(),
+          kCheckInputsEnv, kCheckInputsEnv);
+    }
     p->inputs_.resize(p->num_inputs_);
     p->outputs_.resize(p->num_outputs_);
   }
+  p->layouts_.resize(p->num_inputs_);
   for (size_t i = 0; i < p->num_inputs_; ++i) {
     const char* name = nullptr;
     if (fns.AOTInductorModelContainerGetInputName(p->container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
@@ -376,11 +406,28 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
           }
         }
       }
+      std::vector<int64_t> want = expected_strides(c.strides, sizes);
+      if (!layouts_[i].empty()) {
+        if (layouts_[i].size() != sizes.size())
+          throw Error(what + ": the layout given for it has " + std::to_string(layouts_[i].size()) +
+                          " strides, the input has shape " + dims(sizes), AOTI_HOST_INVALID_ARGUMENT);
+        std::vector<int64_t> given = expected_strides(layouts_[i], sizes);
+        if (has_contract_ && !same_layout(sizes, given, want))
+          throw Error(what + ": the layout given for it (" + layout_name(sizes, given) + ") is not the one the "
+                          "package's contract records for the plugin (" + layout_name(sizes, want) +
+                          "); drop the layout: with a contract the runtime knows it", AOTI_HOST_INVALID_ARGUMENT);
+        want = std::move(given);
+      }
+      const bool convert = !same_layout(sizes, strides, want);
+      if (convert && strict_)
+        throw Error(what + ": " + layout_name(sizes, strides) + ", the plugin was built for " +
+                        layout_name(sizes, want) + "; strict mode refuses to convert: pass the array in that layout "
+                        "or drop --strict", AOTI_HOST_INVALID_ARGUMENT);
       Tensor* t = Tensor::from_blob(v.data, v.dtype, sizes, strides, 0, 0, 0);
-      std::vector<int64_t> want = expected_strides(c, sizes);
-      if (!same_layout(sizes, strides, want)) {
+      if (convert) {
         // The plugin indexes inputs with the strides it was built for and never checks them.
-        log(LogLevel::Debug, "%s: strides %s converted to %s", what.c_str(), dims(strides).c_str(), dims(want).c_str());
+        log(LogLevel::Debug, "%s: %s converted to the plugin's %s", what.c_str(), layout_name(sizes, strides).c_str(),
+            layout_name(sizes, want).c_str());
         std::unique_ptr<Tensor> borrowed(t);
         t = Tensor::empty_strided(v.dtype, sizes, want);
         AtenTensorHandle dst = to_handle(t);
@@ -405,8 +452,26 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
       if (outputs[i] != nullptr) aoti_torch_delete_tensor_object(outputs[i]);
       outputs[i] = nullptr;
     }
-    throw Error(path_ + ": " + plugin_error("AOTInductorModelContainerRun"), AOTI_HOST_RUN_FAILED);
+    std::string msg = plugin_error("AOTInductorModelContainerRun");
+    if (!has_contract_ && plugin_checks_inputs_ && msg.find("input_handles[") != std::string::npos) {
+      // The plugin's own input check refused the inputs (only on when there's no contract).
+      throw Error(path_ + ": the plugin refused its inputs: " + msg +
+                      " (the package has no contract, so the plugin checked them itself: give inputs of the "
+                      "shape and dtype it was built for, and its layout with -i FILE.npy:channels_last or "
+                      ":strides=...)", AOTI_HOST_INVALID_ARGUMENT);
+    }
+    throw Error(path_ + ": " + msg, AOTI_HOST_RUN_FAILED);
   }
+}
+
+void Program::set_input_layout(size_t i, std::vector<int64_t> strides) {
+  if (i >= num_inputs_)
+    throw Error(path_ + ": input index " + std::to_string(i) + " out of range (the model takes " +
+                    std::to_string(num_inputs_) + ")", AOTI_HOST_INVALID_ARGUMENT);
+  for (int64_t s : strides)
+    if (s < 0) throw Error(path_ + ": input " + std::to_string(i) + ": layout strides " + dims(strides) +
+                               " must not be negative", AOTI_HOST_INVALID_ARGUMENT);
+  layouts_[i] = std::move(strides);
 }
 
 }  // namespace aoti_host

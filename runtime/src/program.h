@@ -36,6 +36,13 @@ class Program {
   const TensorContract& output(size_t i) const { return outputs_.at(i); }
   const std::string& path() const { return path_; }
 
+  // strict: an input whose layout differs from the one the plugin was built for is refused instead of
+  // converted.
+  void set_strict(bool strict) { strict_ = strict; }
+  // The layout the plugin expects for input i, as strides (only their order matters: they are
+  // recomputed for the actual sizes). For a package without a contract; with one, it must agree.
+  void set_input_layout(size_t i, std::vector<int64_t> strides);
+
   // Checks the inputs against the contract (throws Error with AOTI_HOST_INVALID_ARGUMENT), converts
   // layouts the plugin wasn't built for, runs, and fills `outputs` (owned by the caller).
   void run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs, size_t num_outputs);
@@ -50,7 +57,10 @@ class Program {
   AOTInductorModelContainerHandle container_ = nullptr;
   size_t num_inputs_ = 0, num_outputs_ = 0;
   bool has_contract_ = false;
+  bool strict_ = false;
+  bool plugin_checks_inputs_ = false;  // AOTI_RUNTIME_CHECK_INPUTS was on for the plugin's first Run
   std::vector<TensorContract> inputs_, outputs_;
+  std::vector<std::vector<int64_t>> layouts_;  // per input: strides given by set_input_layout, or empty
 };
 
 int32_t dtype_from_name(const std::string& name);  // -1 when unknown

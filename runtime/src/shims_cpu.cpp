@@ -78,4 +78,20 @@ AOTI_HOST_API AOTITorchError aoti_torch_cpu_convolution(AtenTensorHandle input, 
   });
 }
 
+AOTI_HOST_API AOTITorchError aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu(
+    AtenTensorHandle query, AtenTensorHandle key, AtenTensorHandle value, double dropout_p, int32_t is_causal,
+    AtenTensorHandle* attn_mask, double* scale, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded("aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu", [&] {
+    if (ret0 == nullptr || ret1 == nullptr) throw Error("output pointer 'ret0' or 'ret1' is null");
+    // Optional tensor: a null pointer or a pointer to a null handle both mean "no mask".
+    const Tensor* mask = (attn_mask != nullptr && *attn_mask != nullptr) ? from_handle(*attn_mask) : nullptr;
+    Tensor* out = nullptr;
+    Tensor* lse = nullptr;
+    aoti_host::cpu::sdpa_flash(tensor_arg(query, "query"), tensor_arg(key, "key"), tensor_arg(value, "value"), dropout_p,
+                               is_causal != 0, mask, scale, &out, &lse);
+    *ret0 = to_handle(out);
+    *ret1 = to_handle(lse);
+  });
+}
+
 }  // extern "C"

@@ -1,6 +1,7 @@
 // aoti-run: run an AOTInductor plugin (.pt2 package or plugin .so) on .npy inputs, write .npy outputs.
 //
-//   aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy [-i IN1.npy ...] -o OUTDIR [--repeat N] [--quiet]
+//   aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy[:LAYOUT] [-i ...] -o OUTDIR [--strict] [--repeat N]
+//            [--quiet]
 //
 // Exit codes (stable: scripts and the Python CLI rely on them):
 //   0 success; 1 anything unexpected; 2 usage error; 3 bad input (a missing model/weights/input file, a bad
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <string>
@@ -44,8 +46,8 @@ namespace {
 enum ExitCode { kOk = 0, kUnexpected = 1, kUsage = 2, kBadInput = 3, kLoadFailed = 4, kRunFailed = 5 };
 
 const char kUsageLine[] =
-    "usage: aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy [-i IN1.npy ...] -o OUTDIR "
-    "[--repeat N] [--quiet]";
+    "usage: aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy[:LAYOUT] [-i IN1.npy ...] -o OUTDIR "
+    "[--strict] [--repeat N] [--quiet]";
 
 const char kHelp[] =
     "\n"
@@ -53,7 +55,11 @@ const char kHelp[] =
     "\n"
     "  MODEL.pt2|PLUGIN.so   a .pt2 package or a compiled plugin .so\n"
     "  --weights BLOB        weights blob for a plugin .so that keeps its weights outside\n"
-    "  -i, --input FILE.npy  one per model input, in order\n"
+    "  -i, --input FILE.npy[:LAYOUT]\n"
+    "                        one per model input, in order. LAYOUT is the layout the plugin was built\n"
+    "                        for (contiguous, channels_last, channels_last_3d or strides=S0,S1,...):\n"
+    "                        needed only for a plugin without a contract; the array is converted to it\n"
+    "  --strict              refuse inputs whose layout differs from the plugin's instead of converting\n"
     "  -o, --output DIR      where output_<k>.npy go (created if missing; also --output-dir)\n"
     "  --repeat N            after the first run, run N more times and print\n"
     "                        'latency_us: median=.. p10=.. p90=.. n=N'\n"
@@ -76,7 +82,9 @@ struct Args {
   std::string weights;
   bool has_weights = false;
   std::vector<std::string> inputs;
+  std::vector<std::string> layouts;  // per input: "" or the text after ':'
   std::string outdir;
+  bool strict = false;
   bool has_outdir = false;
   long long repeat = 0;
   bool quiet = false;
@@ -122,7 +130,22 @@ Args parse_args(int argc, char** argv) {
       a.help = true;
       return a;
     } else if (arg == "-i" || arg == "--input") {
-      a.inputs.push_back(take("-i"));
+      std::string spec = take("-i");
+      std::string layout;
+      const size_t colon = spec.rfind(':');
+      if (colon != std::string::npos) {
+        const std::string tail = spec.substr(colon + 1);
+        if (tail == "contiguous" || tail == "channels_last" || tail == "channels_last_3d" ||
+            tail.rfind("strides=", 0) == 0) {
+          layout = tail;
+          spec = spec.substr(0, colon);
+        }
+      }
+      a.inputs.push_back(spec);
+      a.layouts.push_back(layout);
+    } else if (arg == "--strict") {
+      no_value("--strict");
+      a.strict = true;
     } else if (arg == "-o" || arg == "--output-dir" || arg == "--output") {
       a.outdir = take("-o");
       a.has_outdir = true;
@@ -332,6 +355,49 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
 
+// Strides for a -i FILE:LAYOUT suffix and the array's sizes (only their order matters to the runtime).
+std::vector<int64_t> layout_strides(const std::string& layout, const std::string& file,
+                                    const std::vector<int64_t>& sizes) {
+  const std::string arg = "-i " + file + ":" + layout;
+  const size_t nd = sizes.size();
+  auto prod = [&](std::initializer_list<size_t> dims) {
+    int64_t p = 1;
+    for (size_t d : dims) p *= std::max<int64_t>(sizes[d], 1);
+    return p;
+  };
+  if (layout == "contiguous") {
+    std::vector<int64_t> st(nd, 1);
+    for (size_t d = nd; d-- > 1;) st[d - 1] = st[d] * std::max<int64_t>(sizes[d], 1);
+    return st;
+  }
+  if (layout == "channels_last") {
+    if (nd != 4) usage_error(arg + ": channels_last needs a 4-d (NCHW) array, " + file + " is " + shape_label(sizes));
+    return {prod({1, 2, 3}), 1, prod({1, 3}), prod({1})};
+  }
+  if (layout == "channels_last_3d") {
+    if (nd != 5) usage_error(arg + ": channels_last_3d needs a 5-d (NCDHW) array, " + file + " is " + shape_label(sizes));
+    return {prod({1, 2, 3, 4}), 1, prod({1, 3, 4}), prod({1, 4}), prod({1})};
+  }
+  std::vector<int64_t> st;  // strides=S0,S1,...
+  const std::string list = layout.substr(8);
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string item = list.substr(pos, comma - pos);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno == ERANGE || v < 0)
+      usage_error(arg + ": strides must be non-negative integers separated by commas, got '" + item + "'");
+    st.push_back(v);
+    pos = comma + 1;
+  }
+  if (st.size() != nd)
+    usage_error(arg + ": " + std::to_string(st.size()) + " strides for a " + std::to_string(nd) + "-d array " +
+                shape_label(sizes));
+  return st;
+}
+
 int run(const Args& args) {
   require_file(args.model, "model (.pt2 package or plugin .so)");
   if (args.has_weights) require_file(args.weights, "weights blob (--weights)");
@@ -376,6 +442,17 @@ int run(const Args& args) {
     throw Failure{kBadInput, "the model takes " + std::to_string(num_inputs) +
                                  (num_inputs == 1 ? " input" : " inputs") + ", got " + std::to_string(arrays.size()) +
                                  " (" + given + "); give one -i FILE.npy per input, in order"};
+  }
+
+  if (args.strict) {
+    status = aoti_host_program_set_strict(program.get(), true);
+    if (status != AOTI_HOST_OK) throw Failure{kUnexpected, "--strict: " + last_error_or(status)};
+  }
+  for (size_t k = 0; k < arrays.size(); ++k) {
+    if (args.layouts[k].empty()) continue;
+    const std::vector<int64_t> st = layout_strides(args.layouts[k], args.inputs[k], arrays[k].sizes);
+    status = aoti_host_program_set_input_layout(program.get(), k, st.data(), static_cast<int32_t>(st.size()));
+    if (status != AOTI_HOST_OK) throw Failure{kBadInput, last_error_or(status)};
   }
 
   std::vector<aoti_host_tensor_view> views(arrays.size());

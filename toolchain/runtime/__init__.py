@@ -92,6 +92,8 @@ class Library:
         for fn in ("aoti_host_program_input_spec", "aoti_host_program_output_spec"):
             getattr(lib, fn).argtypes = [vp, sz, ctypes.POINTER(_Spec)]
         lib.aoti_host_program_run.argtypes = [vp, ctypes.POINTER(_View), sz, ctypes.POINTER(vp), sz]
+        lib.aoti_host_program_set_strict.argtypes = [vp, ctypes.c_bool]
+        lib.aoti_host_program_set_input_layout.argtypes = [vp, sz, ctypes.POINTER(ctypes.c_int64), i32]
         lib.aoti_torch_get_data_ptr.argtypes = [vp, ctypes.POINTER(vp)]
         lib.aoti_torch_get_dtype.argtypes = [vp, ctypes.POINTER(i32)]
         lib.aoti_torch_get_dim.argtypes = [vp, ctypes.POINTER(ctypes.c_int64)]
@@ -168,6 +170,18 @@ class Program:
         shape = tuple(None if s.sizes[d] < 0 else s.sizes[d] for d in range(s.ndim))
         return TensorSpec(name, _FROM_CODE.get(s.dtype), shape)
 
+    def set_strict(self, strict: bool = True) -> None:
+        """Refuse inputs whose layout differs from the plugin's instead of converting them."""
+        self._lib.check(self._lib.lib.aoti_host_program_set_strict(self._handle, bool(strict)), "set_strict")
+
+    def set_input_layout(self, index: int, strides: Sequence[int]) -> None:
+        """The layout the plugin expects for input `index` (strides; only their order matters).
+
+        For a package without a contract (exported elsewhere); see `layout_strides` for named layouts."""
+        arr = (ctypes.c_int64 * max(1, len(strides)))(*strides)
+        self._lib.check(self._lib.lib.aoti_host_program_set_input_layout(self._handle, index, arr, len(strides)),
+                        "set_input_layout")
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._handle.value is None:
             msg = f"{self.path}: program is closed"
@@ -212,6 +226,52 @@ class Program:
             pass
 
 
+LAYOUTS = ("contiguous", "channels_last", "channels_last_3d")
+
+
+def split_input_arg(text: str) -> tuple[str, str | None]:
+    """`x.npy:channels_last` -> ("x.npy", "channels_last"); a suffix that isn't a layout stays in the path."""
+    path, sep, tail = text.rpartition(":")
+    if sep and (tail in LAYOUTS or tail.startswith("strides=")):
+        return path, tail
+    return text, None
+
+
+def layout_strides(layout: str, shape: Sequence[int]) -> list[int]:
+    """Element strides of `layout` (a name in LAYOUTS or `strides=S0,S1,...`) for an array of `shape`."""
+    dims = [max(int(n), 1) for n in shape]
+    if layout == "contiguous":
+        out, acc = [], 1
+        for n in reversed(dims):
+            out.insert(0, acc)
+            acc *= n
+        return out
+    if layout in ("channels_last", "channels_last_3d"):
+        nd = 4 if layout == "channels_last" else 5
+        if len(dims) != nd:
+            msg = f"{layout} needs a {nd}-d array, got shape {list(shape)}"
+            raise InputError(msg, fix="give the layout only to inputs of that rank")
+        strides = [0] * nd
+        strides[1] = 1
+        acc = dims[1]
+        for d in range(nd - 1, 1, -1):
+            strides[d] = acc
+            acc *= dims[d]
+        strides[0] = acc
+        return strides
+    if layout.startswith("strides="):
+        try:
+            st = [int(v) for v in layout.removeprefix("strides=").split(",")]
+        except ValueError:
+            st = []
+        if len(st) != len(dims) or any(v < 0 for v in st):
+            msg = f"{layout}: expected {len(dims)} non-negative integers for an array of shape {list(shape)}"
+            raise InputError(msg, fix="e.g. strides=48,1,12,3 (only their order matters)")
+        return st
+    msg = f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)} or strides=S0,S1,..."
+    raise InputError(msg)
+
+
 _LIBRARIES: dict[Path, Library] = {}
 
 
@@ -223,10 +283,15 @@ def library(path: Path | None = None) -> Library:
 
 
 def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None = None,
-         library_path: Path | None = None) -> Program:
-    """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin)."""
+         library_path: Path | None = None, strict: bool = False) -> Program:
+    """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin).
+
+    strict: refuse inputs in another layout than the plugin's instead of converting them."""
     lib = library(library_path)
     opts = _Options(os.fsencode(weights) if weights is not None else None, b"cpu", 1)
     handle = ctypes.c_void_p()
     lib.check(lib.lib.aoti_host_program_load(os.fsencode(path), ctypes.byref(opts), ctypes.byref(handle)), "load")
-    return Program(lib, handle.value or 0, Path(path))
+    prog = Program(lib, handle.value or 0, Path(path))
+    if strict:
+        prog.set_strict(True)
+    return prog

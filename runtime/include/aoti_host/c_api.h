@@ -79,6 +79,14 @@ AOTI_HOST_API int aoti_host_program_run(aoti_host_program* program, const aoti_h
                                         size_t num_inputs, struct AtenTensorOpaque** outputs,
                                         size_t num_outputs);
 
+/* Layouts (issue 7). strict: refuse an input whose layout differs from the one the plugin was built for,
+ * instead of converting it. set_input_layout: the layout the plugin expects for input `index`, as
+ * strides in elements (only their order matters: e.g. channels-last {HWC, 1, WC, C}), for a package
+ * without a contract; with a contract it must agree with it. ndim 0 clears it. */
+AOTI_HOST_API int aoti_host_program_set_strict(aoti_host_program* program, bool strict);
+AOTI_HOST_API int aoti_host_program_set_input_layout(aoti_host_program* program, size_t index,
+                                                     const int64_t* strides, int32_t ndim);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

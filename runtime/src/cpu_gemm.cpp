@@ -1,0 +1,116 @@
+#include "cpu_gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+namespace aoti_host {
+namespace cpu {
+namespace {
+
+// How the BLAS can read a strided matrix without a copy: row-major (unit column stride) or its
+// transpose (unit row stride), with a leading dimension that fits the BLAS's int. Strides of size-1
+// dimensions don't matter.
+bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANSPOSE* trans, int64_t* ld) {
+  if (rows > INT_MAX || cols > INT_MAX) return false;
+  int64_t r = rows <= 1 ? std::max<int64_t>(cols, 1) : rs;
+  int64_t c = cols <= 1 ? 1 : cs;
+  if (c == 1 && r >= std::max<int64_t>(cols, 1) && r <= INT_MAX) {
+    *trans = CblasNoTrans, *ld = r;
+    return true;
+  }
+  r = rows <= 1 ? 1 : rs;
+  c = cols <= 1 ? std::max<int64_t>(rows, 1) : cs;
+  if (r == 1 && c >= std::max<int64_t>(rows, 1) && c <= INT_MAX) {
+    *trans = CblasTrans, *ld = c;
+    return true;
+  }
+  return false;
+}
+
+template <typename T>
+std::vector<T> pack(const MatView<const T>& m) {
+  std::vector<T> out(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t j = 0; j < m.cols; ++j) out[static_cast<size_t>(i * m.cols + j)] = m.p[i * m.rs + j * m.cs];
+  return out;
+}
+
+void call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+void call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+}  // namespace
+
+template <typename T>
+void gemm(const MatView<const T>& A, const MatView<const T>& B, const MatView<T>& C, T alpha, T beta) {
+  const int64_t M = C.rows, N = C.cols, K = A.cols;
+  if (M == 0 || N == 0) return;
+  if (K == 0 || K > INT_MAX) {
+    if (K == 0) {  // an empty sum: C <- beta * C
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          T& c = C.p[i * C.rs + j * C.cs];
+          c = beta == T(0) ? T(0) : beta * c;
+        }
+      return;
+    }
+  }
+  CBLAS_TRANSPOSE tc;
+  int64_t ldc;
+  if (!blas_layout(M, N, C.rs, C.cs, &tc, &ldc) || K > INT_MAX) {
+    // An output the BLAS can't write (strided both ways, broadcast, huge): compute into a packed copy.
+    std::vector<T> tmp(static_cast<size_t>(M * N), T(0));
+    MatView<T> packed{tmp.data(), M, N, N, 1};
+    if (beta != T(0))
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) tmp[static_cast<size_t>(i * N + j)] = C.p[i * C.rs + j * C.cs];
+    if (K > INT_MAX) {  // beyond the BLAS's int: plain loops
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          T s = 0;
+          for (int64_t q = 0; q < K; ++q) s += A.p[i * A.rs + q * A.cs] * B.p[q * B.rs + j * B.cs];
+          T& c = tmp[static_cast<size_t>(i * N + j)];
+          c = alpha * s + (beta == T(0) ? T(0) : beta * c);
+        }
+    } else {
+      gemm<T>(A, B, packed, alpha, beta);
+    }
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C.p[i * C.rs + j * C.cs] = tmp[static_cast<size_t>(i * N + j)];
+    return;
+  }
+  if (tc == CblasTrans) {  // column-major output: C^T = B^T @ A^T is row-major
+    gemm<T>(B.t(), A.t(), C.t(), alpha, beta);
+    return;
+  }
+  CBLAS_TRANSPOSE ta, tb;
+  int64_t lda, ldb;
+  std::vector<T> pa, pb;
+  const T* a = A.p;
+  const T* b = B.p;
+  if (!blas_layout(M, K, A.rs, A.cs, &ta, &lda)) {
+    pa = pack(A), a = pa.data(), ta = CblasNoTrans, lda = K;
+  }
+  if (!blas_layout(K, N, B.rs, B.cs, &tb, &ldb)) {
+    pb = pack(B), b = pb.data(), tb = CblasNoTrans, ldb = N;
+  }
+  call(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C.p, ldc);
+}
+
+template void gemm<float>(const MatView<const float>&, const MatView<const float>&, const MatView<float>&, float,
+                          float);
+template void gemm<double>(const MatView<const double>&, const MatView<const double>&, const MatView<double>&,
+                           double, double);
+
+}  // namespace cpu
+}  // namespace aoti_host

@@ -1,0 +1,52 @@
+"""The CPU libraries the host runtime links, found by SCons configure checks (a clear error when missing).
+
+- BLAS: OpenBLAS's cblas (Debian: libopenblas-dev). The `aoti_torch_cpu_*` fallbacks (addmm, mm, bmm,
+  convolution as im2col + GEMM, flash attention) call `cblas_sgemm`/`cblas_dgemm`. OpenBLAS because it is
+  the fastest BLAS Debian ships for both x86_64 and aarch64 with runtime CPU dispatch (one build runs
+  well on any CPU, as plugins built with -march=native don't), it has a cblas interface in the same
+  library, and it honours OMP_NUM_THREADS/OPENBLAS_NUM_THREADS like the plugin's OpenMP kernels do.
+  (MKL isn't in Debian main; BLIS and the reference BLAS are slower on small GEMMs.)
+- Sleef (Debian: libsleef-dev): vectorised plugins (`cpp.vec_isa_ok=True`, what `aoti-toolchain export`
+  builds) import unversioned `Sleef_*` functions (`Sleef_expf8_u10`, ...) from the global scope; the
+  runtime carries libsleef in its DT_NEEDED so they resolve. Nothing in the runtime calls Sleef, so it
+  is linked with --no-as-needed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import SCons.Script
+
+_APT = "apt-get install libopenblas-dev libsleef-dev"
+
+_CHECKS = (
+    # (library, header, call, what it is for, Debian package)
+    ("openblas", "cblas.h",
+     "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, 0, 1, 0, 1, 0.0f, 0, 1);",
+     "the BLAS behind the CPU fallbacks (addmm/mm/bmm, convolution, attention)", "libopenblas-dev"),
+    ("sleef", "sleef.h", "Sleef_expf_u10(1.0f);",
+     "the Sleef_* functions vectorised plugins import", "libsleef-dev"),
+)
+
+
+def configure_cpu_libs(env) -> None:
+    """Check for OpenBLAS and Sleef and add them to `env`'s link lines; exit 2 naming the fix if missing."""
+    if SCons.Script.GetOption("help") or SCons.Script.GetOption("clean"):
+        return
+    vdir = os.path.join(env["BUILD_DIR"], env["AOTI_VARIANT"])
+    conf = env.Configure(conf_dir=os.path.join(vdir, "sconf_temp"), log_file=os.path.join(vdir, "config.log"))
+    missing = []
+    for lib, header, call, why, package in _CHECKS:
+        if not conf.CheckLibWithHeader(lib, header, "c", call=call, autoadd=False):
+            missing.append(f"  lib{lib} ({header}, -l{lib}): {why}; Debian/Ubuntu package {package}")
+    conf.Finish()
+    if missing:
+        print("scons: error: libraries the host runtime needs were not found:\n" + "\n".join(missing) +
+              f"\n  fix: {_APT} (as root), or point CPPPATH/LIBPATH at them; details in {vdir}/config.log")
+        SCons.Script.Exit(2)
+    env.Append(LIBS=["openblas"])
+    # --as-needed would drop libsleef (the runtime itself calls none of it); plugins bind to it through
+    # the global scope, so every binary that loads plugins lists it in DT_NEEDED.
+    keep = ["-Wl,--no-as-needed", "-lsleef", "-Wl,--as-needed"]
+    env.Append(LINKFLAGS=keep)  # SHLINKFLAGS includes $LINKFLAGS
