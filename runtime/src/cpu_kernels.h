@@ -28,10 +28,10 @@ struct ConvParams {
 // aten::convolution; returns a new owning tensor in the memory format ATen's CPU backend would pick.
 Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p);
 
-// aten::_scaled_dot_product_flash_attention_for_cpu: query [B, Hq, L, E], key [B, Hk, S, E], value
-// [B, Hk, S, Ev] (Hq a multiple of Hk). Returns new tensors in exactly ATen's layouts: output
-// [B, Hq, L, Ev] stored as [B, L, Hq, Ev], logsumexp [B, Hq, L] (float32, float64 for double inputs)
-// stored as [B, L, Hq]; plugins reinterpret them with those strides.
+// aten::_scaled_dot_product_flash_attention_for_cpu: query [B, Hq, L, E], key and value [B, Hk, S, E]
+// (Hq a multiple of Hk). Returns new tensors in exactly ATen's layouts, which plugins reinterpret:
+// output as at::empty_like(query) (query's strides when dense, else dense in query's dimension order),
+// logsumexp [B, Hq, L] (float32; float64 for double inputs) stored as [B, L, Hq].
 void sdpa_flash(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p, bool is_causal,
                 const Tensor* attn_mask, const double* scale, Tensor** out, Tensor** logsumexp);
 

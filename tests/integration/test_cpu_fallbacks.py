@@ -382,3 +382,121 @@ def test_convolution_errors(rt: Runtime, bad: str, needle: str) -> None:
 def test_all_shapes_listed() -> None:
     # Guards against an accidental edit that empties the parametrisation.
     assert len(CONV_CASES) >= 10 and len(list(itertools.product(FLOAT_DTYPES, CONV_CASES))) >= 40
+
+
+# ---------------- BLAS edge cases (float32/float64 go through cblas) ----------------
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(0, 3, 4), (3, 0, 4), (3, 4, 0), (1, 1, 1), (1, 7, 1), (9, 1, 5)])
+def test_mm_degenerate_shapes(rt: Runtime, dtype: str, shape) -> None:
+    m, k, n = shape
+    g = torch.Generator().manual_seed(8)
+    a, b = _rand(g, m, k, dtype=dtype), _rand(g, k, n, dtype=dtype)
+    out = torch.full((m, n), float("nan"), dtype=a.dtype)
+    assert rt.lib.aoti_torch_cpu_mm_out(rt.from_torch(out), rt.from_torch(a), rt.from_torch(b)) == 0, rt.last_error()
+    _close(out, torch.mm(a, b), dtype)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_mm_operands_blas_cannot_take(rt: Runtime, dtype: str) -> None:
+    """Operands no BLAS takes as they are (stride-0 rows, an output strided both ways) get packed."""
+    g = torch.Generator().manual_seed(9)
+    a = _rand(g, 1, 6, dtype=dtype).expand(5, 6)                       # stride 0 rows
+    b = _rand(g, 6, 4, dtype=dtype)
+    big = torch.zeros(12, 10, dtype=a.dtype)
+    out = big[::2, ::2][:5, :4]                                         # strided in both dims
+    assert rt.lib.aoti_torch_cpu_mm_out(rt.from_torch(out), rt.from_torch(a), rt.from_torch(b)) == 0, rt.last_error()
+    _close(out, torch.mm(a, b), dtype)
+    assert big[1::2].abs().sum() == 0, "wrote outside the output view"
+    # beta = 0 never reads out (NaNs in it must not propagate), as ATen defines addmm
+    out2 = torch.full((5, 4), float("nan"), dtype=a.dtype)
+    bias = _rand(g, 4, dtype=dtype)
+    assert rt.lib.aoti_torch_cpu_addmm_out(rt.from_torch(out2), rt.from_torch(bias), rt.from_torch(a),
+                                           rt.from_torch(b), 0.0, 1.0) == 0
+    _close(out2, torch.mm(a, b), dtype)
+
+
+# ---------------- flash attention ----------------
+
+def _sdpa_shim(rt: Runtime, q, k, v, *, causal=False, mask=None, scale=None, dropout=0.0):
+    lib = rt.lib
+    fn = lib.aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu
+    fn.argtypes = [H, H, H, ctypes.c_double, ctypes.c_int32, ctypes.POINTER(H), ctypes.POINTER(ctypes.c_double),
+                   ctypes.POINTER(H), ctypes.POINTER(H)]
+    mask_h = H(rt.from_torch(mask)) if mask is not None else None
+    sc = ctypes.c_double(scale) if scale is not None else None
+    r0, r1 = H(), H()
+    rc = fn(rt.from_torch(q), rt.from_torch(k), rt.from_torch(v), dropout, int(causal),
+            ctypes.byref(mask_h) if mask_h is not None else None, ctypes.byref(sc) if sc is not None else None,
+            ctypes.byref(r0), ctypes.byref(r1))
+    if rc != 0:
+        return None, rt.last_error()
+    rt.handles += [r0.value, r1.value]
+    return (rt.to_torch(r0.value), rt.to_torch(r1.value)), ""
+
+
+def _qkv_layout(t, layout: str, g):
+    if layout == "bhld":
+        return t.contiguous()
+    if layout == "blhd":  # what inductor usually passes: a permuted view of [B, L, H, D]
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return _strided(t, layout, g)
+
+
+SDPA_CASES = [
+    # (B, Hq, Hk, L, S, E, causal, mask)
+    (2, 3, 3, 5, 7, 8, False, None),
+    (1, 4, 4, 6, 6, 16, True, None),
+    (2, 2, 2, 7, 4, 8, True, None),        # causal with L > S: top-left aligned, as ATen
+    (2, 4, 2, 5, 9, 8, False, None),       # grouped-query attention
+    (1, 2, 2, 5, 6, 4, False, "float4d"),
+    (2, 2, 2, 3, 5, 4, False, "float2d"),  # broadcast over batch and heads
+    (2, 2, 2, 4, 4, 4, True, "float4d"),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("case", SDPA_CASES, ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize("layout", ["bhld", "blhd", "stepped", "offset"])
+def test_flash_attention_matches_aten(rt: Runtime, dtype: str, case, layout: str) -> None:
+    b, hq, hk, lq, s, e, causal, mask_kind = case
+    g = torch.Generator().manual_seed(10)
+    q, k, v = _rand(g, b, hq, lq, e, dtype=dtype), _rand(g, b, hk, s, e, dtype=dtype), _rand(g, b, hk, s, e, dtype=dtype)
+    mask = None
+    if mask_kind == "float4d":
+        mask = _rand(g, b, hq, lq, s, dtype=dtype)
+    elif mask_kind == "float2d":
+        mask = _rand(g, lq, s, dtype=dtype)
+    qs, ks, vs = (_qkv_layout(t, layout, g) for t in (q, k, v))
+    got, err = _sdpa_shim(rt, qs, ks, vs, causal=causal, mask=mask, scale=0.3 if e == 4 else None)
+    assert got is not None, err
+    sc = 0.3 if e == 4 else None
+    # Layout: what ATen gives for these very operands. Values: ATen on packed copies, because torch
+    # 2.13's kernel reads inputs whose last dimension isn't unit-stride wrongly ("stepped" here).
+    layout_ref = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qs, ks, vs, 0.0, causal, attn_mask=mask,
+                                                                            scale=sc)
+    ref = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, scale=sc)
+    for name, mine, theirs, lay in (("output", got[0], ref[0], layout_ref[0]),
+                                    ("logsumexp", got[1], ref[1], layout_ref[1])):
+        assert mine.shape == theirs.shape, name
+        assert mine.dtype == theirs.dtype, name
+        assert mine.stride() == lay.stride(), f"{name}: strides {mine.stride()} != ATen's {lay.stride()}"
+        finite = torch.isfinite(theirs)
+        assert torch.equal(finite, torch.isfinite(mine)), f"{name}: -inf/nan pattern differs from ATen"
+        _close(mine[finite], theirs[finite], dtype if name == "output" else "float32" if dtype != "float64" else dtype)
+
+
+@needs_torch
+def test_flash_attention_errors(rt: Runtime) -> None:
+    q = torch.randn(1, 2, 3, 4)
+    _, err = _sdpa_shim(rt, q, q, q, dropout=0.1)
+    assert "dropout_p" in err and "inference" in err
+    _, err = _sdpa_shim(rt, q, torch.randn(1, 3, 3, 4), torch.randn(1, 3, 3, 4))
+    assert "multiple of the key/value heads" in err
+    _, err = _sdpa_shim(rt, q, q, q.double())
+    assert "dtypes must be the same" in err
+    _, err = _sdpa_shim(rt, q[0], q[0], q[0])
+    assert "must be 4-d" in err
