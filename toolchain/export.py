@@ -60,11 +60,12 @@ def inductor_configs(weights: str) -> dict[str, Any]:
 def _dim(size: Any, range_constraints: dict[Any, Any]) -> int | dict[str, int]:
     if isinstance(size, int):
         return size
-    try:
-        return int(size)
-    except (TypeError, ValueError):
-        pass
     expr = getattr(getattr(size, "node", None), "expr", None)
+    if expr is None or getattr(expr, "is_number", False):
+        try:  # a plain or constant size (int() of a symbolic one would give its example value)
+            return int(size)
+        except (TypeError, ValueError):
+            pass
     vr = range_constraints.get(expr) if expr is not None else None
     lower = int(vr.lower) if vr is not None else 0
     upper = vr.upper if vr is not None else None
