@@ -96,6 +96,54 @@ def mutated_buffer() -> tuple[Any, tuple[Any, ...]]:
     return Counter().eval(), (torch.randn(2, 4),)
 
 
+def attention() -> tuple[Any, tuple[Any, ...]]:
+    """A pre-norm transformer block (dim 64, 4 heads, sequence 32): inductor fuses its hand-written
+    matmul-softmax-matmul into the flash-attention op, which a link_libtorch=False plugin imports."""
+    torch = _torch()
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, dim: int = 64, heads: int = 4) -> None:
+            super().__init__()
+            self.heads = heads
+            self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.norm1(x)).reshape(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+            att = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5
+            y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, c)
+            x = x + self.proj(y)
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm2(x))))
+
+    return Block().eval(), (torch.randn(2, 32, 64),)
+
+
+def convnet_bench() -> tuple[Any, tuple[Any, ...]]:
+    """A small image classifier (3x32x32, conv-bn-relu x3, pooling, linear), channels-last as torch
+    recommends on CPU: the benchmark's conv net."""
+    torch = _torch()
+    nn = torch.nn
+
+    def block(cin: int, cout: int, stride: int) -> list[Any]:
+        return [nn.Conv2d(cin, cout, 3, stride=stride, padding=1), nn.BatchNorm2d(cout), nn.ReLU()]
+
+    model = nn.Sequential(*block(3, 16, 1), *block(16, 32, 2), *block(32, 64, 2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).eval()
+    model = model.to(memory_format=torch.channels_last)
+    return model, (torch.randn(4, 3, 32, 32).to(memory_format=torch.channels_last),)
+
+
+def mlp_bench() -> tuple[Any, tuple[Any, ...]]:
+    """The benchmark's MLP: 256 -> 512 -> 512 -> 10 with GELU, batch 32."""
+    torch = _torch()
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10))
+    return model.eval(), (torch.randn(32, 256),)
+
+
 EXAMPLES: dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]] = {
     "mlp": mlp,
     "convnet": convnet,
@@ -103,6 +151,9 @@ EXAMPLES: dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]] = {
     "embedding": embedding,
     "two_outputs": two_outputs,
     "mutated_buffer": mutated_buffer,
+    "attention": attention,
+    "convnet_bench": convnet_bench,
+    "mlp_bench": mlp_bench,
 }
 
 

@@ -9,12 +9,19 @@ What this does that a bare `aoti_compile_and_package` call doesn't (FACTS.md):
   the runtime checks every Run against: plugins don't check their inputs themselves.
 - a copy of the inductor configs (aoti_compile_and_package modifies the dict it is given) and an
   atomic write: a failed export leaves no half-written package.
+- vectorised kernels: with link_libtorch=False inductor's own ISA probe (build a .so calling
+  at::vec's exp, dlopen it) fails, because Sleef comes from libtorch, and every kernel is compiled
+  scalar; the failed result is cached in the process and the probe .so in the inductor cache. We
+  probe instead, in our own directory, with the Sleef the host runtime links (libsleef), and pass
+  the result as `cpp.vec_isa_ok=True` + `cpp.simdlen`, leaving inductor's caches as we found them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import zipfile
 from collections.abc import Sequence
@@ -55,6 +62,62 @@ def inductor_configs(weights: str) -> dict[str, Any]:
         cfg["aot_inductor.package_constants_in_so"] = False
         cfg["aot_inductor.package_constants_on_disk_format"] = "binary_blob"
     return cfg
+
+
+_PROBE_LOAD = "import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)"
+
+
+def probe_vec_isa(build_dir: Path) -> tuple[str, int] | None:
+    """The widest vector ISA whose inductor kernels build and load against the host's Sleef.
+
+    Returns (inductor's ISA name, bit width), or None when no ISA works (kernels stay scalar). Candidates
+    are inductor's, in its order, that this CPU has; each is compiled from inductor's own probe code with
+    that ISA's flags, linked to libsleef and dlopened (RTLD_NOW) in a subprocess. Results are kept in
+    `build_dir/torch/isa-probe/` (one file per ISA, torch version and compiler), never in inductor's cache.
+    """
+    import torch
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.cpp_builder import get_cpp_compiler
+    from torch.utils.cpp_extension import include_paths
+
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+    if capability == "default":
+        return None
+    if platform_machine() not in ("x86_64", "AMD64", "aarch64"):
+        return None
+    have = set(cpu_vec_isa.x86_isa_checker()) if platform_machine() in ("x86_64", "AMD64") else {"asimd"}
+    candidates = [isa for isa in cpu_vec_isa.supported_vec_isa_list
+                  if all(flag in have for flag in str(isa).split())
+                  and (not capability or capability in str(isa))]
+    root = (build_dir / "torch" / "isa-probe").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    cxx = get_cpp_compiler()
+    src = root / "probe.cpp"
+    src.write_text(cpu_vec_isa.VecISA._avx_code)
+    for isa in candidates:
+        tag = f"{str(isa).replace(' ', '-')}-torch{torch.__version__}-{Path(cxx).name}"
+        ok, bad = root / f"{tag}.ok", root / f"{tag}.failed"
+        if bad.exists():
+            continue
+        if not ok.exists():
+            so = root / f"{tag}.so"
+            cmd = [cxx, "-shared", "-fPIC", "-O1", "-std=c++17", *isa.build_arch_flags().split(),
+                   *[f"-D{m}" for m in isa.build_macro()], *[f"-I{p}" for p in include_paths()],
+                   str(src), "-o", str(so), "-lsleef"]
+            built = subprocess.run(cmd, capture_output=True, text=True)
+            loads = built.returncode == 0 and subprocess.run(
+                [sys.executable, "-c", _PROBE_LOAD, str(so)], capture_output=True).returncode == 0
+            (ok if loads else bad).write_text(" ".join(cmd) + "\n" + built.stderr[-2000:])
+            if not loads:
+                continue
+        return str(isa), isa.bit_width()
+    return None
+
+
+def platform_machine() -> str:
+    import platform
+
+    return platform.machine()
 
 
 def _dim(size: Any, range_constraints: dict[Any, Any]) -> int | dict[str, int]:
@@ -148,12 +211,25 @@ def export(
     build_dir: Path = Path("build"),
     dynamic_shapes: Any = None,
     extra_configs: dict[str, Any] | None = None,
+    vectorize: bool = True,
 ) -> Path:
-    """Export `module` called on `example_inputs` to `out` (.pt2) for our host; returns `out`."""
+    """Export `module` called on `example_inputs` to `out` (.pt2) for our host; returns `out`.
+
+    vectorize: compile SIMD kernels for the widest ISA `probe_vec_isa` finds (they import Sleef_*,
+    which the host runtime provides); False, or no working ISA, gives scalar kernels."""
     prepare_build_dirs(build_dir)
     import torch
+    from torch._inductor import cpu_vec_isa
 
-    cfg = {**inductor_configs(weights), **(extra_configs or {})}
+    cfg = inductor_configs(weights)
+    if vectorize:
+        isa = probe_vec_isa(build_dir)
+        if isa is not None:
+            cfg.update({"cpp.vec_isa_ok": True, "cpp.simdlen": isa[1]})
+        else:
+            print("aoti-toolchain: warning: no vector ISA builds against libsleef here; kernels will be scalar "
+                  "(install libsleef-dev)", file=sys.stderr)
+    cfg.update(extra_configs or {})
     out = Path(out)
     if out.suffix != ".pt2":
         msg = f"{out}: the package name must end in .pt2"
@@ -168,6 +244,9 @@ def export(
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".pt2", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    # inductor caches its list of working ISAs per process, computed with the configs of the first
+    # compile that asked: start from a fresh list and leave one for the next build to compute anew.
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
     try:
         torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
         add_contract(tmp, contract_of(ep, example_inputs))
@@ -179,4 +258,6 @@ def export(
         tmp.unlink(missing_ok=True)
         msg = f"AOTInductor compilation failed: {type(exc).__name__}: {exc}"
         raise ExportError(msg) from exc
+    finally:
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
     return out
