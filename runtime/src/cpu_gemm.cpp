@@ -10,6 +10,16 @@ namespace aoti_host {
 namespace cpu {
 namespace {
 
+// Without OpenBLAS's OpenMP build (see toolchain/scons/cpu_libs.py) the pthread build keeps its own
+// spinning thread pool, which fights the plugins' OpenMP threads: keep it to one thread.
+void blas_threads_once() {
+  static const bool done = [] {
+    if (!AOTI_HOST_OPENBLAS_OPENMP && openblas_get_parallel() == 1) openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
 // How the BLAS can read a strided matrix without a copy: row-major (unit column stride) or its
 // transpose (unit row stride), with a leading dimension that fits the BLAS's int. Strides of size-1
 // dimensions don't matter.
@@ -55,6 +65,7 @@ template <typename T>
 void gemm(const MatView<const T>& A, const MatView<const T>& B, const MatView<T>& C, T alpha, T beta) {
   const int64_t M = C.rows, N = C.cols, K = A.cols;
   if (M == 0 || N == 0) return;
+  blas_threads_once();
   if (K == 0 || K > INT_MAX) {
     if (K == 0) {  // an empty sum: C <- beta * C
       for (int64_t i = 0; i < M; ++i)

@@ -418,6 +418,9 @@ void addmm_blas(Tensor& out, const Tensor* self, const Tensor& mat1, const Tenso
     for_each_offset(os, sst, [&](int64_t i, int64_t off) { tmp[static_cast<size_t>(i)] = sp[off]; });
     store_packed<T>(out, tmp.data());
   }
+  // One GEMM per batch entry; several at once on the OpenMP pool (the BLAS runs each single-threaded
+  // inside the parallel region), a single one with the BLAS's own threads.
+#pragma omp parallel for if (batch > 1) schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
     const MatView<const T> co = mat_of<T>(out, b);
     const MatView<T> c{const_cast<T*>(co.p), co.rows, co.cols, co.rs, co.cs};
@@ -464,9 +467,13 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
   if (!p.transposed) {
     const int64_t Kc = Cin_g * Ksp;
     const bool pointwise = Ksp == 1 && all_ones(S) && P[0] == 0 && P[1] == 0 && P[2] == 0;
+#pragma omp parallel if (N * G > 1)
+    {
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Kc * Osp));
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t g = 0; g < G; ++g) {
+#pragma omp for schedule(static)
+    for (int64_t ng = 0; ng < N * G; ++ng) {
+      {
+        const int64_t n = ng / G, g = ng % G;
         const T* xg = x + (n * Cin + g * Cin_g) * Isp;
         if (!pointwise) {
           T* c = col.data();
@@ -495,11 +502,16 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
         gemm<T>(A, B, C, T(1), beta);
       }
     }
+    }
   } else {
     const int64_t Kc = Cout_g * Ksp;
+#pragma omp parallel if (N * G > 1)
+    {
     std::vector<T> cols(static_cast<size_t>(Kc * Isp));
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t g = 0; g < G; ++g) {
+#pragma omp for schedule(static)
+    for (int64_t ng = 0; ng < N * G; ++ng) {
+      {
+        const int64_t n = ng / G, g = ng % G;
         // weight [Cin, Cout_g, K...]: this group's rows form a [Cin_g, Cout_g * Ksp] matrix
         const MatView<const T> Wg{w + g * Cin_g * Kc, Cin_g, Kc, Kc, 1};
         const MatView<const T> Xg{x + (n * Cin + g * Cin_g) * Isp, Cin_g, Isp, Isp, 1};
@@ -524,6 +536,7 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
                 }
         }
       }
+    }
     }
   }
   if (!direct) store_packed<T>(out, ybuf.data());
@@ -921,10 +934,15 @@ void sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, c
   float* lf = lse.dtype() == kFloat32 ? static_cast<float*>(lse.data_ptr()) : nullptr;
   double* ld = lse.dtype() == kFloat64 ? static_cast<double*>(lse.data_ptr()) : nullptr;
   const std::vector<int64_t>& ls = lse.strides();
-  std::vector<T> scores(static_cast<size_t>(L * S));
   const T ninf = -std::numeric_limits<T>::infinity();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < Hq; ++h) {
+  // (batch, head) pairs in parallel on the OpenMP pool; nothing in the loop throws.
+#pragma omp parallel if (B * Hq > 1)
+  {
+  std::vector<T> scores(static_cast<size_t>(L * S));
+#pragma omp for schedule(static)
+  for (int64_t bh = 0; bh < B * Hq; ++bh) {
+    {
+      const int64_t b = bh / Hq, h = bh % Hq;
       const int64_t hk = h / group;
       const MatView<const T> Q{qp + b * qs[0] + h * qs[1], L, E, qs[2], qs[3]};
       const MatView<const T> K{kp + b * ks[0] + hk * ks[1], S, E, ks[2], ks[3]};
@@ -958,6 +976,7 @@ void sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, c
       gemm<T>(MatView<const T>{scores.data(), L, S, S, 1}, V,
               MatView<T>{op + b * os[0] + h * os[1], L, Ev, os[2], os[3]}, T(1), T(0));
     }
+  }
   }
   if (!ob.empty()) {
     char* base = static_cast<char*>(out.data_ptr());

@@ -1,11 +1,15 @@
 """The CPU libraries the host runtime links, found by SCons configure checks (a clear error when missing).
 
-- BLAS: OpenBLAS's cblas (Debian: libopenblas-dev). The `aoti_torch_cpu_*` fallbacks (addmm, mm, bmm,
-  convolution as im2col + GEMM, flash attention) call `cblas_sgemm`/`cblas_dgemm`. OpenBLAS because it is
-  the fastest BLAS Debian ships for both x86_64 and aarch64 with runtime CPU dispatch (one build runs
-  well on any CPU, as plugins built with -march=native don't), it has a cblas interface in the same
-  library, and it honours OMP_NUM_THREADS/OPENBLAS_NUM_THREADS like the plugin's OpenMP kernels do.
+- BLAS: OpenBLAS's cblas, its OpenMP build (Debian: libopenblas-openmp-dev). The `aoti_torch_cpu_*`
+  fallbacks (addmm, mm, bmm, convolution as im2col + GEMM, flash attention) call `cblas_sgemm`/`dgemm`.
+  OpenBLAS because it is the fastest BLAS Debian ships for x86_64 and aarch64 with runtime CPU dispatch
+  (one build runs well on any CPU), with cblas in the same library. Its OpenMP build because plugins
+  run their kernels on libgomp's threads: one pool for both, where the default pthread build keeps a
+  second pool of spinning threads that fights the first (measured: 2 threads 50-80x slower per call on
+  a 2-core machine). The OpenMP build's directory goes in the RUNPATH, so Debian's alternatives (which
+  default to the pthread build) don't matter; without it the pthread build is used single-threaded.
   (MKL isn't in Debian main; BLIS and the reference BLAS are slower on small GEMMs.)
+- OpenMP (-fopenmp, libgomp): the fallbacks parallelise over batch and heads on the same pool.
 - Sleef (Debian: libsleef-dev): vectorised plugins (`cpp.vec_isa_ok=True`, what `aoti-toolchain export`
   builds) import unversioned `Sleef_*` functions (`Sleef_expf8_u10`, ...) from the global scope; the
   runtime carries libsleef in its DT_NEEDED so they resolve. Nothing in the runtime calls Sleef, so it
@@ -15,16 +19,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import SCons.Script
 
-_APT = "apt-get install libopenblas-dev libsleef-dev"
+_APT = "apt-get install libopenblas-openmp-dev libsleef-dev"
 
 _CHECKS = (
     # (library, header, call, what it is for, Debian package)
     ("openblas", "cblas.h",
      "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, 0, 1, 0, 1, 0.0f, 0, 1);",
-     "the BLAS behind the CPU fallbacks (addmm/mm/bmm, convolution, attention)", "libopenblas-dev"),
+     "the BLAS behind the CPU fallbacks (addmm/mm/bmm, convolution, attention)", "libopenblas-openmp-dev"),
     ("sleef", "sleef.h", "Sleef_expf_u10(1.0f);",
      "the Sleef_* functions vectorised plugins import", "libsleef-dev"),
 )
@@ -35,6 +40,13 @@ def configure_cpu_libs(env) -> None:
     if SCons.Script.GetOption("help") or SCons.Script.GetOption("clean"):
         return
     vdir = os.path.join(env["BUILD_DIR"], env["AOTI_VARIANT"])
+    openmp_blas = _openblas_openmp_dirs(env)
+    if openmp_blas:
+        env.Append(CPPPATH=[openmp_blas[0]], LIBPATH=[openmp_blas[1]], RPATH=[openmp_blas[1]])
+    else:
+        print("scons: note: OpenBLAS's OpenMP build (libopenblas-openmp-dev) not found; using the default "
+              "libopenblas single-threaded so its threads don't fight the plugins' OpenMP threads")
+    env.Append(CCFLAGS=["-fopenmp"], LINKFLAGS=["-fopenmp"])
     conf = env.Configure(conf_dir=os.path.join(vdir, "sconf_temp"), log_file=os.path.join(vdir, "config.log"))
     missing = []
     for lib, header, call, why, package in _CHECKS:
@@ -46,7 +58,21 @@ def configure_cpu_libs(env) -> None:
               f"\n  fix: {_APT} (as root), or point CPPPATH/LIBPATH at them; details in {vdir}/config.log")
         SCons.Script.Exit(2)
     env.Append(LIBS=["openblas"])
+    env.Append(CPPDEFINES=[("AOTI_HOST_OPENBLAS_OPENMP", int(bool(openmp_blas)))])
     # --as-needed would drop libsleef (the runtime itself calls none of it); plugins bind to it through
     # the global scope, so every binary that loads plugins lists it in DT_NEEDED.
     keep = ["-Wl,--no-as-needed", "-lsleef", "-Wl,--as-needed"]
     env.Append(LINKFLAGS=keep)  # SHLINKFLAGS includes $LINKFLAGS
+
+
+def _openblas_openmp_dirs(env) -> tuple[str, str] | None:
+    """(include dir, lib dir) of Debian's OpenBLAS OpenMP build, if installed."""
+    try:
+        arch = subprocess.run([env.subst("$CC"), "-print-multiarch"], capture_output=True, text=True,
+                              check=False).stdout.strip()
+    except OSError:
+        return None
+    inc, lib = f"/usr/include/{arch}/openblas-openmp", f"/usr/lib/{arch}/openblas-openmp"
+    if arch and os.path.isfile(os.path.join(inc, "cblas.h")) and os.path.isfile(os.path.join(lib, "libopenblas.so")):
+        return inc, lib
+    return None
