@@ -420,7 +420,7 @@ void addmm_blas(Tensor& out, const Tensor* self, const Tensor& mat1, const Tenso
   }
   // One GEMM per batch entry; several at once on the OpenMP pool (the BLAS runs each single-threaded
   // inside the parallel region), a single one with the BLAS's own threads.
-#pragma omp parallel for if (batch > 1) schedule(static)
+#pragma omp parallel for if (batch > 1 && batch * mat1.sizes()[mat1.dim() - 1] * M * N > (1 << 17)) schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
     const MatView<const T> co = mat_of<T>(out, b);
     const MatView<T> c{const_cast<T*>(co.p), co.rows, co.cols, co.rs, co.cs};
@@ -467,7 +467,7 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
   if (!p.transposed) {
     const int64_t Kc = Cin_g * Ksp;
     const bool pointwise = Ksp == 1 && all_ones(S) && P[0] == 0 && P[1] == 0 && P[2] == 0;
-#pragma omp parallel if (N * G > 1)
+#pragma omp parallel if (N * G > 1 && N * Osp * Kc * Cout_g > (1 << 17))
     {
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Kc * Osp));
 #pragma omp for schedule(static)
@@ -505,7 +505,7 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
     }
   } else {
     const int64_t Kc = Cout_g * Ksp;
-#pragma omp parallel if (N * G > 1)
+#pragma omp parallel if (N * G > 1 && N * Osp * Kc * Cin_g > (1 << 17))
     {
     std::vector<T> cols(static_cast<size_t>(Kc * Isp));
 #pragma omp for schedule(static)
@@ -540,6 +540,123 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
     }
   }
   if (!direct) store_packed<T>(out, ybuf.data());
+}
+
+// Non-transposed convolution straight from the input's strides into the output's layout: per sample
+// and group one im2col matrix [output positions, kernel positions x input channels] (channels
+// innermost, so a channels-last input copies runs of channels), then one GEMM that writes the output
+// where it lies: [positions, Cout] rows for channels-last, [Cout, positions] planes for contiguous.
+template <typename T>
+void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p,
+                 bool channels_last_out) {
+  const size_t k = static_cast<size_t>(input.dim() - 2);
+  auto pad3 = [&](const std::vector<int64_t>& v, int64_t fill) {
+    std::vector<int64_t> r(3 - k, fill);
+    r.insert(r.end(), v.begin(), v.end());
+    return r;
+  };
+  const auto& is = input.sizes();
+  const auto& ws = weight.sizes();
+  const auto& os = out.sizes();
+  const std::vector<int64_t> I = pad3({is.begin() + 2, is.end()}, 1);
+  const std::vector<int64_t> K = pad3({ws.begin() + 2, ws.end()}, 1);
+  const std::vector<int64_t> O = pad3({os.begin() + 2, os.end()}, 1);
+  const std::vector<int64_t> S = pad3(p.stride, 1), P = pad3(p.padding, 0), D = pad3(p.dilation, 1);
+  const int64_t N = is[0], Cout = os[1], G = p.groups;
+  const int64_t Cin_g = is[1] / G, Cout_g = Cout / G;
+  const int64_t Osp = O[0] * O[1] * O[2], Ksp = K[0] * K[1] * K[2], Kc = Ksp * Cin_g;
+  std::vector<T> xbuf;
+  std::vector<int64_t> xs;
+  const T* x = typed_data<T>(input, xbuf, xs);
+  const std::vector<int64_t> xsp = pad3({xs.begin() + 2, xs.end()}, 0);
+  std::vector<T> wp(static_cast<size_t>(Cout * Kc));  // [Cout, (kd, kh, kw, ci)]
+  {
+    std::vector<T> wbuf;
+    std::vector<int64_t> wst;
+    const T* w = typed_data<T>(weight, wbuf, wst);
+    const std::vector<int64_t> wsp = pad3({wst.begin() + 2, wst.end()}, 0);
+    T* dst = wp.data();
+    for (int64_t co = 0; co < Cout; ++co)
+      for (int64_t kd = 0; kd < K[0]; ++kd)
+        for (int64_t kh = 0; kh < K[1]; ++kh)
+          for (int64_t kw = 0; kw < K[2]; ++kw)
+            for (int64_t ci = 0; ci < Cin_g; ++ci)
+              *dst++ = w[co * wst[0] + ci * wst[1] + kd * wsp[0] + kh * wsp[1] + kw * wsp[2]];
+  }
+  T* y = static_cast<T*>(out.data_ptr());
+  const int64_t ysn = out.strides()[0];
+  T beta = 0;
+  if (bias != nullptr) {
+    std::vector<T> bbuf;
+    const T* b = contiguous_data<T>(*bias, bbuf);
+    for (int64_t n = 0; n < N; ++n) {
+      T* yn = y + n * ysn;
+      if (channels_last_out) {
+        for (int64_t r = 0; r < Osp; ++r) std::copy_n(b, Cout, yn + r * Cout);
+      } else {
+        for (int64_t c = 0; c < Cout; ++c) std::fill_n(yn + c * Osp, Osp, b[c]);
+      }
+    }
+    beta = 1;
+  }
+  // A 1x1 convolution with stride 1 and no padding reads the input as it is, when its spatial dims
+  // flatten into one (true of contiguous and channels-last inputs).
+  const bool pointwise = Ksp == 1 && all_ones(S) && P[0] == 0 && P[1] == 0 && P[2] == 0 &&
+                         (I[0] == 1 || xsp[0] == I[1] * xsp[1]) && (I[1] == 1 || xsp[1] == I[2] * xsp[2]);
+  const int64_t pos_stride = I[2] > 1 ? xsp[2] : I[1] > 1 ? xsp[1] : xsp[0];
+  const bool run_kw = xs[1] == 1 && xsp[2] == Cin_g && D[2] == 1;
+  // Threads only where the work pays for waking them (~100k multiply-adds per call and more).
+#pragma omp parallel if (N * G > 1 && N * Osp * Kc * Cout > (1 << 17))
+  {
+    std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Osp * Kc));
+#pragma omp for schedule(static)
+    for (int64_t ng = 0; ng < N * G; ++ng) {
+      const int64_t n = ng / G, g = ng % G;
+      const T* xg = x + n * xs[0] + g * Cin_g * xs[1];
+      MatView<const T> cols{col.data(), Osp, Kc, Kc, 1};
+      if (pointwise) {
+        cols = MatView<const T>{xg, Osp, Cin_g, pos_stride, xs[1]};
+      } else {
+        T* c = col.data();
+        for (int64_t od = 0; od < O[0]; ++od)
+          for (int64_t oh = 0; oh < O[1]; ++oh)
+            for (int64_t ow = 0; ow < O[2]; ++ow)
+              for (int64_t kd = 0; kd < K[0]; ++kd) {
+                const int64_t id = od * S[0] - P[0] + kd * D[0];
+                for (int64_t kh = 0; kh < K[1]; ++kh) {
+                  const int64_t ih = oh * S[1] - P[1] + kh * D[1];
+                  const int64_t iw0 = ow * S[2] - P[2];
+                  if (run_kw && id >= 0 && id < I[0] && ih >= 0 && ih < I[1] && iw0 >= 0 && iw0 + K[2] <= I[2]) {
+                    // the whole kernel row lies inside and is one contiguous run in a channels-last input
+                    const T* src = xg + id * xsp[0] + ih * xsp[1] + iw0 * xsp[2];
+                    for (int64_t e = 0; e < K[2] * Cin_g; ++e) c[e] = src[e];
+                    c += K[2] * Cin_g;
+                    continue;
+                  }
+                  for (int64_t kw = 0; kw < K[2]; ++kw, c += Cin_g) {
+                    const int64_t iw = ow * S[2] - P[2] + kw * D[2];
+                    if (id < 0 || id >= I[0] || ih < 0 || ih >= I[1] || iw < 0 || iw >= I[2]) {
+                      std::fill_n(c, Cin_g, T(0));
+                      continue;
+                    }
+                    const T* src = xg + id * xsp[0] + ih * xsp[1] + iw * xsp[2];
+                    if (xs[1] == 1) {
+                      for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci];  // short runs: no memcpy call
+                    } else {
+                      for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci * xs[1]];
+                    }
+                  }
+                }
+              }
+      }
+      const MatView<const T> Wg{wp.data() + g * Cout_g * Kc, Cout_g, Kc, Kc, 1};
+      if (channels_last_out) {
+        gemm<T>(cols, Wg.t(), MatView<T>{y + n * ysn + g * Cout_g, Osp, Cout_g, Cout, 1}, T(1), beta);
+      } else {
+        gemm<T>(Wg, cols.t(), MatView<T>{y + n * ysn + g * Cout_g * Osp, Cout_g, Osp, Osp, 1}, T(1), beta);
+      }
+    }
+  }
 }
 
 template <typename Acc>
@@ -637,6 +754,32 @@ void conv_impl(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
   scatter<Acc>(out, y);
 }
 
+// dst <- src (same element size, src strides already broadcast to dst's sizes), innermost dim in a loop.
+template <typename E>
+void copy_rows(Tensor& dst, const Tensor& src, const std::vector<int64_t>& sst) {
+  const auto& sz = dst.sizes();
+  const auto& dstr = dst.strides();
+  const size_t nd = sz.size();
+  const int64_t inner = sz[nd - 1], ds = dstr[nd - 1], ss = sst[nd - 1];
+  std::vector<int64_t> outer_sizes(sz.begin(), sz.end() - 1);
+  std::vector<int64_t> idx(nd - 1, 0);
+  int64_t rows = 1;
+  for (int64_t v : outer_sizes) rows *= v;
+  E* d = static_cast<E*>(dst.data_ptr());
+  const E* s = static_cast<const E*>(src.data_ptr());
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t doff = 0, soff = 0;
+    for (size_t k = 0; k + 1 < nd; ++k) doff += idx[k] * dstr[k], soff += idx[k] * sst[k];
+    E* dr = d + doff;
+    const E* sr = s + soff;
+    for (int64_t j = 0; j < inner; ++j) dr[j * ds] = sr[j * ss];
+    for (size_t k = nd - 1; k-- > 0;) {
+      if (++idx[k] < outer_sizes[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 bool is_channels_last_strides_2d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
@@ -671,6 +814,15 @@ bool is_channels_last_strides_3d(const std::vector<int64_t>& sizes, const std::v
 void copy(Tensor& dst, const Tensor& src) {
   const std::vector<int64_t> sst = broadcast_strides(src, dst.sizes(), "src");
   if (dst.numel() == 0) return;
+  if (dst.dtype() == src.dtype() && dst.storage_data() != src.storage_data() &&
+      (dst.itemsize() == 4 || dst.itemsize() == 8 || dst.itemsize() == 2) && dst.dim() > 0) {
+    // Same dtype, separate storages (a layout conversion, say): element by element, a row at a time.
+    switch (dst.itemsize()) {
+      case 2: copy_rows<uint16_t>(dst, src, sst); return;
+      case 4: copy_rows<uint32_t>(dst, src, sst); return;
+      default: copy_rows<uint64_t>(dst, src, sst); return;
+    }
+  }
   if (dst.dtype() == src.dtype()) {
     // Same dtype: bytes, any dtype. Stage through a buffer so overlapping src/dst stay correct.
     const size_t isz = dst.itemsize();
@@ -824,7 +976,13 @@ Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bia
   const int fmt = conv_output_memory_format(input, weight, p);
   std::unique_ptr<Tensor> out(Tensor::empty_strided(input.dtype(), out_sizes, strides_for_format(out_sizes, fmt),
                                                     input.device_type(), input.device_index()));
-  if (out->numel() > 0 && input.dtype() == kFloat32) {
+  if (out->numel() > 0 && !p.transposed && (input.dtype() == kFloat32 || input.dtype() == kFloat64)) {
+    if (input.dtype() == kFloat32) {
+      conv_im2col<float>(*out, input, weight, bias, p, fmt != 0);
+    } else {
+      conv_im2col<double>(*out, input, weight, bias, p, fmt != 0);
+    }
+  } else if (out->numel() > 0 && input.dtype() == kFloat32) {
     conv_gemm<float>(*out, input, weight, bias, p);
   } else if (out->numel() > 0 && input.dtype() == kFloat64) {
     conv_gemm<double>(*out, input, weight, bias, p);
@@ -936,7 +1094,7 @@ void sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, c
   const std::vector<int64_t>& ls = lse.strides();
   const T ninf = -std::numeric_limits<T>::infinity();
   // (batch, head) pairs in parallel on the OpenMP pool; nothing in the loop throws.
-#pragma omp parallel if (B * Hq > 1)
+#pragma omp parallel if (B * Hq > 1 && B * Hq * L * S * (E + Ev) > (1 << 17))
   {
   std::vector<T> scores(static_cast<size_t>(L * S));
 #pragma omp for schedule(static)
