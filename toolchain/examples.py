@@ -117,3 +117,27 @@ def get(name: str) -> tuple[Any, tuple[Any, ...]]:
         msg = f"no built-in example {name!r}{hint}; choose one of {', '.join(EXAMPLES)}"
         raise InputError(msg) from None
     return factory()
+
+
+def two_methods(width: int = 32) -> tuple[Any, tuple[Any, ...]]:
+    """A module with `forward` and `embed` sharing `fc1`/`fc2` (export both with export.export_methods)."""
+    torch = _torch()
+    nn = torch.nn
+
+    class TwoMethods(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(width, width)
+            self.fc2 = nn.Linear(width, width)
+            self.head = nn.Linear(width, 8)
+
+        def embed(self, x):
+            return torch.relu(self.fc2(torch.relu(self.fc1(x))))
+
+        def forward(self, x):
+            return self.head(self.embed(x))
+
+    return TwoMethods().eval(), (torch.randn(4, width),)
+
+
+METHODS: dict[str, tuple[str, ...]] = {"two_methods": ("forward", "embed")}
