@@ -336,7 +336,7 @@ MethodSet::~MethodSet() {
   // (aoti_torch_new_tensor_handle) that its container never deletes.
   for (size_t k = methods_.size(); k-- > 0;) {
     std::vector<AtenTensorHandle> aliases;
-    if (!user_managed_[k].empty()) {
+    if (k < user_managed_.size() && !user_managed_[k].empty()) {  // a failed load leaves it short
       try {
         for (const auto& e : extract_constants(methods_[k]->plugin(), methods_[k]->container())) aliases.push_back(e.handle);
       } catch (const Error& e) {
