@@ -164,6 +164,8 @@ std::shared_ptr<MethodSet> MethodSet::load(const std::string& path, const aoti_h
   for (size_t k = 0; k < set->methods_.size(); ++k) {
     if (share) set->share(k, options, pool);
     set->methods_[k]->load_pending_weights();
+    if (!share && has_entries_call(set->methods_[k]->plugin()))
+      set->stats_.constants += constant_infos(set->methods_[k]->plugin(), set->methods_[k]->container()).size();
   }
   set->find_state();
   set->own_state_.reset(new SessionState());
