@@ -143,3 +143,32 @@ def test_weights_held_once(host_lib, big, tmp_path):
     assert unshared > 1.8 * weights, (unshared, weights)
     for f in ("s.npy", "u.npy"):
         np.testing.assert_allclose(np.load(tmp_path / f), expected["embed"], rtol=1e-3, atol=1e-4)
+
+
+def test_mismatch_keeps_own_copy_with_a_log_line(host_lib, torch, small, tmp_path):
+    """Same FQNs, other sizes: the second method keeps its own copy (and still matches eager)."""
+    from toolchain import examples
+    from toolchain.export import export_methods
+
+    manifest, _, _ = small  # width 32
+    module, (x,) = examples.two_methods(16)
+    other = export_methods(module, {"embed": (x,)}, tmp_path / "w16", build_dir=BUILD_DIR)
+    (tmp_path / "methods.json").write_text(json.dumps({"schema": 1, "methods": [
+        {"name": "forward", "package": str(manifest.parent / "forward.pt2")},
+        {"name": "embed", "package": str(other.parent / "embed.pt2")}]}))
+    np.save(tmp_path / "x.npy", x.numpy())
+    code = textwrap.dedent(f"""
+        import sys, numpy as np
+        sys.path.insert(0, {str(REPO_ROOT)!r})
+        from toolchain import runtime
+        p = runtime.load({str(tmp_path / "methods.json")!r}, library_path={str(host_lib)!r})
+        print(p.weight_stats())
+        np.save({str(tmp_path / "y.npy")!r}, p.run([np.load({str(tmp_path / "x.npy")!r})], method="embed")[0])
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "'mismatched': 4" in proc.stdout and "'shared': 0" in proc.stdout
+    assert "constant fc1.weight differs from method forward's (sizes [16, 16] vs [32, 32]): it keeps its own copy" \
+        in proc.stderr
+    with torch.no_grad():
+        np.testing.assert_allclose(np.load(tmp_path / "y.npy"), module.embed(x).numpy(), rtol=1e-4, atol=1e-5)
