@@ -6,6 +6,7 @@ every load and sessions answering NotSupported."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -131,9 +132,8 @@ def test_no_entries_call_warns_in_aoti_run(host_build, constants_plugin, tmp_pat
 def test_every_load_path_validates(host_build, constants_plugin, tmp_path):
     """A multi-method program validates each method's result too (no caller skips the helper)."""
     good, bad = constants_plugin("ok"), constants_plugin("duplicate")
-    (tmp_path / "methods.json").write_text(
-        '{"schema": 1, "methods": [{"name": "forward", "package": "%s"}, {"name": "other", "package": "%s"}]}'
-        % (good, bad))
+    (tmp_path / "methods.json").write_text(json.dumps({"schema": 1, "methods": [
+        {"name": "forward", "package": str(good)}, {"name": "other", "package": str(bad)}]}))
     proc = _python(host_build.lib, f"""
         rc, msg, h = load({str(tmp_path / "methods.json")!r})
         print(rc); print(msg)
