@@ -207,7 +207,7 @@ class Program:
         """How many constants the methods share (loaded once) and the bytes that saves."""
         st = _WeightStats()
         self._lib.check(self._lib.lib.aoti_host_program_weight_stats(self._live(), ctypes.byref(st)), "weight_stats")
-        return {name: getattr(st, name) for name, _ in _WeightStats._fields_}
+        return {f[0]: getattr(st, f[0]) for f in _WeightStats._fields_}
 
     @property
     def num_state_tensors(self) -> int:
