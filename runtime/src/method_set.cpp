@@ -327,8 +327,12 @@ void MethodSet::run(size_t method, SessionState* session, const aoti_host_tensor
   if (session != nullptr && session->owner_ != this)
     throw Error(path_ + ": the session belongs to another program (" + session->owner_->path_ + ")",
                 AOTI_HOST_INVALID_ARGUMENT);
-  std::lock_guard<std::mutex> lock(mu_);
-  switch_to(session != nullptr ? session : own_state_.get());
+  // Stateless programs keep concurrent runs (num_models > 1); state switching needs runs serialised.
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (!slots_.empty()) {
+    lock.lock();
+    switch_to(session != nullptr ? session : own_state_.get());
+  }
   methods_[method]->run(inputs, num_inputs, outputs, num_outputs);
 }
 

@@ -11,7 +11,10 @@
 //
 // Sessions: the container keeps one set of Buffer tensors (the working state); a session holds its own
 // copies, and a run in a session first saves the working state to the session that last ran and loads
-// this one's (nothing is copied while the same session keeps running). Runs are serialised.
+// this one's (nothing is copied while the same session keeps running). Runs of a program with state are
+// serialised. Rebinding the container's constants per session instead is not an option: torch 2.13 caches
+// each constant's data pointer (ConstantHandle) until an Update* call, and every user-managed Update* wraps
+// the tensor in a new handle that the container never deletes.
 #pragma once
 
 #include <cstddef>
