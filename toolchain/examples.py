@@ -141,3 +141,27 @@ def two_methods(width: int = 32) -> tuple[Any, tuple[Any, ...]]:
 
 
 METHODS: dict[str, tuple[str, ...]] = {"two_methods": ("forward", "embed")}
+
+
+def stateful_methods() -> tuple[Any, tuple[Any, ...]]:
+    """`forward` accumulates into the buffer `total`; `peek` reads it: one state seen by both methods."""
+    torch = _torch()
+    nn = torch.nn
+
+    class Accumulator(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("total", torch.zeros(4))
+
+        def forward(self, x):
+            self.total.add_(x.sum(dim=0))
+            return self.lin(x) + self.total
+
+        def peek(self, x):
+            return self.lin(x) - self.total
+
+    return Accumulator().eval(), (torch.randn(2, 4),)
+
+
+METHODS["stateful_methods"] = ("forward", "peek")

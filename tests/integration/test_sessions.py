@@ -107,3 +107,31 @@ def test_stateless_model_sessions_are_trivial(host_lib, export_example):
     with runtime.load(pt2, library_path=host_lib) as prog, prog.session() as s:
         assert prog.num_state_tensors == 0
         np.testing.assert_allclose(s.run([x.numpy()])[0], module(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_state_shared_by_methods_within_a_session(host_lib, torch, tmp_path_factory):
+    """`forward` mutates the buffer `total`, `peek` reads it: as in eager, both methods of one session see
+    one state (shared by FQN), and another session sees its own."""
+    import copy
+
+    from tests.conftest import BUILD_DIR
+    from toolchain import examples, runtime
+    from toolchain.export import export_methods
+
+    module, (x,) = examples.stateful_methods()
+    manifest = export_methods(copy.deepcopy(module), {"forward": (x,), "peek": (x,)},
+                              tmp_path_factory.mktemp("stateful-methods"), build_dir=BUILD_DIR)
+    fresh = copy.deepcopy(module)
+    with torch.no_grad():
+        eager = [module(x).numpy(), module(x).numpy(), module.peek(x).numpy()]
+        eager_other = fresh.peek(x).numpy()
+    xn = x.numpy()
+    with runtime.load(manifest, library_path=host_lib) as prog:
+        assert prog.num_state_tensors == 1
+        s, t = prog.session(), prog.session()
+        got = [s.run([xn])[0], s.run([xn])[0], s.run([xn], method="peek")[0]]
+        other = t.run([xn], method="peek")[0]
+        s.close(), t.close()
+    for g, e in zip(got, eager, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(other, eager_other, rtol=1e-5, atol=1e-6)
