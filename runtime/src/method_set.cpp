@@ -170,7 +170,7 @@ std::shared_ptr<MethodSet> MethodSet::load(const std::string& path, const aoti_h
   set->find_state();
   set->own_state_.reset(new SessionState());
   set->own_state_->owner_ = set.get();
-  set->own_state_->values = set->copy_state(true);
+  // its values are allocated when another state first takes the working tensors (switch_to)
   set->current_ = set->own_state_.get();
   if (specs.size() > 1)
     log(LogLevel::Info, "%s: %zu methods, %zu constants, %zu shared (%zu bytes not loaded twice), %zu mismatched",
@@ -304,8 +304,11 @@ std::vector<std::unique_ptr<Tensor>> MethodSet::copy_state(bool from_initial) {
 
 void MethodSet::switch_to(SessionState* s) {
   if (current_ == s || slots_.empty()) return;
-  if (current_ != nullptr)
+  if (current_ != nullptr && current_->values.empty()) {
+    current_->values = copy_state(false);  // the program's own state, saved for the first time
+  } else if (current_ != nullptr) {
     for (size_t i = 0; i < slots_.size(); ++i) copy_into(to_handle(current_->values[i].get()), *from_handle(slots_[i].working[0]));
+  }
   for (size_t i = 0; i < slots_.size(); ++i)
     for (auto w : slots_[i].working) copy_into(w, *s->values[i]);
   current_ = s;
