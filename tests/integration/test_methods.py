@@ -172,3 +172,73 @@ def test_mismatch_keeps_own_copy_with_a_log_line(host_lib, torch, small, tmp_pat
         in proc.stderr
     with torch.no_grad():
         np.testing.assert_allclose(np.load(tmp_path / "y.npy"), module.embed(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+C_HOST = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "aoti_host/c_api.h"
+int32_t aoti_torch_get_data_ptr(struct AtenTensorOpaque* t, void** ret);
+int32_t aoti_torch_delete_tensor_object(struct AtenTensorOpaque* t);
+#define CHECK(call) do { int rc_ = (call); if (rc_) { fprintf(stderr, "%s: %d: %s\n", #call, rc_, aoti_host_last_error()); return 1; } } while (0)
+int main(int argc, char** argv) {
+  aoti_host_program* p = NULL;
+  CHECK(aoti_host_program_load(argv[1], NULL, &p));
+  size_t n = 0, embed = 0;
+  CHECK(aoti_host_program_num_methods(p, &n));
+  CHECK(aoti_host_program_find_method(p, "embed", &embed));
+  float x[4 * 32];
+  for (int i = 0; i < 4 * 32; ++i) x[i] = (float)(i % 7) / 7.0f;
+  int64_t sizes[2] = {4, 32};
+  aoti_host_tensor_view v = {x, 6, 2, sizes, NULL, 0, 0};
+  aoti_host_session* s = NULL;
+  aoti_host_session* t = NULL;
+  CHECK(aoti_host_session_create(p, &s));
+  CHECK(aoti_host_session_clone(s, &t));
+  CHECK(aoti_host_session_reset(t));
+  for (size_t m = 0; m < n; ++m) {
+    const char* name = NULL;
+    size_t outs = 0;
+    CHECK(aoti_host_program_method_name(p, m, &name));
+    CHECK(aoti_host_program_method_num_outputs(p, m, &outs));
+    struct AtenTensorOpaque* out[1] = {NULL};
+    CHECK(aoti_host_program_run_method(p, m, m == embed ? t : s, &v, 1, out, outs));
+    float* y = NULL;
+    CHECK(aoti_torch_get_data_ptr(out[0], (void**)&y));
+    printf("%s %.6f %.6f\n", name, y[0], y[5]);
+    aoti_torch_delete_tensor_object(out[0]);
+  }
+  aoti_host_program_free(p);  /* before the sessions: they keep what they need */
+  aoti_host_session_free(s);
+  aoti_host_session_free(t);
+  size_t bad = 0;
+  aoti_host_program* q = NULL;
+  if (aoti_host_program_load(argv[1], NULL, &q) || aoti_host_program_find_method(q, "decode", &bad) != AOTI_HOST_NOT_FOUND) return 2;
+  aoti_host_program_free(q);
+  return 0;
+}
+"""
+
+
+def test_c_host_runs_methods_and_sessions(host_build, torch, small, tmp_path):
+    """The C API from a C program: methods by name, runs in sessions, free order."""
+    manifest, _, _ = small
+    src = tmp_path / "host.c"
+    src.write_text(C_HOST)
+    exe = tmp_path / "host"
+    lib_dir = host_build.lib.parent
+    subprocess.run(["gcc", "-Wall", "-Werror", "-I", str(lib_dir.parent / "include"), str(src), "-L", str(lib_dir),
+                    "-laoti_host", f"-Wl,-rpath,{lib_dir}", "-o", str(exe)], check=True)
+    proc = subprocess.run([str(exe), str(manifest)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    from toolchain import examples
+
+    module, _ = examples.two_methods(32)
+    x = (torch.arange(4 * 32, dtype=torch.float32) % 7 / 7).reshape(4, 32)
+    with torch.no_grad():
+        ref = {"forward": module(x).flatten(), "embed": module.embed(x).flatten()}
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert set(lines) == {"forward", "embed"}
+    for name, vals in lines.items():
+        y0, y5 = (float(v) for v in vals.split())
+        assert abs(y0 - float(ref[name][0])) < 1e-4 and abs(y5 - float(ref[name][5])) < 1e-4, (name, vals)
