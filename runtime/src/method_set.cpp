@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -84,6 +85,15 @@ bool same_layout(const Tensor& a, const Tensor& b, std::string* why) {
 }
 
 size_t nbytes(const Tensor& t) { return compute_storage_nbytes(t.sizes(), t.strides(), t.itemsize(), 0); }
+
+// Same FQN and layout but other values (methods exported from different modules) must not be shared.
+// Both are in host memory at load time; device tensors are left to the layout check.
+bool same_values(const Tensor& a, const Tensor& b, std::string* why) {
+  if (a.device_type() != 0 || b.device_type() != 0) return true;
+  if (std::memcmp(a.data_ptr(), b.data_ptr(), nbytes(a)) == 0) return true;
+  *why = "same layout, different values";
+  return false;
+}
 
 // A host-owned copy with the same dtype, sizes, strides and device.
 std::unique_ptr<Tensor> copy_of(const Tensor& t) {
@@ -224,7 +234,8 @@ void MethodSet::share(size_t k, const aoti_host_load_options& options, Pool& poo
       auto p = pool.items.find(e.fqn);
       std::string why;
       AtenTensorHandle use = nullptr;
-      if (p != pool.items.end() && same_layout(*from_handle(p->second.first), mine, &why)) {
+      if (p != pool.items.end() && same_layout(*from_handle(p->second.first), mine, &why) &&
+          same_values(*from_handle(p->second.first), mine, &why)) {
         use = p->second.first;
         stats_.shared++;
         stats_.shared_bytes += nbytes(mine);

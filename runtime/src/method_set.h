@@ -4,7 +4,7 @@
 // Weight sharing: the first method that holds an FQN is its owner. A later method gets the owner's tensor
 // under its own INTERNAL name (FQN and internal name differ: fc1.weight vs fc1_weight) through
 // AOTInductorModelContainerUpdateUserManagedConstantBufferPairs, after dtype, sizes, strides and device
-// are checked; a mismatch keeps the method's own copy and logs a line. A method whose weights are
+// (and, for host tensors, the bytes) are compared; a mismatch keeps the method's own copy and logs a line. A method whose weights are
 // embedded loads them at Create, gets the shared ones in its inactive buffer, swaps, and frees its own
 // blob; a method whose weights are in a blob never loads it (a temporary probe container reads the
 // blob's tensors for the checks and is deleted). Plugins without the entries call load their own weights.

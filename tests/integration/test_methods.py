@@ -242,3 +242,44 @@ def test_c_host_runs_methods_and_sessions(host_build, torch, small, tmp_path):
     for name, vals in lines.items():
         y0, y5 = (float(v) for v in vals.split())
         assert abs(y0 - float(ref[name][0])) < 1e-4 and abs(y5 - float(ref[name][5])) < 1e-4, (name, vals)
+
+
+@pytest.mark.parametrize("weights", ["embedded", "blob"])
+def test_partial_sharing_when_values_differ(host_lib, torch, small, tmp_path, weights):
+    """Same FQNs and layouts, one tensor with other values: that one stays the method's own (a host copy
+    once its blob is gone), the others are shared, and both methods still match their eager modules."""
+    from toolchain import examples
+    from toolchain.export import export_methods
+
+    base, (x,) = examples.two_methods(32)
+    if weights == "embedded":
+        forward_pt2 = small[0].parent / "forward.pt2"
+    else:
+        forward_pt2 = export_methods(base, {"forward": (x,)}, tmp_path / "base", weights=weights,
+                                     build_dir=BUILD_DIR).parent / "forward.pt2"
+    other, _ = examples.two_methods(32)
+    with torch.no_grad():
+        other.fc2.weight.add_(1.0)
+    embed_pt2 = export_methods(other, {"embed": (x,)}, tmp_path / "other", weights=weights,
+                               build_dir=BUILD_DIR).parent / "embed.pt2"
+    (tmp_path / "methods.json").write_text(json.dumps({"schema": 1, "methods": [
+        {"name": "forward", "package": str(forward_pt2)}, {"name": "embed", "package": str(embed_pt2)}]}))
+    np.save(tmp_path / "x.npy", x.numpy())
+    code = textwrap.dedent(f"""
+        import json, sys, numpy as np
+        sys.path.insert(0, {str(REPO_ROOT)!r})
+        from toolchain import runtime
+        p = runtime.load({str(tmp_path / "methods.json")!r}, library_path={str(host_lib)!r})
+        print(json.dumps(p.weight_stats()))
+        x = np.load({str(tmp_path / "x.npy")!r})
+        np.save({str(tmp_path / "f.npy")!r}, p.run([x])[0])
+        np.save({str(tmp_path / "e.npy")!r}, p.run([x], method="embed")[0])
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads(proc.stdout)
+    assert stats["shared"] == 3 and stats["mismatched"] == 1 and stats["host_copy_bytes"] == 32 * 32 * 4, stats
+    assert "constant fc2.weight differs from method forward's (same layout, different values)" in proc.stderr
+    with torch.no_grad():
+        np.testing.assert_allclose(np.load(tmp_path / "f.npy"), base(x).numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.load(tmp_path / "e.npy"), other.embed(x).numpy(), rtol=1e-4, atol=1e-5)
