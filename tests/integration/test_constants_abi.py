@@ -141,3 +141,18 @@ def test_every_load_path_validates(host_build, constants_plugin, tmp_path):
     assert proc.returncode == 0, proc.stderr
     rc, msg = proc.stdout.split("\n", 1)
     assert int(rc) == INVALID_PROGRAM and "method other" in msg and "repeats the name fc.weight" in msg
+
+
+def test_no_entries_methods_each_load_their_own(host_build, constants_plugin, tmp_path):
+    """Two methods from a plugin without the entries call: both load their own weights, each warns."""
+    so = constants_plugin("no_entries")
+    (tmp_path / "methods.json").write_text(json.dumps({"schema": 1, "methods": [
+        {"name": "forward", "package": str(so)}, {"name": "other", "package": str(so)}]}))
+    proc = _python(host_build.lib, f"""
+        p = runtime.load({str(tmp_path / "methods.json")!r}, library_path={str(host_build.lib)!r})
+        print(p.methods, p.weight_stats())
+        assert p.run([], method="other") == []
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "('forward', 'other')" in proc.stdout and "'shared': 0" in proc.stdout
+    assert sum("does not export" in ln for ln in proc.stderr.splitlines()) == 2
