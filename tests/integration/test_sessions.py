@@ -135,3 +135,37 @@ def test_state_shared_by_methods_within_a_session(host_lib, torch, tmp_path_fact
     for g, e in zip(got, eager, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(other, eager_other, rtol=1e-5, atol=1e-6)
+
+
+def test_sessions_from_two_threads(host_lib, counter):
+    """Runs from two threads (ctypes drops the GIL in the call) interleave arbitrarily; each session's
+    sequence of outputs is still the one a lone session gives."""
+    import threading
+
+    from toolchain import runtime
+
+    pt2, xs = counter
+    n = 200
+    with runtime.load(pt2, library_path=host_lib) as prog:
+        refs = []
+        for x in (xs[0], xs[1]):
+            with prog.session() as s:
+                refs.append([s.run([x])[0] for _ in range(n)])
+        results: list[list[np.ndarray]] = [[], []]
+        sessions = [prog.session(), prog.session()]
+
+        def work(i: int) -> None:
+            for _ in range(n):
+                results[i].append(sessions[i].run([xs[i]])[0])
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for s in sessions:
+            s.close()
+    for i in range(2):
+        assert len(results[i]) == n
+        for got, ref in zip(results[i], refs[i], strict=True):
+            np.testing.assert_array_equal(got, ref)
