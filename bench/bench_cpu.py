@@ -84,7 +84,8 @@ def bench_model(name: str, args: argparse.Namespace, aoti_run: Path, build: Path
         xs.append(str(work / f"x{i}.npy"))
     ours_cmd = [str(aoti_run), str(pt2), *sum((["-i", x] for x in xs), []), "-o", str(work / "out"), "--quiet"]
     torch_cmd = [sys.executable, "-c", TORCH_RUNNER, str(pt2), ",".join(xs)]
-    env1 = {**os.environ, "OMP_NUM_THREADS": "1"}
+    extra = dict(e.split("=", 1) for e in args.env)
+    env1 = {**os.environ, **extra, "OMP_NUM_THREADS": "1"}
 
     # warm the page cache and the plugin extraction, and check both sides agree
     subprocess.run(ours_cmd, env=env1, check=True)
@@ -102,7 +103,7 @@ def bench_model(name: str, args: argparse.Namespace, aoti_run: Path, build: Path
                  f"min {min(ours_cold) * 1e3:.1f}), torch {tc * 1e3:.0f} ms (n={len(torch_cold)})  "
                  f"(target: aoti-run <= 20 ms)")
     for threads in args.threads:
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        env = {**os.environ, **extra, "OMP_NUM_THREADS": str(threads)}
         ours, theirs = [], []
         for _ in range(args.rounds):
             p = subprocess.run([*ours_cmd, "--repeat", str(args.calls)], env=env, check=True, capture_output=True,
@@ -126,13 +127,17 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved per-call rounds per thread count")
     ap.add_argument("--cold", type=int, default=10, help="cold starts of aoti-run (torch gets a quarter)")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra environment for both sides (e.g. OMP_WAIT_POLICY=passive)")
     args = ap.parse_args()
     args.threads = [int(t) for t in args.threads.split(",")]
 
     build = REPO / "build"
     subprocess.run([str(Path(sys.executable).with_name("scons")), "-C", str(REPO), "-Q", "-s", "-j2"], check=True)
     aoti_run = build / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
-    print(f"machine: {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    load = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} CPUs, load average {load:.1f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+          f"extra env: {' '.join(args.env) or 'none'}", flush=True)
     for name in args.examples.split(","):
         for line in bench_model(name, args, aoti_run, build):
             print(line, flush=True)

@@ -1,6 +1,7 @@
 #include "cpu_gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
@@ -39,6 +40,25 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANS
   }
   return false;
 }
+
+// OpenBLAS's OpenMP build threads a GEMM called outside a parallel region over omp_get_max_threads();
+// for the small GEMMs of inference that sync costs more than it gains, and on a loaded machine its
+// spinning waits cost milliseconds per call (measured: 2 threads 60x slower than 1 on a 2-core VM).
+// Below ~16M multiply-adds the BLAS runs on the calling thread; our callers parallelise over batch.
+class BlasThreads {
+ public:
+  explicit BlasThreads(double work) {
+    if (work < 16.0 * 1024 * 1024 && !omp_in_parallel() && (saved_ = omp_get_max_threads()) > 1) omp_set_num_threads(1);
+  }
+  ~BlasThreads() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+
+ private:
+  int saved_ = 0;
+};
 
 template <typename T>
 std::vector<T> pack(const MatView<const T>& m) {
@@ -115,6 +135,7 @@ void gemm(const MatView<const T>& A, const MatView<const T>& B, const MatView<T>
   if (!blas_layout(K, N, B.rs, B.cs, &tb, &ldb)) {
     pb = pack(B), b = pb.data(), tb = CblasNoTrans, ldb = N;
   }
+  BlasThreads threads(static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K));
   call(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C.p, ldc);
 }
 

@@ -1,7 +1,7 @@
 // aoti-run: run an AOTInductor plugin (.pt2 package or plugin .so) on .npy inputs, write .npy outputs.
 //
-//   aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy[:LAYOUT] [-i ...] -o OUTDIR [--strict] [--repeat N]
-//            [--quiet]
+//   aoti-run MODEL.pt2|PLUGIN.so|METHODS_DIR|methods.json [--method NAME] [--weights BLOB] -i IN0.npy[:LAYOUT] ...
+//            -o OUTDIR [--strict] [--repeat N] [--quiet]
 //
 // Exit codes (stable: scripts and the Python CLI rely on them):
 //   0 success; 1 anything unexpected; 2 usage error; 3 bad input (a missing model/weights/input file, a bad
@@ -46,14 +46,16 @@ namespace {
 enum ExitCode { kOk = 0, kUnexpected = 1, kUsage = 2, kBadInput = 3, kLoadFailed = 4, kRunFailed = 5 };
 
 const char kUsageLine[] =
-    "usage: aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy[:LAYOUT] [-i IN1.npy ...] -o OUTDIR "
-    "[--strict] [--repeat N] [--quiet]";
+    "usage: aoti-run MODEL.pt2|PLUGIN.so|METHODS_DIR|methods.json [--method NAME] [--weights BLOB] "
+    "-i IN0.npy[:LAYOUT] [-i IN1.npy ...] -o OUTDIR [--strict] [--repeat N] [--quiet]";
 
 const char kHelp[] =
     "\n"
     "Runs an AOTInductor plugin on CPU: inputs from .npy files, outputs to OUTDIR/output_<k>.npy.\n"
     "\n"
     "  MODEL.pt2|PLUGIN.so   a .pt2 package or a compiled plugin .so\n"
+    "  METHODS_DIR|methods.json  a program of several methods (one .pt2 each; weights shared)\n"
+    "  --method NAME         the method to run (default: the first, forward when present)\n"
     "  --weights BLOB        weights blob for a plugin .so that keeps its weights outside\n"
     "  -i, --input FILE.npy[:LAYOUT]\n"
     "                        one per model input, in order. LAYOUT is the layout the plugin was built\n"
@@ -81,6 +83,7 @@ struct Args {
   std::string model;
   std::string weights;
   bool has_weights = false;
+  std::string method;
   std::vector<std::string> inputs;
   std::vector<std::string> layouts;  // per input: "" or the text after ':'
   std::string outdir;
@@ -154,6 +157,9 @@ Args parse_args(int argc, char** argv) {
       a.weights = take("--weights");
       a.has_weights = true;
       if (a.weights.empty()) usage_error("--weights needs a file, got ''");
+    } else if (arg == "--method") {
+      a.method = take("--method");
+      if (a.method.empty()) usage_error("--method needs a name, got ''");
     } else if (arg == "--repeat") {
       a.repeat = parse_repeat(take("--repeat"));
     } else if (arg == "-q" || arg == "--quiet") {
@@ -269,9 +275,10 @@ class Outputs {
   std::vector<AtenTensorHandle> handles_;
 };
 
-void run_once(aoti_host_program* program, const std::string& model,
+void run_once(aoti_host_program* program, size_t method, const std::string& model,
               const std::vector<aoti_host_tensor_view>& views, Outputs& outputs) {
-  const int status = aoti_host_program_run(program, views.data(), views.size(), outputs.data(), outputs.size());
+  const int status = aoti_host_program_run_method(program, method, nullptr, views.data(), views.size(), outputs.data(),
+                                                  outputs.size());
   if (status == AOTI_HOST_OK) return;
   if (status == AOTI_HOST_INVALID_ARGUMENT) {
     throw Failure{kBadInput, "the inputs do not fit " + model + ": " + last_error_or(status)};
@@ -399,7 +406,8 @@ std::vector<int64_t> layout_strides(const std::string& layout, const std::string
 }
 
 int run(const Args& args) {
-  require_file(args.model, "model (.pt2 package or plugin .so)");
+  std::error_code dir_ec;
+  if (!std::filesystem::is_directory(args.model, dir_ec)) require_file(args.model, "model (.pt2 package or plugin .so)");
   if (args.has_weights) require_file(args.weights, "weights blob (--weights)");
 
   // Inputs first: a bad .npy is found before a possibly slow load.
@@ -429,10 +437,15 @@ int run(const Args& args) {
   }
   if (!program) throw Failure{kLoadFailed, "cannot load " + args.model + ": the runtime returned no program"};
 
+  size_t method = 0;
+  if (!args.method.empty()) {
+    const int found = aoti_host_program_find_method(program.get(), args.method.c_str(), &method);
+    if (found != AOTI_HOST_OK) throw Failure{kUsage, last_error_or(found) + "; choose one with --method"};
+  }
   size_t num_inputs = 0, num_outputs = 0;
-  int status = aoti_host_program_num_inputs(program.get(), &num_inputs);
+  int status = aoti_host_program_method_num_inputs(program.get(), method, &num_inputs);
   if (status != AOTI_HOST_OK) throw Failure{kUnexpected, args.model + ": cannot count inputs: " + last_error_or(status)};
-  status = aoti_host_program_num_outputs(program.get(), &num_outputs);
+  status = aoti_host_program_method_num_outputs(program.get(), method, &num_outputs);
   if (status != AOTI_HOST_OK) throw Failure{kUnexpected, args.model + ": cannot count outputs: " + last_error_or(status)};
 
   if (num_inputs != arrays.size()) {
@@ -451,7 +464,7 @@ int run(const Args& args) {
   for (size_t k = 0; k < arrays.size(); ++k) {
     if (args.layouts[k].empty()) continue;
     const std::vector<int64_t> st = layout_strides(args.layouts[k], args.inputs[k], arrays[k].sizes);
-    status = aoti_host_program_set_input_layout(program.get(), k, st.data(), static_cast<int32_t>(st.size()));
+    status = aoti_host_program_set_input_layout(program.get(), method, k, st.data(), static_cast<int32_t>(st.size()));
     if (status != AOTI_HOST_OK) throw Failure{kBadInput, last_error_or(status)};
   }
 
@@ -469,7 +482,7 @@ int run(const Args& args) {
 
   {
     Outputs outputs(num_outputs);
-    run_once(program.get(), args.model, views, outputs);
+    run_once(program.get(), method, args.model, views, outputs);
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (outputs[k] == nullptr) {
         throw Failure{kRunFailed, args.model + ": the run returned no tensor for output_" + std::to_string(k)};
@@ -485,7 +498,7 @@ int run(const Args& args) {
     for (long long r = 0; r < args.repeat; ++r) {
       Outputs outputs(num_outputs);
       const auto t0 = std::chrono::steady_clock::now();
-      run_once(program.get(), args.model, views, outputs);
+      run_once(program.get(), method, args.model, views, outputs);
       outputs.reset();
       const auto t1 = std::chrono::steady_clock::now();
       us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
