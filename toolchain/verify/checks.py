@@ -281,7 +281,7 @@ def _unresolved_shim(sym: Symbol, res: FileResult, ctx: Context) -> None:
     elif sym.name not in ctx.shim_names:
         res.add("unresolved-symbol", f"imports shim {sym.name}, which the aoti-toolchain host runtime does "
                 "not implement (not in toolchain/spec/shims.toml)", "implement it in runtime/src and add it to "
-                "the spec, or re-export the model so it does not need it", symbol=sym.name)
+                "toolchain/spec/shims.toml, or re-export the model so it does not need it", symbol=sym.name)
 
 
 def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
