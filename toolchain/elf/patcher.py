@@ -75,3 +75,18 @@ def clear_execstack(src: Path, dst: Path) -> None:
                 flags = struct.unpack(e + "I", f.read(4))[0]
                 f.seek(phoff + i * phentsize + flags_at)
                 f.write(struct.pack(e + "I", flags & ~PF_X))
+
+
+def remove_needed(src: Path, dst: Path, lib: str) -> None:
+    """Drop DT_NEEDED `lib` and its version requirement together (FACTS.md: removing only the entry makes
+    ld.so abort the process). Used to reproduce the upstream plugin that lacks libstdc++ in DT_NEEDED."""
+    import lief
+
+    binary = lief.ELF.parse(str(src))
+    if binary is None or not binary.has_library(lib):
+        msg = f"{src}: has no DT_NEEDED {lib}"
+        raise PatchError(msg, fix="nothing to remove")
+    if binary.find_version_requirement(lib) is not None:
+        binary.remove_version_requirement(lib)
+    binary.remove_library(lib)
+    binary.write(str(dst))

@@ -199,6 +199,7 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                 "set RUNPATH $ORIGIN (aoti-toolchain patch --set-runpath '$ORIGIN')", library=lib)
     own_names = own.names() | already
     scope = [*global_scope, *own.objects[1:]]
+    cxx_listed = CXX_RUNTIME in elf.needed or CXX_RUNTIME in own.names()
     cxx_missing: list[Symbol] = []
     cxx_from_host: list[Symbol] = []
     for sym in elf.symbols:
@@ -206,7 +207,7 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
             continue
         found = r.lookup(sym, scope)
         prov = _provider(sym.name, ctx.spec.providers)
-        is_cxx = prov is not None and CXX_RUNTIME in prov.sonames and CXX_RUNTIME not in own.names()
+        is_cxx = prov is not None and CXX_RUNTIME in prov.sonames and not cxx_listed
         if found is not None:
             if is_cxx and any(found is g for g in global_scope) and kind == "plugin":
                 cxx_from_host.append(sym)
