@@ -26,6 +26,7 @@ if str(REPO_ROOT) not in sys.path:
 # SCons restores sys.path after reading the SConscripts; actions import toolchain.* later, which works
 # once the package itself is in sys.modules.
 import toolchain  # noqa: E402,F401
+from toolchain.scons.checks import ConfigCheck, PostLinkCheck  # noqa: E402
 
 
 def _groups(env) -> tuple[str, ...]:
@@ -50,42 +51,6 @@ def _codegen_action(target, source, env):
     return 0
 
 
-def _spec_shim_names(env) -> list[str]:
-    from toolchain.spec import load_spec
-
-    spec = load_spec(Path(env["AOTI_SPEC_DIR"]))
-    return [s.name for s in spec.shims_in(*_groups(env))]
-
-
-def _check_exports_action(target, source, env):
-    """Post-link: every spec shim must be exported (defined, default visibility, global/weak)."""
-    from toolchain.elf.exports import missing_exports
-    from toolchain.errors import ToolchainError
-
-    path = Path(target[0].abspath)
-    try:
-        missing = missing_exports(path, _spec_shim_names(env))
-    except ToolchainError as exc:
-        print(f"aoti-check: error: {exc}", file=sys.stderr)
-        path.unlink(missing_ok=True)
-        return 1
-    if missing:
-        lines = "\n".join(f"  {m.name}: {m.reason}" for m in missing)
-        print(
-            f"aoti-check: {target[0]}: {len(missing)} shim(s) not exported [rule shim-not-exported]:\n{lines}\n"
-            "  fix: link the shim archive between -Wl,--whole-archive and -Wl,--no-whole-archive and export "
-            "the shims (the generated dynamic list, or --export-dynamic): env.AotiHostProgram does both. A shim "
-            "that no source defines must be implemented, or removed from toolchain/spec/shims.toml.",
-            file=sys.stderr,
-        )
-        path.unlink(missing_ok=True)
-        return 1
-    return 0
-
-
-CheckExports = SCons.Action.Action(_check_exports_action, "aoti-check: shim exports of $TARGET")
-
-
 def _whole_archive(env, archives) -> list[str]:
     return ["-Wl,--whole-archive", *[a.abspath for a in env.Flatten(archives)], "-Wl,--no-whole-archive"]
 
@@ -108,10 +73,11 @@ def AotiHostProgram(env, target, source, libs=(), **kw):
         LINKFLAGS=[*env.get("LINKFLAGS", []), f"-Wl,--dynamic-list={dynlist.abspath}"],
         AOTI_ARCHIVES=[a.abspath for a in archives],
         AOTI_WHOLE_ARCHIVE=_whole_archive(env, shims),
+        AOTI_WHOLE_ARCHIVE_NODES=shims,
         **kw,
     )
     env.Depends(prog, [dynlist, *archives, *shims])
-    env.AddPostAction(prog, CheckExports)
+    env.AddPostAction(prog, PostLinkCheck)
     return prog
 
 
@@ -126,16 +92,23 @@ def AotiRuntimeLibrary(env, target, source=(), libs=(), **kw):
         SHLINKFLAGS=[*env.get("SHLINKFLAGS", []), f"-Wl,--version-script={version_script.abspath}", "-Wl,-z,defs"],
         AOTI_ARCHIVES=[],
         AOTI_WHOLE_ARCHIVE=_whole_archive(env, archives),
+        AOTI_WHOLE_ARCHIVE_NODES=archives,
         **kw,
     )
     env.Depends(lib, [version_script, *archives])
-    env.AddPostAction(lib, CheckExports)
+    env.AddPostAction(lib, PostLinkCheck)
     return lib
 
 
 def AotiCheckExports(env, target):
-    """Attach the post-link export check to a binary built some other way."""
-    env.AddPostAction(target, CheckExports)
+    """Attach the post-link checks (exports, configuration records) to a binary built some other way."""
+    env.AddPostAction(target, PostLinkCheck)
+    return target
+
+
+def AotiCheckConfig(env, target):
+    """Attach only the configuration-record check (mixed-config) to any linked binary."""
+    env.AddPostAction(target, ConfigCheck)
     return target
 
 
@@ -160,6 +133,7 @@ def generate(env):
     env.SetDefault(AOTI_CUDA=False, AOTI_SPEC_DIR=str(REPO_ROOT / "toolchain" / "spec"))
     env.AddMethod(AotiCodegen)
     env.AddMethod(AotiCheckExports)
+    env.AddMethod(AotiCheckConfig)
     env.AddMethod(AotiHostProgram)
     env.AddMethod(AotiRuntimeLibrary)
 

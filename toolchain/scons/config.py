@@ -16,6 +16,8 @@ import SCons.Script
 from SCons.Variables import EnumVariable, PathVariable
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Found through -Iruntime/include: a relative name keeps command lines (and CacheDir keys) machine-neutral.
+CONFIG_HEADER = "aoti_host/config.h"
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,13 @@ def configure(env) -> Variant:
     env["AOTI_DIST_DIR"] = os.path.join(vdir, "dist")
     env["AOTI_VARIANT"] = name
     opt = ["-O0", "-g"] if env["mode"] == "debug" else ["-O2", "-g1"]
+    # The feature defines: every translation unit of the variant gets them, and records them in its object
+    # (the force-included config.h); the post-link check compares every object's record with these.
+    env["AOTI_FEATURE_DEFINES"] = {"CUDA_AVAILABLE": str(int(cuda))}
     env.Append(
         CPPPATH=[os.path.join(REPO_ROOT, "runtime", "include"), os.path.join(vdir, "gen", "include")],
-        CPPDEFINES=[("CUDA_AVAILABLE", int(cuda))] + ([] if env["mode"] == "debug" else ["NDEBUG"]),
-        CCFLAGS=[*opt, "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror", "-pthread"],
+        CPPDEFINES=[*env["AOTI_FEATURE_DEFINES"].items()] + ([] if env["mode"] == "debug" else ["NDEBUG"]),
+        CCFLAGS=["-include", CONFIG_HEADER, *opt, "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror", "-pthread"],
         CXXFLAGS=["-std=c++17", "-fvisibility-inlines-hidden"],
         CFLAGS=["-std=c11"],
         LINKFLAGS=["-pthread", "-Wl,-z,noexecstack", "-Wl,--as-needed"],
