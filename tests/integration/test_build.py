@@ -44,6 +44,16 @@ prog = env.Program("link_test_nowhole", ["link_test.c"],
                    LINKFLAGS=["-pthread", "-Wl,--dynamic-list={gen / "link" / "host.dynlist"}"])
 env.AotiCheckExports(prog)
 """)
+    # 1a. The link rule refuses it while reading the build files, with its id and fix.
+    proc = scons("-Q", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "[rule shim-archive-not-whole-archived]" in out and "fix: " in out, out
+    assert not (tmp_path / "link_test_nowhole").exists()
+    # 1b. Waived, the link happens and the post-link check fails it.
+    sconstruct = tmp_path / "SConstruct"
+    sconstruct.write_text(sconstruct.read_text().replace(
+        'LINKFLAGS=', 'AOTI_WAIVE_RULES=["shim-archive-not-whole-archived"], LINKFLAGS='))
     proc = scons("-Q", cwd=tmp_path)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
