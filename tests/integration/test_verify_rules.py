@@ -269,3 +269,35 @@ def test_duplicate_shim_definition(work, host_build):
     (f,) = rules(host)["duplicate-shim-definition"]
     assert f.symbol == "aoti_torch_dtype_float32" and "libothershims.so" in f.message
     assert "duplicate-shim-definition" not in rules(host_build.lib)
+
+
+CONFIG_TU = r"""
+#include "aoti_host/config.h"
+__attribute__((visibility("default"))) int aoti_torch_dtype_float32(void) { return 6; }
+"""
+OTHER_TU = r"""
+#include "aoti_host/config.h"
+__attribute__((visibility("default"))) int other_unit(void) { return 1; }
+"""
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_mixed_config(work, mixed):
+    d = work / f"mixed{int(mixed)}"
+    d.mkdir()
+    inc = str(eb.REPO_ROOT / "runtime" / "include")
+    (d / "a.c").write_text(CONFIG_TU)
+    (d / "b.c").write_text(OTHER_TU)
+    subprocess.run(["gcc", "-c", "-fPIC", "-I", inc, "-DCUDA_AVAILABLE=1", "-o", str(d / "a.o"), str(d / "a.c")],
+                   check=True)
+    subprocess.run(["gcc", "-c", "-fPIC", "-I", inc, *([] if mixed else ["-DCUDA_AVAILABLE=1"]),
+                    "-o", str(d / "b.o"), str(d / "b.c")], check=True)
+    lib = d / "libhost.so"
+    subprocess.run(["gcc", "-shared", "-Wl,-z,noexecstack", "-o", str(lib), str(d / "a.o"), str(d / "b.o")], check=True)
+    found = rules(lib)
+    if mixed:
+        (f,) = found["mixed-config"]
+        assert f.symbol == "CUDA_AVAILABLE" and "a.c" in f.message and "b.c" in f.message
+        assert "unset" in f.message and "1:" in f.message
+    else:
+        assert "mixed-config" not in found

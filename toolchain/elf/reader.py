@@ -406,3 +406,20 @@ def _read_verdef(v: _View, sec: _Section, st: _Section, names: dict, verdef: lis
         if nxt == 0:
             break
         off += nxt
+
+
+PT_NOTE = 4
+
+
+def read_note_segments(path: Path | str) -> list[tuple[bytes, bool]]:
+    """The bytes of each PT_NOTE segment (and whether the file is little-endian), bounds-checked."""
+    p = Path(path)
+    with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        elf = parse_elf(mm, str(p))
+        v = _View(mm, str(p), elf.little_endian)
+        out = []
+        for s in elf.segments:
+            if s.type == PT_NOTE:
+                v.need(s.offset, s.filesz, "a PT_NOTE segment")
+                out.append((bytes(mm[s.offset:s.offset + s.filesz]), elf.little_endian))
+        return out

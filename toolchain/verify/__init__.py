@@ -105,5 +105,5 @@ def _check_one(label: str, elf: ElfFile, ctx: checks.Context, kind: str) -> File
         checks.check_resolution(elf, label, k, res, ctx, reported)
     if k == "host":
         checks.check_host(elf, label, res, ctx)
-        checks.check_mixed_config(label, res)
+    checks.check_mixed_config(label, res)
     return res

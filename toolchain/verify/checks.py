@@ -318,8 +318,22 @@ def runpath_dirs(elf: ElfFile, path: str) -> list[str]:
 
 
 def check_mixed_config(path: str, res: FileResult) -> None:
-    """mixed-config: per-object feature-define records (toolchain.elf.config_records, issue 3)."""
+    """mixed-config: objects of one binary whose configuration records (aoti_host/config.h notes, read by
+    toolchain.elf.config_records) disagree, e.g. one compiled with -DCUDA_AVAILABLE=1 and one without."""
+    from toolchain.elf.config_records import find_conflicts, parse_notes
+    from toolchain.elf.reader import ElfError, read_note_segments
+
+    if "!" in path:
+        return  # a .pt2 member: plugins carry no records
     try:
-        from toolchain.elf import config_records  # noqa: F401
-    except ImportError:
+        records = [r for data, little in read_note_segments(path)
+                   for r in parse_notes(data, byteorder="<" if little else ">")]
+    except (ElfError, OSError):
         return
+    for c in find_conflicts(records):
+        objs = "; ".join(f"{value}: {', '.join(r.object_name for r in recs)}" for value, recs in c.by_value.items())
+        res.add("mixed-config", f"objects linked into it were compiled with different {c.key} ({objs}): a "
+                "one-definition-rule break (types and inline functions differ between them)",
+                "compile every translation unit of one binary with the same defines: build it with the SCons "
+                "builders of one variant (toolchain/scons), or take the defines from the runtime's usage "
+                "requirements instead of repeating them by hand", symbol=c.key)

@@ -42,7 +42,7 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("exports-shim", "error", "plugin", "The plugin defines aoti_torch_* shims itself."),
     Rule("shim-not-exported", "error", "host", "The host does not export a shim plugins import."),
     Rule("duplicate-shim-definition", "error", "host", "More than one object in the host's scope defines a shim."),
-    Rule("mixed-config", "error", "host", "Objects linked into one binary were compiled with different configs."),
+    Rule("mixed-config", "error", "any", "Objects linked into one binary were compiled with different configs."),
 )}
 UNREADABLE_RULES = frozenset({"not-elf", "truncated", "malformed"})
 
