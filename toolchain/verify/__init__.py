@@ -17,7 +17,7 @@ from toolchain.verify import checks
 from toolchain.verify.profiles import DEFAULT_PROFILE, load_profile
 from toolchain.verify.report import FileResult, Report
 
-__all__ = ["verify_paths", "Report", "DEFAULT_PROFILE", "elf_members"]
+__all__ = ["verify_paths", "verify_buffer", "make_context", "Report", "DEFAULT_PROFILE", "elf_members"]
 
 
 def elf_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
@@ -85,6 +85,22 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
             else:
                 report.files.append(_check_one(label, elf, ctx, kind))
     return report
+
+
+def make_context(profile: str = DEFAULT_PROFILE) -> checks.Context:
+    """A context to reuse across many `verify_buffer` calls (the fuzz test: libraries are read once)."""
+    return checks.Context(spec=load_spec(), profile=load_profile(profile), resolver=Resolver())
+
+
+def verify_buffer(data: bytes, label: str, ctx: checks.Context, kind: str = "auto") -> FileResult:
+    """Verify ELF bytes held in memory; unreadable input becomes a not-elf/truncated/malformed finding."""
+    try:
+        elf = parse_elf(data, label)
+    except ElfError as exc:
+        res = FileResult(label, "unreadable")
+        res.add(exc.rule, str(exc).split("\n  fix: ")[0], exc.fix or "rebuild or copy the file again")
+        return res
+    return _check_one(label, elf, ctx, kind)
 
 
 def _check_one(label: str, elf: ElfFile, ctx: checks.Context, kind: str) -> FileResult:
