@@ -74,11 +74,20 @@ def export_head(repo: Path, dest: Path) -> str:
 
 
 def build_python(src: Path, out: Path) -> list[Path]:
-    code = ("import sys; from setuptools import build_meta as b; "
-            "print(b.build_sdist(sys.argv[1])); print(b.build_wheel(sys.argv[1]))")
-    proc = _run([sys.executable, "-c", code, str(out)], "sdist and wheel", cwd=src)
-    names = [line.strip() for line in proc.stdout.splitlines() if line.strip().endswith((".tar.gz", ".whl"))]
-    return [out / n for n in names]
+    """sdist and wheel through setuptools' PEP 517 hooks, one process each (no network, no isolation)."""
+    made = []
+    for hook in ("build_sdist", "build_wheel"):
+        with tempfile.TemporaryDirectory(prefix=f"{hook}-", dir=src.parent) as tmp:
+            code = f"import sys; from setuptools import build_meta as b; print(b.{hook}(sys.argv[1]))"
+            proc = _run([sys.executable, "-c", code, tmp], hook, cwd=src)
+            name = proc.stdout.strip().splitlines()[-1].strip()
+            built = Path(tmp) / name
+            if not built.is_file():
+                raise StepError(f"{hook} reported {name} but wrote no such file", fix="check the build log")
+            dest = out / name
+            os.replace(built, dest) if os.stat(tmp).st_dev == os.stat(out).st_dev else shutil.move(built, dest)
+            made.append(dest)
+    return made
 
 
 def build_runtime(src: Path, build_dir: Path, jobs: int) -> Path:
@@ -159,7 +168,7 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
             step("verify the example plugins in the built runtime",
                  lambda: check("example plugins", pt2s, dist / "lib" / "libaoti_host.so"))
         report["artifacts"] = [{"file": a.name, "sha256": sha256(a), "bytes": a.stat().st_size} for a in artifacts]
-    except ToolchainError as exc:
+    except (ToolchainError, OSError, subprocess.SubprocessError, tarfile.TarError) as exc:
         report["error"] = str(exc)
         verdict_ok = False
         print(f"[release] error: {exc}", file=sys.stderr)
