@@ -29,6 +29,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 VARIANT = "cpu-gcc-release"
 
 
+class VerifyFailed(ToolchainError):
+    """An artifact failed verification: the release stops there."""
+
+
 class StepError(InputError):
     """A release step (git, build, scons, export) failed."""
 
@@ -148,6 +152,7 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
         report["verify"].append({"what": label, "report": to_json(rep)})
         if rep.exit_code != 0:
             verdict_ok = False
+            raise VerifyFailed(f"{label}: verify {rep.verdict}: {rep.count('error')} error(s)")
 
     try:
         if plugins:
@@ -168,6 +173,8 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
             step("verify the example plugins in the built runtime",
                  lambda: check("example plugins", pt2s, dist / "lib" / "libaoti_host.so"))
         report["artifacts"] = [{"file": a.name, "sha256": sha256(a), "bytes": a.stat().st_size} for a in artifacts]
+    except VerifyFailed as exc:
+        report["failed"] = str(exc)
     except (ToolchainError, OSError, subprocess.SubprocessError, tarfile.TarError) as exc:
         report["error"] = str(exc)
         verdict_ok = False
