@@ -30,7 +30,7 @@ def apply_lief(src: Path, dst: Path, add_needed: list[str], runpath: str | None)
         binary.add_library(lib)
     if add_needed:
         entries = [e for e in binary.dynamic_entries if isinstance(e, lief.ELF.DynamicEntryLibrary)]
-        names = [e.name for e in entries]
+        names = [str(e.name) for e in entries]
         k = len(add_needed)
         # add_library put the new names first, in reverse order of the calls.
         new_first, old = names[:k], names[k:]

@@ -220,7 +220,12 @@ def parse_elf(buf, name: str) -> ElfFile:
             raise MalformedError(f"{name}: {what} but no dynamic string table", fix="rebuild the file")
         return v.cstr(strtab[0], strtab[1], idx, what)
 
-    needed, runpath, rpath, soname, flags, flags_1, textrel = [], [], [], None, 0, 0, False
+    needed: list[str] = []
+    runpath: list[str] = []
+    rpath: list[str] = []
+    soname: str | None = None
+    flags = flags_1 = 0
+    textrel = False
     for tag, val in dyn:
         if tag == DT_NEEDED:
             needed.append(dstr(val, "DT_NEEDED"))

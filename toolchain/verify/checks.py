@@ -143,7 +143,7 @@ def check_versions(elf: ElfFile, res: FileResult, ctx: Context) -> set[tuple[str
         limit = ctx.profile.max_versions.get(fam)
         if limit is not None and ver > limit:
             worst.setdefault(s.version, []).append(s)
-    reported = set()
+    reported: set[tuple[str, str]] = set()
     for version, syms in sorted(worst.items(), key=lambda kv: parse_version(kv[0])):  # type: ignore[arg-type,return-value]
         fam, ver = parse_version(version)  # type: ignore[misc]
         names = [s.name for s in syms]

@@ -71,7 +71,7 @@ def to_sarif(report: Report) -> dict:
               "defaultConfiguration": {"level": r.severity}} for r in RULES.values()]
     results = []
     for f in report.findings:
-        loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(f.file)}}}
+        loc: dict = {"physicalLocation": {"artifactLocation": {"uri": _uri(f.file)}}}
         if f.symbol or f.entry_point:
             loc["logicalLocations"] = [{"name": f.symbol or f.entry_point, "kind": "function"}]
         results.append({"ruleId": f.rule, "ruleIndex": rule_ids.index(f.rule), "level": f.severity,
