@@ -23,6 +23,7 @@ ET_NAMES = {0: "NONE", 1: "REL", 2: "EXEC", 3: "DYN", 4: "CORE"}
 PT_LOAD, PT_DYNAMIC, PT_INTERP, PT_GNU_STACK = 1, 2, 3, 0x6474E551
 PF_X, PF_W, PF_R = 1, 2, 4
 SHT_DYNSYM, SHT_VERDEF, SHT_VERNEED, SHT_VERSYM = 11, 0x6FFFFFFD, 0x6FFFFFFE, 0x6FFFFFFF
+SHT_GNU_HASH = 0x6FFFFFF6
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH = 0, 1, 5, 10, 14, 15
 DT_TEXTREL, DT_FLAGS, DT_RUNPATH, DT_FLAGS_1 = 22, 30, 29, 0x6FFFFFFB
 DF_TEXTREL, DF_1_NODELETE = 0x4, 0x8
@@ -172,8 +173,9 @@ def read_elf(path: Path | str) -> ElfFile:
         raise InputError(msg, fix="check the file's permissions") from None
 
 
-def parse_elf(buf, name: str) -> ElfFile:
-    """Parse ELF bytes (bytes, bytearray or mmap)."""
+def parse_elf(buf, name: str, with_symbols: bool = True, _tables: list | None = None) -> ElfFile:
+    """Parse ELF bytes (bytes, bytearray or mmap). with_symbols=False skips the symbol table (libraries are
+    then searched by name with `DynSymTable.lookup`; `_tables` receives that table)."""
     n = len(buf)
     if n < 4 or bytes(buf[:4]) != b"\x7fELF":
         if n < 4 and bytes(buf[:n]) == b"\x7fELF"[:n] and n > 0:
@@ -242,7 +244,12 @@ def parse_elf(buf, name: str) -> ElfFile:
         elif tag == DT_TEXTREL:
             textrel = True
     textrel = textrel or bool(flags & DF_TEXTREL)
-    symbols, verneed, verdef = _symbols(v, is64, sections, name)
+    table = DynSymTable(v, is64, sections, name)
+    if _tables is not None:
+        _tables.append(table)
+    symbols = table.all() if with_symbols else ()
+    verneed = {k: tuple(x) for k, x in table.verneed.items()}
+    verdef = tuple(table.verdef)
     return ElfFile(name=name, size=n, elf_class=64 if is64 else 32, little_endian=little,
                    machine=MACHINES.get(machine, f"EM_{machine}"), machine_id=machine,
                    etype=ET_NAMES.get(etype, f"ET_{etype}"), interp=interp, segments=tuple(segments),
@@ -316,66 +323,110 @@ def _strtab(v: _View, segments, sections, dyn) -> tuple[int, int] | None:
     return None
 
 
-def _symbols(v: _View, is64: bool, sections: list[_Section], name: str
-             ) -> tuple[tuple[Symbol, ...], dict[str, tuple[str, ...]], tuple[str, ...]]:
-    dynsym = next((s for s in sections if s.type == SHT_DYNSYM), None)
-    if dynsym is None:
-        return (), {}, ()
-    if not 0 <= dynsym.link < len(sections):
-        raise MalformedError(f"{name}: .dynsym links to section {dynsym.link}, which does not exist", fix="rebuild the file")
-    st = sections[dynsym.link]
-    v.need(st.offset, st.size, "the dynamic string table (.dynstr)")
-    fmt = "IBBHQQ" if is64 else "IIIBBH"
-    ent = struct.calcsize("<" + fmt)
-    count = dynsym.size // ent
-    if count > MAX_SYMBOLS:
-        raise MalformedError(f"{name}: .dynsym claims {count} symbols", fix="rebuild the file")
-    v.need(dynsym.offset, count * ent, "the dynamic symbol table (.dynsym)")
-    # Version indices -> (name, file): verdef gives this object's own versions, vernaux the required ones.
-    names: dict[int, tuple[str, str | None]] = {}
-    verneed: dict[str, list[str]] = {}
-    verdef: list[str] = []
-    for sec in sections:
-        if sec.type == SHT_VERNEED:
-            _read_verneed(v, sec, st, names, verneed)
-        elif sec.type == SHT_VERDEF:
-            _read_verdef(v, sec, st, names, verdef)
-    versym = next((s for s in sections if s.type == SHT_VERSYM), None)
-    vs = None
-    if versym is not None:
-        v.need(versym.offset, min(versym.size, count * 2), "the symbol version table (.gnu.version)")
-        vs = memoryview(v.buf)[versym.offset:versym.offset + min(versym.size, count * 2)].cast("B")
-    out = []
-    e = v.e
-    raw = struct.Struct(e + fmt).iter_unpack(v.buf[dynsym.offset:dynsym.offset + count * ent])
-    buf, sto, sts = v.buf, st.offset, st.size
-    end = sto + sts
-    for i, f in enumerate(raw):
-        if is64:
+class DynSymTable:
+    """The dynamic symbol table of one file: every symbol (`all()`), or one name through DT_GNU_HASH
+    (`lookup()`), reading only the entries probed, as the loader does. Bounds-checked like the rest."""
+
+    def __init__(self, v: _View, is64: bool, sections: list[_Section], name: str) -> None:
+        self.v, self.is64, self.name = v, is64, name
+        self.count = 0
+        self.names: dict[int, tuple[str, str | None]] = {}
+        self.verneed: dict[str, list[str]] = {}
+        self.verdef: list[str] = []
+        self.gnu_hash: _Section | None = None
+        dynsym = next((s for s in sections if s.type == SHT_DYNSYM), None)
+        if dynsym is None:
+            return
+        if not 0 <= dynsym.link < len(sections):
+            raise MalformedError(f"{name}: .dynsym links to section {dynsym.link}, which does not exist",
+                                 fix="rebuild the file")
+        st = sections[dynsym.link]
+        v.need(st.offset, st.size, "the dynamic string table (.dynstr)")
+        self.fmt = struct.Struct(v.e + ("IBBHQQ" if is64 else "IIIBBH"))
+        count = dynsym.size // self.fmt.size
+        if count > MAX_SYMBOLS:
+            raise MalformedError(f"{name}: .dynsym claims {count} symbols", fix="rebuild the file")
+        v.need(dynsym.offset, count * self.fmt.size, "the dynamic symbol table (.dynsym)")
+        self.count, self.off, self.sto, self.sts = count, dynsym.offset, st.offset, st.size
+        # Version indices -> (name, file): verdef gives this object's own versions, vernaux the required ones.
+        for sec in sections:
+            if sec.type == SHT_VERNEED:
+                _read_verneed(v, sec, st, self.names, self.verneed)
+            elif sec.type == SHT_VERDEF:
+                _read_verdef(v, sec, st, self.names, self.verdef)
+            elif sec.type == SHT_GNU_HASH:
+                self.gnu_hash = sec
+        versym = next((s for s in sections if s.type == SHT_VERSYM), None)
+        self.vs_off, self.vs_len = -1, 0
+        if versym is not None:
+            self.vs_len = min(versym.size // 2, count)
+            v.need(versym.offset, self.vs_len * 2, "the symbol version table (.gnu.version)")
+            self.vs_off = versym.offset
+
+    def _symbol(self, i: int, f: tuple) -> Symbol | None:
+        if self.is64:
             nm, info, other, shndx, _val, _size = f
         else:
             nm, _val, _size, info, other, shndx = f
         if nm == 0:
-            continue
-        if nm >= sts:
-            raise MalformedError(f"{name}: symbol {i}: name index {nm} outside .dynstr ({sts} bytes)",
+            return None
+        if nm >= self.sts:
+            raise MalformedError(f"{self.name}: symbol {i}: name index {nm} outside .dynstr ({self.sts} bytes)",
                                  fix="rebuild the file")
-        stop = buf.find(b"\0", sto + nm, end)
+        buf = self.v.buf
+        stop = buf.find(b"\0", self.sto + nm, self.sto + self.sts)
         if stop < 0:
-            raise MalformedError(f"{name}: symbol {i}: unterminated name", fix="rebuild the file")
-        sname = bytes(buf[sto + nm:stop]).decode("utf-8", "replace")
+            raise MalformedError(f"{self.name}: symbol {i}: unterminated name", fix="rebuild the file")
+        sname = bytes(buf[self.sto + nm:stop]).decode("utf-8", "replace")
         version, hidden, vfile = None, False, None
-        if vs is not None and 2 * i + 1 < len(vs):
-            raw_idx = vs[2 * i] | (vs[2 * i + 1] << 8) if e == "<" else (vs[2 * i] << 8) | vs[2 * i + 1]
+        if i < self.vs_len:
+            lo, hi = buf[self.vs_off + 2 * i], buf[self.vs_off + 2 * i + 1]
+            raw_idx = lo | (hi << 8) if self.v.e == "<" else (lo << 8) | hi
             idx = raw_idx & 0x7FFF
             hidden = bool(raw_idx & 0x8000)
             if idx >= 2:
-                version, vfile = names.get(idx, (None, None))
-        out.append(Symbol(sname, shndx != 0, STB_NAMES.get(info >> 4, f"STB_{info >> 4}"),
-                          STT_NAMES.get(info & 0xF, f"STT_{info & 0xF}"), STV_NAMES[other & 3], version, hidden, vfile))
-    if vs is not None:
-        vs.release()
-    return tuple(out), {k: tuple(x) for k, x in verneed.items()}, tuple(verdef)
+                version, vfile = self.names.get(idx, (None, None))
+        return Symbol(sname, shndx != 0, STB_NAMES.get(info >> 4, f"STB_{info >> 4}"),
+                      STT_NAMES.get(info & 0xF, f"STT_{info & 0xF}"), STV_NAMES[other & 3], version, hidden, vfile)
+
+    def all(self) -> tuple[Symbol, ...]:
+        if not self.count:
+            return ()
+        raw = self.fmt.iter_unpack(self.v.buf[self.off:self.off + self.count * self.fmt.size])
+        return tuple(s for i, f in enumerate(raw) if (s := self._symbol(i, f)) is not None)
+
+    def lookup(self, name: str) -> list[Symbol] | None:
+        """Defined entries named `name` via DT_GNU_HASH; None when the file has no usable GNU hash table."""
+        sec = self.gnu_hash
+        if sec is None or not self.count:
+            return None
+        v, e = self.v, self.v.e
+        nbuckets, symoffset, bloom_size, _shift = v.unpack("IIII", sec.offset, "the GNU hash table")
+        word = 8 if self.is64 else 4
+        buckets_at = sec.offset + 16 + bloom_size * word
+        chain_at = buckets_at + 4 * nbuckets
+        if nbuckets == 0 or chain_at > sec.offset + sec.size + 4 * self.count or symoffset > self.count:
+            return None
+        h = 5381
+        for c in name.encode():
+            h = (h * 33 + c) & 0xFFFFFFFF
+        (idx,) = v.unpack("I", buckets_at + 4 * (h % nbuckets), "a GNU hash bucket")
+        out: list[Symbol] = []
+        if idx < symoffset:
+            return out
+        for _ in range(self.count):
+            if idx >= self.count:
+                break
+            (ch,) = v.unpack("I", chain_at + 4 * (idx - symoffset), "a GNU hash chain entry")
+            if (ch | 1) == (h | 1):
+                sym = self._symbol(idx, self.fmt.unpack_from(v.buf, self.off + idx * self.fmt.size))
+                if sym is not None and sym.name == name and sym.defined and sym.binding != "LOCAL":
+                    out.append(sym)
+            if ch & 1:
+                break
+            idx += 1
+        del e
+        return out
 
 
 def _read_verneed(v: _View, sec: _Section, st: _Section, names: dict, verneed: dict) -> None:
@@ -420,7 +471,7 @@ def read_note_segments(path: Path | str) -> list[tuple[bytes, bool]]:
     """The bytes of each PT_NOTE segment (and whether the file is little-endian), bounds-checked."""
     p = Path(path)
     with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        elf = parse_elf(mm, str(p))
+        elf = parse_elf(mm, str(p), with_symbols=False)
         v = _View(mm, str(p), elf.little_endian)
         out = []
         for s in elf.segments:
@@ -428,3 +479,16 @@ def read_note_segments(path: Path | str) -> list[tuple[bytes, bool]]:
                 v.need(s.offset, s.filesz, "a PT_NOTE segment")
                 out.append((bytes(mm[s.offset:s.offset + s.filesz]), elf.little_endian))
         return out
+
+
+def open_library(path: Path | str) -> tuple[ElfFile, DynSymTable]:
+    """A library for symbol lookup: headers parsed now, symbols found by name later (the file stays mapped
+    while the table is alive)."""
+    p = Path(path)
+    with open(p, "rb") as f:
+        if f.seek(0, 2) == 0:
+            raise NotElfError(f"{p}: empty file, not an ELF object", fix="reinstall the library")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    tables: list[DynSymTable] = []
+    elf = parse_elf(mm, str(p), with_symbols=False, _tables=tables)
+    return elf, tables[0]

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolchain.elf.reader import ElfError, ElfFile, Symbol, read_elf
+from toolchain.elf.reader import DynSymTable, ElfError, ElfFile, Symbol, open_library
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 SYSTEM_DIRS = frozenset(DEFAULT_DIRS) | {"/usr/local/lib", "/usr/local/lib64", "/usr/local/lib/x86_64-linux-gnu"}
@@ -78,23 +78,43 @@ class Resolver:
         self.search_dirs = list(dict.fromkeys([*extra_dirs, *ld_so_conf_dirs(), *DEFAULT_DIRS]))
         self._cache: dict[str, ElfFile | None] = {}
         self._defs: dict[str, dict[str, list[Symbol]]] = {}
+        self._tables: dict[str, DynSymTable] = {}
 
     def read(self, path: str) -> ElfFile | None:
-        real = os.path.realpath(path)
-        if real not in self._cache:
+        """A library's headers (its symbols are looked up by name, through its GNU hash table)."""
+        if path not in self._cache:
             try:
-                self._cache[real] = read_elf(real)
-            except ElfError:
-                self._cache[real] = None
-            except OSError:
-                self._cache[real] = None
-        return self._cache[real]
+                elf, table = open_library(path)
+                self._cache[path] = elf
+                self._tables[path] = table
+            except (ElfError, OSError):
+                self._cache[path] = None
+        return self._cache[path]
 
     def defs(self, loaded: Loaded) -> dict[str, list[Symbol]]:
-        key = os.path.realpath(loaded.path)
+        """Every defined symbol of an object (parsed in full: for the files being verified)."""
+        key = loaded.path
         if key not in self._defs:
-            self._defs[key] = loaded.elf.defined()
+            elf = loaded.elf
+            if not elf.symbols and key in self._tables:
+                elf_syms = self._tables[key].all()
+                out: dict[str, list[Symbol]] = {}
+                for s in elf_syms:
+                    if s.defined and s.binding != "LOCAL":
+                        out.setdefault(s.name, []).append(s)
+                self._defs[key] = out
+            else:
+                self._defs[key] = elf.defined()
         return self._defs[key]
+
+    def find_defs(self, loaded: Loaded, name: str) -> list[Symbol]:
+        """The defined entries named `name` in one object: a GNU hash lookup for libraries."""
+        table = self._tables.get(loaded.path)
+        if table is not None and not loaded.elf.symbols and loaded.path not in self._defs:
+            found = table.lookup(name)
+            if found is not None:
+                return found
+        return self.defs(loaded).get(name, [])
 
     def find(self, name: str, requester: ElfFile, requester_path: str) -> str | None:
         """Path of the library `requester` gets for DT_NEEDED `name`, or None."""
@@ -146,7 +166,7 @@ class Resolver:
         for lo in scopes:
             if skip is not None and lo.path == skip:
                 continue
-            cands = self.defs(lo).get(sym.name)
+            cands = self.find_defs(lo, sym.name)
             if not cands:
                 continue
             for d in cands:

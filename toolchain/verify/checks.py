@@ -303,7 +303,7 @@ def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
                     symbol=shim.name)
     scope = ctx.resolver.scope(elf, path).objects
     for shim in ctx.spec.shims:
-        providers = [lo for lo in scope if any(s.visibility == "DEFAULT" for s in ctx.resolver.defs(lo).get(shim.name, []))]
+        providers = [lo for lo in scope if any(s.visibility == "DEFAULT" for s in ctx.resolver.find_defs(lo, shim.name))]
         if len(providers) > 1:
             names = [lo.path for lo in providers]
             res.add("duplicate-shim-definition", f"{shim.name} is defined by {len(names)} objects in the host's "
