@@ -60,11 +60,25 @@ def _pt2_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
                                            fix="re-export the package; the file is damaged"))]
 
 
+_SPEC_CACHE: dict[tuple, object] = {}
+
+
+def _spec():
+    """load_spec(), re-read only when a spec file changes (a build or release verifies many files)."""
+    from toolchain.spec import SPEC_DIR
+
+    key = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(SPEC_DIR.glob("*.toml")))
+    if key not in _SPEC_CACHE:
+        _SPEC_CACHE.clear()
+        _SPEC_CACHE[key] = load_spec()
+    return _SPEC_CACHE[key]
+
+
 def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_PROFILE, strict: bool = False,
                  kind: str = "auto") -> Report:
     """Verify plugins (and hosts) against a target profile, optionally inside a given host."""
     prof = load_profile(profile)
-    ctx = checks.Context(spec=load_spec(), profile=prof, resolver=Resolver())
+    ctx = checks.Context(spec=_spec(), profile=prof, resolver=Resolver())  # type: ignore[arg-type]
     report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict)
     if host is not None:
         hpath = Path(host)
@@ -89,7 +103,7 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
 
 def make_context(profile: str = DEFAULT_PROFILE) -> checks.Context:
     """A context to reuse across many `verify_buffer` calls (the fuzz test: libraries are read once)."""
-    return checks.Context(spec=load_spec(), profile=load_profile(profile), resolver=Resolver())
+    return checks.Context(spec=_spec(), profile=load_profile(profile), resolver=Resolver())  # type: ignore[arg-type]
 
 
 def verify_buffer(data: bytes, label: str, ctx: checks.Context, kind: str = "auto") -> FileResult:
