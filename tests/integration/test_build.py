@@ -98,11 +98,6 @@ def test_unknown_option_is_refused_with_a_suggestion(tmp_path):
     assert "unknown option mdoe=debug" in proc.stdout and "did you mean mode" in proc.stdout
 
 
-def test_cuda_on_is_refused_clearly_for_now(tmp_path):
-    proc = scons("-Q", "cuda=on", f"build_dir={tmp_path}")
-    assert proc.returncode == 2 and "cuda=on" in proc.stdout
-
-
 def _compiled_objects(output: str) -> set[str]:
     return {Path(m).name for m in re.findall(r"-o (\S+\.os) -c", output)}
 

@@ -120,7 +120,14 @@ def _configure_cuda(env, nvcc: str) -> None:
         nvcc_tool.parse_arch(env["cuda_arch"])
     except ValueError as exc:
         _fail(f"{exc}")
-    home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    # The toolkit root: beside the real nvcc, else $CUDA_HOME, else /usr/local/cuda (nvcc may be a wrapper).
+    homes = [os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), os.environ.get("CUDA_HOME"),
+             os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    home = next((h for h in homes if h and os.path.exists(os.path.join(h, "include", "cuda_runtime.h"))), None)
+    if home is None:
+        _fail(f"cuda=on: no CUDA toolkit (include/cuda_runtime.h) beside {nvcc}, in $CUDA_HOME nor in "
+              "/usr/local/cuda; set CUDA_HOME")
+        return
     env["NVCC"] = nvcc
     env["CUDA_ARCH"] = env["cuda_arch"]
     env["CUDA_HOME"] = home
