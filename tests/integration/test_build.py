@@ -87,7 +87,8 @@ def test_null_build_does_nothing_fast(host_build):
 
 def test_help_documents_options():
     out = scons("-h").stdout
-    for opt in ("cuda:", "cxx:", "mode:", "build_dir:", "spec_dir:"):
+    for opt in ("cuda:", "cuda_arch:", "nvcc:", "cxx:", "stdlib:", "mode:", "export:", "build_dir:", "cache_dir:",
+                "spec_dir:"):
         assert opt in out, opt
     assert "auto" in out and "debug" in out
 
