@@ -110,6 +110,16 @@ def AotiLibrary(env, target, sources, public=None, private=None, deps=(), role="
     return _tag(lib, role, usage)
 
 
+def _link_overrides(env, overrides: dict, kw: dict) -> dict:
+    """LIBS/LIBPATH/RPATH from the usage requirements, after the ones the caller passes (which kw loses)."""
+    out = {}
+    for key in ("LIBS", "LIBPATH", "RPATH"):
+        if key in overrides or key in kw:
+            mine = env.Flatten(kw.pop(key, env.get(key, [])))
+            out[key] = [*mine, *[v for v in overrides.get(key, []) if v not in mine]]
+    return out
+
+
 def _export_flags(env) -> list[str]:
     if env.get("AOTI_EXPORT", "shims") == "all":
         return ["-Wl,--export-dynamic"]
@@ -123,7 +133,7 @@ def AotiHostProgram(env, target, source, libs=(), **kw):
     shims = env.Flatten(env["AOTI_SHIM_ARCHIVE"])
     archives = env.Flatten(list(libs))
     overrides = _usage_overrides(env, target, [*archives, *shims])
-    link_overrides = {k: v for k, v in overrides.items() if k in ("LIBS", "LIBPATH", "RPATH")}
+    link_overrides = _link_overrides(env, overrides, kw)
     prog = env.Program(
         target,
         _objects(env, source, overrides, shared=False),
@@ -149,7 +159,7 @@ def AotiRuntimeLibrary(env, target, source=(), libs=(), **kw):
     consumers get the archives' usage requirements."""
     archives = [*env.Flatten(list(libs)), *env.Flatten(env["AOTI_SHIM_ARCHIVE"])]
     overrides = _usage_overrides(env, target, archives)
-    link_overrides = {k: v for k, v in overrides.items() if k in ("LIBS", "LIBPATH", "RPATH")}
+    link_overrides = _link_overrides(env, overrides, kw)
     version_script = env.File("$AOTI_GEN_DIR/link/runtime.version")
     lib = env.SharedLibrary(
         target,

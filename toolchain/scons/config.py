@@ -120,11 +120,20 @@ def _configure_cuda(env, nvcc: str) -> None:
         nvcc_tool.parse_arch(env["cuda_arch"])
     except ValueError as exc:
         _fail(f"{exc}")
-    home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    # The toolkit root: beside the real nvcc, else $CUDA_HOME, else /usr/local/cuda (nvcc may be a wrapper).
+    homes = [os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), os.environ.get("CUDA_HOME"),
+             os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    home = next((h for h in homes if h and os.path.exists(os.path.join(h, "include", "cuda_runtime.h"))), None)
+    if home is None:
+        _fail(f"cuda=on: no CUDA toolkit (include/cuda_runtime.h) beside {nvcc}, in $CUDA_HOME nor in "
+              "/usr/local/cuda; set CUDA_HOME")
+        return
     env["NVCC"] = nvcc
     env["CUDA_ARCH"] = env["cuda_arch"]
     env["CUDA_HOME"] = home
     env.Tool("nvcc", toolpath=[os.path.dirname(__file__)])
+    # The host compiler of .cu files is the variant's: one compiler and C++ library for every object.
+    env.Append(NVCCFLAGS=["-ccbin", env["CXX"]])
     include = [os.path.join(home, "include")]
     libdirs = [d for d in (os.path.join(home, "lib64"), os.path.join(home, "lib")) if os.path.isdir(d)]
     cublas = _cublas_dirs()
@@ -197,7 +206,7 @@ def configure(env) -> Variant:
     env["AOTI_FEATURE_DEFINES"] = {"CUDA_AVAILABLE": str(int(cuda))}
     env.Append(
         CPPDEFINES=[*env["AOTI_FEATURE_DEFINES"].items()] + ([] if env["mode"] == "debug" else ["NDEBUG"]),
-        CCFLAGS=["-include", CONFIG_HEADER, *opt, "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
+        CCFLAGS=["-include", CONFIG_HEADER, '-DAOTI_CONFIG_SOURCE_NAME=\\"$SOURCE\\"', *opt, "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
                  "-pthread"],
         CXXFLAGS=["-std=c++17", "-fvisibility-inlines-hidden", *stdlib],
         CFLAGS=["-std=c11"],

@@ -24,7 +24,7 @@ import SCons.Tool
 
 CU_SUFFIXES = (".cu",)
 DEFAULT_ARCH = "90"
-_NATIVE_PREFIXES = ("-std=", "-O", "-g")
+_NATIVE_PREFIXES = ("-std=", "-O", "-g", "-D", "-I")
 
 
 def find_nvcc(env=None) -> str | None:

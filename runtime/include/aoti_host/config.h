@@ -47,7 +47,10 @@
 #endif
 
 #if defined(__GNUC__) && defined(__ELF__) && !defined(__CUDA_ARCH__) && !defined(AOTI_NO_CONFIG_RECORD)
-#ifdef __BASE_FILE__
+#if defined(AOTI_CONFIG_SOURCE_NAME)
+// Set by our builders: clang expands __BASE_FILE__ in a force-included header to "<built-in>".
+#define AOTI_CONFIG_SOURCE AOTI_CONFIG_SOURCE_NAME
+#elif defined(__BASE_FILE__)
 #define AOTI_CONFIG_SOURCE __BASE_FILE__
 #else
 #define AOTI_CONFIG_SOURCE __FILE__
