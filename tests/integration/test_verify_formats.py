@@ -10,6 +10,7 @@ from xml.etree import ElementTree as ET
 
 import jsonschema
 import pytest
+import xmlschema
 
 from tests.integration import elf_builders as eb
 from toolchain.verify.formats import REPORT_SCHEMA, SARIF_SCHEMA
@@ -104,4 +105,12 @@ def test_junit_is_readable(files):
     assert failed == ["unresolved-symbol"]
     assert junk.find("testcase/error").get("type") == "not-elf"
     assert int(root.get("tests")) == sum(int(s.get("tests")) for s in suites)
+    # each suite is what Maven Surefire writes and Jenkins/GitLab/GitHub reporters read
+    xsd = xmlschema.XMLSchema(str(eb.REPO_ROOT / "tests" / "data" / "surefire-test-report-3.0.xsd"))
+    for s in suites:
+        xsd.validate(ET.tostring(s, encoding="unicode"))
+    broken = ET.fromstring(ET.tostring(bad, encoding="unicode"))
+    broken.find("testcase").attrib.pop("name")
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        xsd.validate(ET.tostring(broken, encoding="unicode"))
     assert all(c.get("name") in RULES for c in root.iter("testcase"))

@@ -301,3 +301,31 @@ def test_mixed_config(work, mixed):
         assert "unset" in f.message and "1:" in f.message
     else:
         assert "mixed-config" not in found
+
+
+CUDART = [p for d in ("/usr/local/cuda/lib64", "/usr/local/cuda-13.0/lib", "/usr/local/cuda-13.0/lib64")
+          for p in __import__("pathlib").Path(d).glob("libcudart.so.1[23]")]
+
+
+@pytest.mark.skipif(not CUDART, reason="no libcudart.so.12/13 on this machine")
+def test_unresolved_cuda_runtime_explains_the_link_libtorch_false_case(work):
+    # FACTS.md: CUDA plugins built with link_libtorch=False import cuda* unversioned without libcudart.
+    so = eb.build(work, "cuda_user", imports=["cudaFree", "cudaMalloc"], flags=["-Wl,-z,noexecstack"])
+    found = rules(so)["unresolved-symbol"]
+    assert sorted(f.symbol for f in found) == ["cudaFree", "cudaMalloc"]
+    f = found[0]
+    assert f.library.startswith("libcudart.so.1") and f.fix_op == ("add-needed", f.library)
+    assert "-cudart shared" in f.message and "link_libtorch=False" in f.message
+
+
+def test_unresolved_provider_not_installed(work):
+    from toolchain.elf.resolve import Resolver
+
+    elf_self = eb.build(work, "probe_self", flags=["-Wl,-z,noexecstack"])
+    if Resolver().find("libcuda.so.1", __import__("toolchain.elf.reader", fromlist=["read_elf"]).read_elf(elf_self),
+                       str(elf_self)):
+        pytest.skip("the CUDA driver library is installed here")
+    so = eb.build(work, "driver_user", imports=["cuInit"], flags=["-Wl,-z,noexecstack"])
+    (f,) = rules(so)["unresolved-symbol"]
+    assert f.symbol == "cuInit" and f.library == "libcuda.so.1" and "nor installed here" in f.message
+    assert f.fix_op is None

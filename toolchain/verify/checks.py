@@ -227,6 +227,14 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                         f"{os.path.basename(path)}, or have the host load {soname} RTLD_GLOBAL first",
                         symbol=sym.name, version=sym.version, library=soname, fix_op=("add-needed", soname))
                 continue
+            if lib_path is None:
+                res.add("unresolved-symbol", f"{_ref(sym)} comes from {prov.name} ({', '.join(prov.sonames)}), which "
+                        "is neither in its DT_NEEDED nor the host's global scope, nor installed here: dlopen fails "
+                        f"with `undefined symbol: {sym.name}`" + _provider_hint(prov),
+                        f"install {prov.name} on the target and add it with aoti-toolchain patch --add-needed "
+                        f"{soname}, or have the host load it RTLD_GLOBAL first", symbol=sym.name,
+                        version=sym.version, library=soname)
+                continue
         where = f"the host {ctx.host.path} and " if ctx.host else ""
         res.add("unresolved-symbol", f"{_ref(sym)}: no object in {where}its DT_NEEDED closure defines it "
                 f"(searched {len(scope)} object(s)); dlopen(RTLD_NOW) fails with `undefined symbol: {sym.name}`",

@@ -104,7 +104,7 @@ def to_junit(report: Report) -> str:
             by_rule.setdefault(x.rule, []).append(x)
         applicable = [r for r in RULES.values() if r.applies_to in ("any", fr.kind) or r.id in by_rule]
         for rule in applicable:
-            case = ET.SubElement(suite, "testcase", classname=fr.path, name=rule.id)
+            case = ET.SubElement(suite, "testcase", classname=fr.path, name=rule.id, time="0")
             n_t += 1
             found = by_rule.get(rule.id, [])
             errors = [x for x in found if x.severity == "error"]
@@ -121,6 +121,7 @@ def to_junit(report: Report) -> str:
         suite.set("failures", str(n_f))
         suite.set("errors", str(n_e))
         suite.set("skipped", "0")
+        suite.set("time", "0")
         tot_t, tot_f, tot_e = tot_t + n_t, tot_f + n_f, tot_e + n_e
     suites.set("tests", str(tot_t))
     suites.set("failures", str(tot_f))
