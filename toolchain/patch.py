@@ -39,8 +39,9 @@ def plan(path: Path, requested: list[Op]) -> list[Op]:
     try:
         elf = read_elf(path)
     except ElfError as exc:
-        msg = f"cannot patch {path}: {exc}"
-        raise InputError(msg, fix="only a readable ELF plugin can be patched") from None
+        msg = f"cannot patch {path}: {exc}".split("\n  fix: ")[0]
+        raise InputError(msg, fix="patch a readable ELF plugin; for a .pt2, patch the .so inside it "
+                         "(unzip, patch, zip again)") from None
     runpaths = {op.arg for op in requested if op.kind == "set-runpath"}
     if len(runpaths) > 1:
         msg = f"contradictory operations: set the RUNPATH to {' and '.join(sorted(runpaths))}"

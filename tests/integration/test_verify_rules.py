@@ -329,3 +329,21 @@ def test_unresolved_provider_not_installed(work):
     (f,) = rules(so)["unresolved-symbol"]
     assert f.symbol == "cuInit" and f.library == "libcuda.so.1" and "nor installed here" in f.message
     assert f.fix_op is None
+
+
+def test_malformed(work, good):
+    import struct
+
+    data = bytearray(good.read_bytes())
+    shoff = struct.unpack_from("<Q", data, 40)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+    for i in range(shnum):
+        at = shoff + i * shentsize
+        if struct.unpack_from("<I", data, at + 4)[0] == 11:  # SHT_DYNSYM: point its link at no section
+            struct.pack_into("<I", data, at + 40, 999)
+    bad = work / "malformed.so"
+    bad.write_bytes(bytes(data))
+    found = rules(bad)
+    assert list(found) == ["malformed"] and "section 999" in found["malformed"][0].message
+    assert verify_paths([bad]).exit_code == 3
+    assert "malformed" not in rules(good)

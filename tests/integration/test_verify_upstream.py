@@ -134,3 +134,17 @@ def test_upstream_cxx_runtime_case_end_to_end(export_example, static_runtime, tm
                           "-o", str(again)], capture_output=True, text=True)
     assert cli.returncode == 0 and "nothing to change" in cli.stdout, cli.stdout + cli.stderr
     assert again.read_bytes() == fixed.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weights", ["embedded", "blob"])
+def test_real_plugins_pass_in_our_hosts_with_the_known_warnings(export_example, host_build, weights):
+    pt2, _m, _i = export_example("mlp", weights)
+    for host in (host_build.lib, host_build.aoti_run):
+        report = verify_paths([pt2], host=host)
+        plugin = [f for f in report.findings if ".pt2!" in f.file]
+        assert report.exit_code == 0, [f.message for f in report.findings if f.severity == "error"]
+        # FACTS.md: every Inductor .so has an executable stack, and GNU_UNIQUE symbols make it NODELETE
+        assert sorted({f.rule for f in plugin}) == ["cannot-unload", "exec-stack"]
+    strict = verify_paths([pt2], host=host_build.lib, strict=True)
+    assert strict.exit_code == 1
