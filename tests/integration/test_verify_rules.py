@@ -151,7 +151,7 @@ extern "C" __attribute__((visibility("default"))) int say(void) { std::cerr << "
 """
 
 
-def test_missing_cxx_runtime_upstream_case(work, good):
+def test_missing_cxx_runtime_upstream_case(work, good, host_build):
     # g++ compiles, gcc links: libstdc++ is not added to DT_NEEDED, exactly the upstream `_ZSt4cerr` plugin.
     so = eb.build(work, "cxx_no_needed", cxx=True, driver="gcc", extra=CXX_SRC, flags=["-Wl,-z,noexecstack"])
     found = rules(so)
@@ -159,6 +159,11 @@ def test_missing_cxx_runtime_upstream_case(work, good):
     assert f.severity == "error" and f.fix_op == ("add-needed", "libstdc++.so.6")
     assert "_ZSt4cerr" in f.message
     assert "unresolved-symbol" not in found  # one finding for the C++ runtime, not one per symbol
+    # in a C++ host it loads, by luck of the host's global scope: a warning that says so
+    (w,) = rules(so, host=host_build.aoti_run)["missing-cxx-runtime"]
+    assert w.severity == "warning" and "only because this host" in w.message
+    c_host = eb.build(work, "c_host2", entry_points=[], extra="int main(void) { return 0; }\n", shared=False)
+    assert rules(so, host=c_host)["missing-cxx-runtime"][0].severity == "error"
     ok = eb.build(work, "cxx_needed", cxx=True, extra=CXX_SRC, flags=["-Wl,-z,noexecstack"])
     assert "missing-cxx-runtime" not in rules(ok) and "missing-cxx-runtime" not in rules(good)
 

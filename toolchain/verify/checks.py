@@ -209,8 +209,9 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
         prov = _provider(sym.name, ctx.spec.providers)
         is_cxx = prov is not None and CXX_RUNTIME in prov.sonames and not cxx_listed
         if found is not None:
-            if is_cxx and any(found is g for g in global_scope) and kind == "plugin":
-                cxx_from_host.append(sym)
+            if is_cxx and kind == "plugin" and any(found is g for g in global_scope) and \
+                    (found.elf.soname == CXX_RUNTIME or found is global_scope[0]):
+                cxx_from_host.append(sym)  # from the host's libstdc++ (or its own exported copy), not libc
             continue
         if sym.name.startswith("aoti_torch_") and kind != "host":
             _unresolved_shim(sym, res, ctx)
