@@ -109,3 +109,28 @@ def test_fuzz_mutated_real_plugins(export_example, host_build):
     # the mutations reach every outcome: still-readable plugins and each clean error
     assert stats.get("plugin", 0) > CASES // 10 and stats.get("truncated", 0) > 0 and stats.get("not-elf", 0) > 0, stats
     print(f"fuzz: {CASES} cases: {stats}")
+
+
+@pytest.mark.slow
+def test_fuzz_mutated_pt2_packages(export_example, tmp_path):
+    """The .pt2 (zip) layer: truncated and flipped packages end in a report or a clean error too."""
+    from toolchain.verify import verify_paths
+
+    pt2, _m, _i = export_example("mlp", "embedded")
+    data = pt2.read_bytes()
+    rng = random.Random(7)
+    outcomes: dict[str, int] = {}
+    for i in range(60):
+        buf = bytearray(data)
+        if i % 2:
+            buf = buf[: rng.randrange(0, len(buf))]
+        else:
+            for _ in range(rng.choice([1, 4, 16])):
+                buf[rng.randrange(len(buf))] = rng.randrange(256)
+        f = tmp_path / f"case{i}.pt2"
+        f.write_bytes(bytes(buf))
+        report = verify_paths([f])
+        assert report.files and all(x.fix for x in report.findings)
+        key = report.verdict
+        outcomes[key] = outcomes.get(key, 0) + 1
+    assert outcomes.get("unreadable", 0) > 0, outcomes

@@ -7,6 +7,7 @@ The SCons build, the release pipeline and ``aoti-toolchain verify`` all go throu
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 from toolchain.elf.reader import ElfError, ElfFile, parse_elf, read_elf
@@ -55,7 +56,8 @@ def _pt2_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
                 except ElfError as exc:
                     out.append((label, exc))
             return out
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
+            RuntimeError) as exc:
         return [(str(path), MalformedError(f"{path}: not a readable .pt2 (zip): {exc}",
                                            fix="re-export the package; the file is damaged"))]
 

@@ -82,8 +82,7 @@ def to_sarif(report: Report) -> dict:
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {"name": "aoti-toolchain verify", "version": _tool_version(),
-                                "informationUri": "https://github.com/pytorch/pytorch", "rules": rules}},
+            "tool": {"driver": {"name": "aoti-toolchain verify", "version": _tool_version(), "rules": rules}},
             "invocations": [{"executionSuccessful": report.exit_code != 3, "exitCode": report.exit_code}],
             "results": results,
             "properties": {"profile": report.profile["name"], "host": report.host},
