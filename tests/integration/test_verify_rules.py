@@ -352,3 +352,17 @@ def test_malformed(work, good):
     assert list(found) == ["malformed"] and "section 999" in found["malformed"][0].message
     assert verify_paths([bad]).exit_code == 3
     assert "malformed" not in rules(good)
+
+
+def test_two_cxx_runtimes(work, host_build):
+    # A plugin that links libstdc++ statically and exports it (as torch 2.11's CUDA plugins do), loaded in a
+    # host whose global scope has the shared libstdc++.
+    static = eb.build(work, "static_cxx", cxx=True, extra=CXX_SRC, flags=["-Wl,-z,noexecstack",
+                                                                          "-static-libstdc++"])
+    (f,) = rules(static, host=host_build.aoti_run)["two-cxx-runtimes"]
+    assert f.severity == "warning" and "libstdc++.so.6" in f.library
+    hidden = eb.build(work, "static_cxx_hidden", cxx=True, extra=CXX_SRC,
+                      flags=["-Wl,-z,noexecstack", "-static-libstdc++", "-Wl,--exclude-libs,ALL"])
+    assert "two-cxx-runtimes" not in rules(hidden, host=host_build.aoti_run)
+    shared = eb.build(work, "shared_cxx", cxx=True, extra=CXX_SRC, flags=["-Wl,-z,noexecstack"])
+    assert "two-cxx-runtimes" not in rules(shared, host=host_build.aoti_run)

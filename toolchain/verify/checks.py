@@ -241,6 +241,8 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                 f"(searched {len(scope)} object(s)); dlopen(RTLD_NOW) fails with `undefined symbol: {sym.name}`",
                 "add the library that defines it to DT_NEEDED (aoti-toolchain patch --add-needed LIB), or make "
                 "the host export it", symbol=sym.name, version=sym.version, library=sym.version_file)
+    if kind == "plugin":
+        _two_runtimes(elf, res, [*global_scope, *own.objects[1:]])
     if cxx_missing:
         names = [s.name for s in cxx_missing]
         res.add("missing-cxx-runtime", f"imports {len(names)} C++ runtime symbol(s) ({_short(names)}) without "
@@ -254,6 +256,30 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                 f"{CXX_RUNTIME} in DT_NEEDED: it loads only because this host has libstdc++ in its global scope",
                 f"aoti-toolchain patch --add-needed {CXX_RUNTIME}", severity="warning", symbol=names[0],
                 library=CXX_RUNTIME, fix_op=("add-needed", CXX_RUNTIME))
+
+
+# Defined only by a C++ runtime itself, never by template instantiation in user code.
+_CXX_RUNTIME_CORE = ("_ZSt4cerr", "__cxa_throw", "_ZNSt6locale7classicEv", "__gxx_personality_v0")
+
+
+def _two_runtimes(elf: ElfFile, res: FileResult, scope: list[Loaded]) -> None:
+    """FACTS.md: a torch 2.11 CUDA plugin links libstdc++ statically AND exports it; with a shared libstdc++
+    also in the lookup scope, locale facet ids (GNU_UNIQUE, process-wide) bind across the two runtimes and
+    std::regex crashes in codecvt."""
+    defined = elf.defined()
+    own = [n for n in _CXX_RUNTIME_CORE if n in defined]
+    if not own:
+        return
+    shared = next((lo for lo in scope if lo.elf.soname == CXX_RUNTIME), None)
+    if shared is None:
+        return
+    unique = sum(1 for s in elf.symbols if s.defined and s.binding == "GNU_UNIQUE")
+    res.add("two-cxx-runtimes", f"exports its own C++ runtime ({', '.join(own)}; {unique} GNU_UNIQUE symbols) "
+            f"while {shared.path} is also in its lookup scope: two C++ runtimes share process-wide facet ids and "
+            "typeinfo, which crashed torch 2.11 CUDA plugins in std::regex (codecvt)",
+            "link the plugin against the shared libstdc++ (no -static-libstdc++), or hide the static copy "
+            "(-Wl,--exclude-libs,ALL and a version script exporting only AOTInductor*)", symbol=own[0],
+            library=shared.path)
 
 
 def _ref(sym: Symbol) -> str:

@@ -40,6 +40,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("unsafe-runpath", "error", "any", "RUNPATH/RPATH entry outside the system dirs or not under $ORIGIN."),
     Rule("cannot-unload", "warning", "plugin", "GNU_UNIQUE symbols or DF_1_NODELETE: dlclose never unmaps it."),
     Rule("exports-shim", "error", "plugin", "The plugin defines aoti_torch_* shims itself."),
+    Rule("two-cxx-runtimes", "warning", "plugin",
+         "The plugin exports its own (static) C++ runtime while a shared libstdc++ is in its scope."),
     Rule("shim-not-exported", "error", "host", "The host does not export a shim plugins import."),
     Rule("duplicate-shim-definition", "error", "host", "More than one object in the host's scope defines a shim."),
     Rule("mixed-config", "error", "any", "Objects linked into one binary were compiled with different configs."),
