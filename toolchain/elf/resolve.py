@@ -18,7 +18,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolchain.elf.reader import DynSymTable, ElfError, ElfFile, Symbol, open_library
+from toolchain.elf.reader import ElfError, ElfFile, Symbol, open_library
+from toolchain.elf.symtab import DynSymTable
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 SYSTEM_DIRS = frozenset(DEFAULT_DIRS) | {"/usr/local/lib", "/usr/local/lib64", "/usr/local/lib/x86_64-linux-gnu"}
