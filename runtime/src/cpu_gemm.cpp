@@ -11,11 +11,12 @@ namespace aoti_host {
 namespace cpu {
 namespace {
 
-// Without OpenBLAS's OpenMP build (see toolchain/scons/cpu_libs.py) the pthread build keeps its own
-// spinning thread pool, which fights the plugins' OpenMP threads: keep it to one thread.
+// OpenBLAS's pthread build (where Debian's alternatives pick it over the OpenMP build, see
+// toolchain/scons/cpu_libs.py) keeps its own spinning thread pool, which fights the plugins' OpenMP
+// threads: keep it to one thread. The OpenMP build shares libgomp's pool with the plugins.
 void blas_threads_once() {
   static const bool done = [] {
-    if (!AOTI_HOST_OPENBLAS_OPENMP && openblas_get_parallel() == 1) openblas_set_num_threads(1);
+    if (openblas_get_parallel() == 1) openblas_set_num_threads(1);
     return true;
   }();
   (void)done;

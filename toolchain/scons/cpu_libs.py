@@ -4,10 +4,11 @@
   fallbacks (addmm, mm, bmm, convolution as im2col + GEMM, flash attention) call `cblas_sgemm`/`dgemm`.
   OpenBLAS because it is the fastest BLAS Debian ships for x86_64 and aarch64 with runtime CPU dispatch
   (one build runs well on any CPU), with cblas in the same library. Its OpenMP build because plugins
-  run their kernels on libgomp's threads: one pool for both, where the default pthread build keeps a
-  second pool of spinning threads that fights the first (measured: 2 threads 50-80x slower per call on
-  a 2-core machine). The OpenMP build's directory goes in the RUNPATH, so Debian's alternatives (which
-  default to the pthread build) don't matter; without it the pthread build is used single-threaded.
+  run their kernels on libgomp's threads: one pool for both, where the pthread build keeps a second pool
+  of spinning threads that fights the first (measured: 2 threads 50-80x slower per call on a 2-core
+  machine). Which build libopenblas.so.0 is, Debian's alternatives decide at run time (no RUNPATH: the
+  post-link verify refuses build-machine paths); the runtime asks (openblas_get_parallel) and runs the
+  pthread build single-threaded.
   (MKL isn't in Debian main; BLIS and the reference BLAS are slower on small GEMMs.)
 - OpenMP (-fopenmp, libgomp): the fallbacks parallelise over batch and heads on the same pool.
 - Sleef (Debian: libsleef-dev): vectorised plugins (`cpp.vec_isa_ok=True`, what `aoti-toolchain export`
@@ -19,7 +20,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import SCons.Script
 
@@ -40,14 +40,12 @@ def configure_cpu_libs(env) -> None:
     if SCons.Script.GetOption("help") or SCons.Script.GetOption("clean"):
         return
     vdir = os.path.join(env["BUILD_DIR"], env["AOTI_VARIANT"])
-    openmp_blas = _openblas_openmp_dirs(env)
-    if openmp_blas:
-        env.Append(CPPPATH=[openmp_blas[0]], LIBPATH=[openmp_blas[1]], RPATH=[openmp_blas[1]])
-    else:
-        print("scons: note: OpenBLAS's OpenMP build (libopenblas-openmp-dev) not found; using the default "
-              "libopenblas single-threaded so its threads don't fight the plugins' OpenMP threads")
     env.Append(CCFLAGS=["-fopenmp"], LINKFLAGS=["-fopenmp"])
-    conf = env.Configure(conf_dir=os.path.join(vdir, "sconf_temp"), log_file=os.path.join(vdir, "config.log"))
+    # The checks compile plain C: a bare environment with our compiler and search paths (the variant's
+    # own flags force-include a generated config header that doesn't exist yet).
+    check_env = SCons.Script.Environment(ENV=env["ENV"], CC=env["CC"], CPPPATH=list(env.get("CPPPATH", [])),
+                                         LIBPATH=list(env.get("LIBPATH", [])), tools=["default"])
+    conf = check_env.Configure(conf_dir=os.path.join(vdir, "sconf_temp"), log_file=os.path.join(vdir, "config.log"))
     missing = []
     for lib, header, call, why, package in _CHECKS:
         if not conf.CheckLibWithHeader(lib, header, "c", call=call, autoadd=False):
@@ -58,21 +56,8 @@ def configure_cpu_libs(env) -> None:
               f"\n  fix: {_APT} (as root), or point CPPPATH/LIBPATH at them; details in {vdir}/config.log")
         SCons.Script.Exit(2)
     env.Append(LIBS=["openblas"])
-    env.Append(CPPDEFINES=[("AOTI_HOST_OPENBLAS_OPENMP", int(bool(openmp_blas)))])
     # --as-needed would drop libsleef (the runtime itself calls none of it); plugins bind to it through
     # the global scope, so every binary that loads plugins lists it in DT_NEEDED.
     keep = ["-Wl,--no-as-needed", "-lsleef", "-Wl,--as-needed"]
     env.Append(LINKFLAGS=keep)  # SHLINKFLAGS includes $LINKFLAGS
 
-
-def _openblas_openmp_dirs(env) -> tuple[str, str] | None:
-    """(include dir, lib dir) of Debian's OpenBLAS OpenMP build, if installed."""
-    try:
-        arch = subprocess.run([env.subst("$CC"), "-print-multiarch"], capture_output=True, text=True,
-                              check=False).stdout.strip()
-    except OSError:
-        return None
-    inc, lib = f"/usr/include/{arch}/openblas-openmp", f"/usr/lib/{arch}/openblas-openmp"
-    if arch and os.path.isfile(os.path.join(inc, "cblas.h")) and os.path.isfile(os.path.join(lib, "libopenblas.so")):
-        return inc, lib
-    return None
