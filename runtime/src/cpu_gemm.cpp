@@ -1,7 +1,9 @@
 #include "cpu_gemm.h"
 
 #include <cblas.h>
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include <algorithm>
 #include <climits>
@@ -49,10 +51,16 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANS
 class BlasThreads {
  public:
   explicit BlasThreads(double work) {
+#ifdef _OPENMP
     if (work < 16.0 * 1024 * 1024 && !omp_in_parallel() && (saved_ = omp_get_max_threads()) > 1) omp_set_num_threads(1);
+#else
+    (void)work;
+#endif
   }
   ~BlasThreads() {
+#ifdef _OPENMP
     if (saved_ > 1) omp_set_num_threads(saved_);
+#endif
   }
   BlasThreads(const BlasThreads&) = delete;
   BlasThreads& operator=(const BlasThreads&) = delete;

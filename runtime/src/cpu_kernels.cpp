@@ -12,6 +12,13 @@
 #include "aoti_host/error.h"
 #include "cpu_gemm.h"
 
+// OpenMP pragmas where the build has OpenMP (gcc: the plugins' libgomp); serial loops elsewhere.
+#ifdef _OPENMP
+#define AOTI_OMP(...) _Pragma(#__VA_ARGS__)
+#else
+#define AOTI_OMP(...)
+#endif
+
 namespace aoti_host {
 namespace cpu {
 
@@ -420,7 +427,7 @@ void addmm_blas(Tensor& out, const Tensor* self, const Tensor& mat1, const Tenso
   }
   // One GEMM per batch entry; several at once on the OpenMP pool (the BLAS runs each single-threaded
   // inside the parallel region), a single one with the BLAS's own threads.
-#pragma omp parallel for if (batch > 1 && batch * mat1.sizes()[mat1.dim() - 1] * M * N > (1 << 17)) schedule(static)
+AOTI_OMP(omp parallel for if (batch > 1 && batch * mat1.sizes()[mat1.dim() - 1] * M * N > (1 << 17)) schedule(static))
   for (int64_t b = 0; b < batch; ++b) {
     const MatView<const T> co = mat_of<T>(out, b);
     const MatView<T> c{const_cast<T*>(co.p), co.rows, co.cols, co.rs, co.cs};
@@ -467,10 +474,10 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
   if (!p.transposed) {
     const int64_t Kc = Cin_g * Ksp;
     const bool pointwise = Ksp == 1 && all_ones(S) && P[0] == 0 && P[1] == 0 && P[2] == 0;
-#pragma omp parallel if (N * G > 1 && N * Osp * Kc * Cout_g > (1 << 17))
+AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cout_g > (1 << 17)))
     {
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Kc * Osp));
-#pragma omp for schedule(static)
+AOTI_OMP(omp for schedule(static))
     for (int64_t ng = 0; ng < N * G; ++ng) {
       {
         const int64_t n = ng / G, g = ng % G;
@@ -505,10 +512,10 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
     }
   } else {
     const int64_t Kc = Cout_g * Ksp;
-#pragma omp parallel if (N * G > 1 && N * Osp * Kc * Cin_g > (1 << 17))
+AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cin_g > (1 << 17)))
     {
     std::vector<T> cols(static_cast<size_t>(Kc * Isp));
-#pragma omp for schedule(static)
+AOTI_OMP(omp for schedule(static))
     for (int64_t ng = 0; ng < N * G; ++ng) {
       {
         const int64_t n = ng / G, g = ng % G;
@@ -606,10 +613,10 @@ void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const T
   const int64_t pos_stride = I[2] > 1 ? xsp[2] : I[1] > 1 ? xsp[1] : xsp[0];
   const bool run_kw = xs[1] == 1 && xsp[2] == Cin_g && D[2] == 1;
   // Threads only where the work pays for waking them (~100k multiply-adds per call and more).
-#pragma omp parallel if (N * G > 1 && N * Osp * Kc * Cout > (1 << 17))
+AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cout > (1 << 17)))
   {
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Osp * Kc));
-#pragma omp for schedule(static)
+AOTI_OMP(omp for schedule(static))
     for (int64_t ng = 0; ng < N * G; ++ng) {
       const int64_t n = ng / G, g = ng % G;
       const T* xg = x + n * xs[0] + g * Cin_g * xs[1];
@@ -1094,10 +1101,10 @@ void sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, c
   const std::vector<int64_t>& ls = lse.strides();
   const T ninf = -std::numeric_limits<T>::infinity();
   // (batch, head) pairs in parallel on the OpenMP pool; nothing in the loop throws.
-#pragma omp parallel if (B * Hq > 1 && B * Hq * L * S * (E + Ev) > (1 << 17))
+AOTI_OMP(omp parallel if (B * Hq > 1 && B * Hq * L * S * (E + Ev) > (1 << 17)))
   {
   std::vector<T> scores(static_cast<size_t>(L * S));
-#pragma omp for schedule(static)
+AOTI_OMP(omp for schedule(static))
   for (int64_t bh = 0; bh < B * Hq; ++bh) {
     {
       const int64_t b = bh / Hq, h = bh % Hq;

@@ -40,24 +40,31 @@ def configure_cpu_libs(env) -> None:
     if SCons.Script.GetOption("help") or SCons.Script.GetOption("clean"):
         return
     vdir = os.path.join(env["BUILD_DIR"], env["AOTI_VARIANT"])
-    env.Append(CCFLAGS=["-fopenmp"], LINKFLAGS=["-fopenmp"])
-    # The checks compile plain C: a bare environment with our compiler and search paths (the variant's
-    # own flags force-include a generated config header that doesn't exist yet).
-    check_env = SCons.Script.Environment(ENV=env["ENV"], CC=env["CC"], CPPPATH=list(env.get("CPPPATH", [])),
-                                         LIBPATH=list(env.get("LIBPATH", [])), tools=["default"])
-    conf = check_env.Configure(conf_dir=os.path.join(vdir, "sconf_temp"), log_file=os.path.join(vdir, "config.log"))
-    missing = []
-    for lib, header, call, why, package in _CHECKS:
-        if not conf.CheckLibWithHeader(lib, header, "c", call=call, autoadd=False):
-            missing.append(f"  lib{lib} ({header}, -l{lib}): {why}; Debian/Ubuntu package {package}")
-    conf.Finish()
-    if missing:
-        print("scons: error: libraries the host runtime needs were not found:\n" + "\n".join(missing) +
-              f"\n  fix: {_APT} (as root), or point CPPPATH/LIBPATH at them; details in {vdir}/config.log")
-        SCons.Script.Exit(2)
-    env.Append(LIBS=["openblas"])
+    # OpenMP with gcc (libgomp, the plugins' runtime); clang builds go without (its libomp would be a
+    # second OpenMP runtime next to the plugins' libgomp): the kernels then run their loops serially.
+    openmp = "clang" not in os.path.basename(env.subst("$CXX"))
+    if openmp:
+        env.Append(CCFLAGS=["-fopenmp"], LINKFLAGS=["-fopenmp"])
+    if not SCons.Script.GetOption("no_exec"):  # a dry run creates nothing, configure directories included
+        # The checks compile plain C: a bare environment with our compiler and search paths (the variant's
+        # own flags force-include a generated config header that doesn't exist yet).
+        check_env = SCons.Script.Environment(ENV=env["ENV"], CC=env["CC"], CPPPATH=list(env.get("CPPPATH", [])),
+                                             LIBPATH=list(env.get("LIBPATH", [])), tools=["default"])
+        conf = check_env.Configure(conf_dir=os.path.join(vdir, "sconf_temp"),
+                                   log_file=os.path.join(vdir, "config.log"))
+        missing = []
+        for lib, header, call, why, package in _CHECKS:
+            if not conf.CheckLibWithHeader(lib, header, "c", call=call, autoadd=False):
+                missing.append(f"  lib{lib} ({header}, -l{lib}): {why}; Debian/Ubuntu package {package}")
+        conf.Finish()
+        if missing:
+            print("scons: error: libraries the host runtime needs were not found:\n" + "\n".join(missing) +
+                  f"\n  fix: {_APT} (as root), or point CPPPATH/LIBPATH at them; details in {vdir}/config.log")
+            SCons.Script.Exit(2)
+    # Usage requirements of the runtime: whatever links it links these too.
+    usage = env["AOTI_RUNTIME_USAGE"]
+    usage["LIBS"] = [*usage.get("LIBS", []), "openblas", "sleef", *(["gomp"] if openmp else [])]
     # --as-needed would drop libsleef (the runtime itself calls none of it); plugins bind to it through
     # the global scope, so every binary that loads plugins lists it in DT_NEEDED.
     keep = ["-Wl,--no-as-needed", "-lsleef", "-Wl,--as-needed"]
     env.Append(LINKFLAGS=keep)  # SHLINKFLAGS includes $LINKFLAGS
-
