@@ -66,7 +66,7 @@ class BlasThreads {
   BlasThreads& operator=(const BlasThreads&) = delete;
 
  private:
-  int saved_ = 0;
+  [[maybe_unused]] int saved_ = 0;
 };
 
 template <typename T>

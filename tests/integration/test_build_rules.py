@@ -26,7 +26,7 @@ sys.path.insert(0, {str(REPO_ROOT)!r})
 env = Environment(tools=["default", "aoti_host"], toolpath=[{TOOLPATH!r}], AOTI_GEN_DIR={str(host_build.gen_dir)!r},
                   LIBS=["dl"], LINKFLAGS=["-pthread"])
 usage = [dict(CPPPATH=[{str(REPO_ROOT / "runtime" / "include")!r}, {str(host_build.gen_dir / "include")!r}],
-              CPPDEFINES=[("CUDA_AVAILABLE", "0")], LIBS=["stdc++", "m"])]
+              CPPDEFINES=[("CUDA_AVAILABLE", "0")], LIBS=["stdc++", "m", "openblas", "sleef", "gomp"])]
 shims = File({str(obj / "libaoti_host_shims.a")!r})
 shims.attributes.aoti_role = "shims"; shims.attributes.aoti_usage = usage
 runtime = File({str(obj / "libaoti_host_runtime.a")!r})
