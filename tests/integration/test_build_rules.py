@@ -150,7 +150,7 @@ def test_plugin_loads_from_hosts_exporting_either_way_and_not_from_neither(host_
             subprocess.run(["g++", "-o", str(sub / "aoti-run"), str(obj / "tools" / "aoti_run.o"),
                             str(obj / "lib" / "libaoti_host_runtime.a"), "-Wl,--whole-archive",
                             str(obj / "lib" / "libaoti_host_shims.a"), "-Wl,--no-whole-archive", "-ldl",
-                            "-pthread"], check=True)
+                            "-lopenblas", "-lsleef", "-fopenmp", "-pthread"], check=True)
         hosts[mode] = sub / "aoti-run"
     for mode, exe in hosts.items():
         proc = subprocess.run([str(exe), str(pt2), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / f"out-{mode}")],

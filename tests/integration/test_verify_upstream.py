@@ -68,6 +68,7 @@ def static_runtime(host_build, tmp_path_factory):
                     f"-Wl,--version-script={v / 'gen/link/runtime.version'}", "-Wl,-z,defs",
                     str(v / "obj/src/library.os"), "-Wl,--whole-archive", str(v / "obj/lib/libaoti_host_runtime.a"),
                     str(v / "obj/lib/libaoti_host_shims.a"), "-Wl,--no-whole-archive", "-ldl",
+                    "-lopenblas", "-lsleef", "-fopenmp",  # the runtime's own libraries (issue 7)
                     "-static-libstdc++", "-static-libgcc"], check=True)
     assert not any("stdc++" in n for n in read_elf(out).needed)
     src = d / "c_host.c"
