@@ -176,6 +176,13 @@ int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cud
   });
 }
 
+int aoti_host_program_synchronize(const aoti_host_program* program) {
+  return guarded([&] {
+    require(program, "program");
+    if (auto* s = program->impl->cuda_state()) s->synchronize();
+  });
+}
+
 int aoti_host_program_cuda_stream(const aoti_host_program* program, void** out) {
   return guarded([&] {
     const auto& s = cuda_of(program);
@@ -184,6 +191,9 @@ int aoti_host_program_cuda_stream(const aoti_host_program* program, void** out) 
   });
 }
 #else
+int aoti_host_program_synchronize(const aoti_host_program* program) {
+  return guarded([&] { require(program, "program"); });
+}
 int aoti_host_program_set_cuda_graphs(aoti_host_program*, bool) {
   aoti_host::set_last_error("CUDA graphs: this runtime was built without CUDA (scons cuda=on)");
   return AOTI_HOST_NOT_SUPPORTED;

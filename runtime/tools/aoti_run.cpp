@@ -37,6 +37,7 @@ int32_t aoti_torch_get_dim(AtenTensorHandle tensor, int64_t* ret);
 int32_t aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t** ret);
 int32_t aoti_torch_get_strides(AtenTensorHandle tensor, int64_t** ret);
 int32_t aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
+int32_t aoti_torch_get_device_type(AtenTensorHandle tensor, int32_t* ret);
 }
 
 namespace {
@@ -45,7 +46,7 @@ enum ExitCode { kOk = 0, kUnexpected = 1, kUsage = 2, kBadInput = 3, kLoadFailed
 
 const char kUsageLine[] =
     "usage: aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy [-i IN1.npy ...] -o OUTDIR "
-    "[--repeat N] [--quiet]";
+    "[--repeat N] [--device cpu|cuda[:N]] [--cuda-graphs] [--quiet]";
 
 const char kHelp[] =
     "\n"
@@ -57,6 +58,9 @@ const char kHelp[] =
     "  -o, --output DIR      where output_<k>.npy go (created if missing; also --output-dir)\n"
     "  --repeat N            after the first run, run N more times and print\n"
     "                        'latency_us: median=.. p10=.. p90=.. n=N'\n"
+    "  --device DEV          cpu (default), cuda or cuda:N (a CUDA plugin, CUDA build of the runtime)\n"
+    "  --cuda-graphs         with --device cuda: capture Run into a CUDA graph after warm-up, replay it\n"
+    "                        (prints 'cuda_graphs: captures=.. replays=..' at the end)\n"
     "  -q, --quiet           do not print one line per output\n"
     "  -h, --help            this text\n"
     "\n"
@@ -81,6 +85,8 @@ struct Args {
   long long repeat = 0;
   bool quiet = false;
   bool help = false;
+  std::string device = "cpu";
+  bool cuda_graphs = false;
 };
 
 long long parse_repeat(const std::string& text) {
@@ -133,6 +139,11 @@ Args parse_args(int argc, char** argv) {
       if (a.weights.empty()) usage_error("--weights needs a file, got ''");
     } else if (arg == "--repeat") {
       a.repeat = parse_repeat(take("--repeat"));
+    } else if (arg == "--device") {
+      a.device = take("--device");
+    } else if (arg == "--cuda-graphs") {
+      no_value("--cuda-graphs");
+      a.cuda_graphs = true;
     } else if (arg == "-q" || arg == "--quiet") {
       no_value("--quiet");
       a.quiet = true;
@@ -148,6 +159,7 @@ Args parse_args(int argc, char** argv) {
   }
   if (!has_model) usage_error("no model given (a .pt2 package or a plugin .so)");
   if (!a.has_outdir) usage_error("no output directory given (-o OUTDIR)");
+  if (a.cuda_graphs && a.device.rfind("cuda", 0) != 0) usage_error("--cuda-graphs needs --device cuda");
   return a;
 }
 
@@ -284,6 +296,16 @@ std::vector<float> bf16_to_f32(const void* data, const std::vector<int64_t>& siz
 }
 
 void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool quiet) {
+  int32_t device_type = 0;
+  check_shim(aoti_torch_get_device_type(h, &device_type), "aoti_torch_get_device_type", k);
+  if (device_type != 0) {  // a device output: write its host copy
+    AtenTensorHandle host = nullptr;
+    const int st = aoti_host_tensor_to_cpu(h, &host);
+    if (st != AOTI_HOST_OK) throw Failure{kRunFailed, "cannot copy output_" + std::to_string(k) + " to the host: " + last_error_or(st)};
+    Outputs keep(1);
+    keep.data()[0] = host;
+    return write_output(host, k, outdir, quiet);
+  }
   int32_t dtype = -1;
   int64_t dim = 0;
   int64_t* sizes_p = nullptr;
@@ -350,6 +372,7 @@ int run(const Args& args) {
 
   aoti_host_load_options options{};
   options.weights_path = args.has_weights ? args.weights.c_str() : nullptr;
+  options.device = args.device.c_str();
   aoti_host_program* raw = nullptr;
   const int load_status = aoti_host_program_load(args.model.c_str(), &options, &raw);
   ProgramPtr program(raw);
@@ -362,6 +385,10 @@ int run(const Args& args) {
     throw Failure{kLoadFailed, "cannot load " + args.model + ": " + why};
   }
   if (!program) throw Failure{kLoadFailed, "cannot load " + args.model + ": the runtime returned no program"};
+  if (args.cuda_graphs) {
+    const int st = aoti_host_program_set_cuda_graphs(program.get(), true);
+    if (st != AOTI_HOST_OK) throw Failure{kLoadFailed, args.model + ": --cuda-graphs: " + last_error_or(st)};
+  }
 
   size_t num_inputs = 0, num_outputs = 0;
   int status = aoti_host_program_num_inputs(program.get(), &num_inputs);
@@ -410,6 +437,7 @@ int run(const Args& args) {
       const auto t0 = std::chrono::steady_clock::now();
       run_once(program.get(), args.model, views, outputs);
       outputs.reset();
+      aoti_host_program_synchronize(program.get());  // per call: until the device is done
       const auto t1 = std::chrono::steady_clock::now();
       us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }
@@ -417,6 +445,16 @@ int run(const Args& args) {
     std::printf("latency_us: median=%.1f p10=%.1f p90=%.1f n=%lld\n", percentile(us, 0.5), percentile(us, 0.1),
                 percentile(us, 0.9), args.repeat);
     std::fflush(stdout);
+  }
+  if (args.cuda_graphs) {
+    aoti_host_cuda_stats st{};
+    if (aoti_host_program_cuda_stats(program.get(), &st) == AOTI_HOST_OK) {
+      std::printf("cuda_graphs: captures=%llu replays=%llu eager_runs=%llu%s%s\n",
+                  static_cast<unsigned long long>(st.graph_captures), static_cast<unsigned long long>(st.graph_replays),
+                  static_cast<unsigned long long>(st.eager_runs), *st.graphs_disabled_reason ? " off: " : "",
+                  st.graphs_disabled_reason);
+      std::fflush(stdout);
+    }
   }
   return kOk;
 }

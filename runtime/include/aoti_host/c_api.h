@@ -96,6 +96,8 @@ typedef struct aoti_host_cuda_stats {
  * off (with a logged reason, see stats) when a constant is not device-resident or capture fails. */
 AOTI_HOST_API int aoti_host_program_set_cuda_graphs(aoti_host_program* program, bool enable);
 AOTI_HOST_API int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cuda_stats* out);
+/* Waits until the program's device work is done (a no-op for cpu programs). */
+AOTI_HOST_API int aoti_host_program_synchronize(const aoti_host_program* program);
 /* The cudaStream_t the program runs on (blocking: it orders with the legacy default stream). */
 AOTI_HOST_API int aoti_host_program_cuda_stream(const aoti_host_program* program, void** out);
 

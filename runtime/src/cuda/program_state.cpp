@@ -64,6 +64,10 @@ ProgramState::~ProgramState() {
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
+void ProgramState::synchronize() const {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+}
+
 void ProgramState::drop_graph() {
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
   if (graph_ != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));

@@ -28,6 +28,7 @@ class ProgramState {
 
   int device() const { return device_; }
   void* stream() const { return stream_; }
+  void synchronize() const;
 
   // Graphs must be chosen before the first run: a graph-mode program runs through
   // RunSingleThreaded from its first call (Run and RunSingleThreaded share model slots unsafely).
