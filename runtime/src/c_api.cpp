@@ -144,6 +144,22 @@ int aoti_host_tensor_to_cpu(struct AtenTensorOpaque* tensor, struct AtenTensorOp
   });
 }
 
+int aoti_host_tensor_to_cuda(struct AtenTensorOpaque* tensor, int32_t device_index, struct AtenTensorOpaque** out) {
+  return guarded([&] {
+    require(tensor, "tensor"), require(out, "out");
+#if CUDA_AVAILABLE
+    const aoti_host::Tensor& t = *aoti_host::from_handle(tensor);
+    std::unique_ptr<aoti_host::Tensor> d(aoti_host::Tensor::empty_strided(
+        t.dtype(), t.sizes(), t.strides(), aoti_host::device_code::kCUDA, device_index));
+    aoti_host::cuda::copy(*d, t);
+    *out = aoti_host::to_handle(d.release());
+#else
+    (void)device_index;
+    throw aoti_host::Error("this runtime was built without CUDA (scons cuda=on)", AOTI_HOST_NOT_SUPPORTED);
+#endif
+  });
+}
+
 #if CUDA_AVAILABLE
 namespace {
 aoti_host::cuda::ProgramState& cuda_of(const aoti_host_program* program) {

@@ -38,6 +38,9 @@ int32_t aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t** ret);
 int32_t aoti_torch_get_strides(AtenTensorHandle tensor, int64_t** ret);
 int32_t aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
 int32_t aoti_torch_get_device_type(AtenTensorHandle tensor, int32_t* ret);
+int32_t aoti_torch_create_tensor_from_blob(void* data, int64_t ndim, const int64_t* sizes_ptr,
+                                           const int64_t* strides_ptr, int64_t storage_offset, int32_t dtype,
+                                           int32_t device_type, int32_t device_index, AtenTensorHandle* ret);
 }
 
 namespace {
@@ -59,6 +62,8 @@ const char kHelp[] =
     "  --repeat N            after the first run, run N more times and print\n"
     "                        'latency_us: median=.. p10=.. p90=.. n=N'\n"
     "  --device DEV          cpu (default), cuda or cuda:N (a CUDA plugin, CUDA build of the runtime)\n"
+    "  --device-inputs       with --device cuda: upload the inputs once and pass device memory (what a\n"
+    "                        GPU server does; --repeat then times Run alone, not the input upload)\n"
     "  --cuda-graphs         with --device cuda: capture Run into a CUDA graph after warm-up, replay it\n"
     "                        (prints 'cuda_graphs: captures=.. replays=..' at the end)\n"
     "  -q, --quiet           do not print one line per output\n"
@@ -87,6 +92,7 @@ struct Args {
   bool help = false;
   std::string device = "cpu";
   bool cuda_graphs = false;
+  bool device_inputs = false;
 };
 
 long long parse_repeat(const std::string& text) {
@@ -141,6 +147,9 @@ Args parse_args(int argc, char** argv) {
       a.repeat = parse_repeat(take("--repeat"));
     } else if (arg == "--device") {
       a.device = take("--device");
+    } else if (arg == "--device-inputs") {
+      no_value("--device-inputs");
+      a.device_inputs = true;
     } else if (arg == "--cuda-graphs") {
       no_value("--cuda-graphs");
       a.cuda_graphs = true;
@@ -160,6 +169,7 @@ Args parse_args(int argc, char** argv) {
   if (!has_model) usage_error("no model given (a .pt2 package or a plugin .so)");
   if (!a.has_outdir) usage_error("no output directory given (-o OUTDIR)");
   if (a.cuda_graphs && a.device.rfind("cuda", 0) != 0) usage_error("--cuda-graphs needs --device cuda");
+  if (a.device_inputs && a.device.rfind("cuda", 0) != 0) usage_error("--device-inputs needs --device cuda");
   return a;
 }
 
@@ -415,6 +425,25 @@ int run(const Args& args) {
     views[k].strides = a.strides.data();
     views[k].device_type = 0;
     views[k].device_index = 0;
+  }
+  Outputs device_copies(args.device_inputs ? views.size() : 0);
+  if (args.device_inputs) {
+    const int32_t index = args.device.size() > 5 ? std::atoi(args.device.c_str() + 5) : 0;
+    for (size_t k = 0; k < views.size(); ++k) {
+      AtenTensorHandle host = nullptr;
+      if (aoti_torch_create_tensor_from_blob(views[k].data, views[k].ndim, views[k].sizes, views[k].strides, 0,
+                                             views[k].dtype, 0, 0, &host) != 0)
+        throw Failure{kBadInput, "input " + std::to_string(k) + ": " + last_error_or(AOTI_HOST_INVALID_ARGUMENT)};
+      Outputs host_keep(1);
+      host_keep.data()[0] = host;
+      const int st = aoti_host_tensor_to_cuda(host, index, &device_copies.data()[k]);
+      if (st != AOTI_HOST_OK) throw Failure{kLoadFailed, "--device-inputs: " + last_error_or(st)};
+      void* dptr = nullptr;
+      check_shim(aoti_torch_get_data_ptr(device_copies[k], &dptr), "aoti_torch_get_data_ptr", k);
+      views[k].data = dptr;
+      views[k].device_type = 1;
+      views[k].device_index = index;
+    }
   }
 
   {

@@ -83,6 +83,11 @@ AOTI_HOST_API int aoti_host_program_run(aoti_host_program* program, const aoti_h
  * cpu and cuda tensors (outputs of a program loaded on "cuda" live on the device). */
 AOTI_HOST_API int aoti_host_tensor_to_cpu(struct AtenTensorOpaque* tensor, struct AtenTensorOpaque** out);
 
+/* A device (cuda:device_index) copy of a tensor handle, same strides; AOTI_HOST_NOT_SUPPORTED in a
+ * runtime built without CUDA. */
+AOTI_HOST_API int aoti_host_tensor_to_cuda(struct AtenTensorOpaque* tensor, int32_t device_index,
+                                           struct AtenTensorOpaque** out);
+
 /* CUDA programs (loaded with device "cuda" or "cuda:N"); AOTI_HOST_NOT_SUPPORTED otherwise. */
 typedef struct aoti_host_cuda_stats {
   uint64_t graph_captures, graph_replays, eager_runs;

@@ -224,9 +224,14 @@ void copy(Tensor& dst, const Tensor& src) {
       AOTI_CUDA_CHECK(cudaMemcpyAsync(dev_c->data_ptr(), s->data_ptr(), bytes, cudaMemcpyHostToDevice, stream));
       device_to_device(dst, *dev_c, stream);
     }
-    // The host buffer may go away when we return: pageable copies are already staged by the driver,
-    // a pinned one is not, so wait.
-    AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // The host buffer may go away when we return: a pageable source has already been staged by the
+    // driver when cudaMemcpyAsync returns, a pinned one has not, so wait for that one only.
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, s->data_ptr()) != cudaSuccess) {
+      cudaGetLastError();
+      attr.type = cudaMemoryTypeHost;
+    }
+    if (attr.type != cudaMemoryTypeUnregistered) AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
     return;
   }
   // device -> host
