@@ -40,10 +40,25 @@ $PY tests/gpu/prepare.py "$AOTI_GPU_ARTIFACTS" ${PREPARE_ONLY:-} 2>&1 | grep -v 
 [ -f "$AOTI_GPU_ARTIFACTS/manifest.json" ] || { echo "export failed"; exit 3; }
 
 step "what a CUDA plugin imports"
-SO=$(unzip -Z1 "$AOTI_GPU_ARTIFACTS/mlp.pt2" | grep '\.so$' | head -1)
-unzip -o -q "$AOTI_GPU_ARTIFACTS/mlp.pt2" "$SO" -d "$OUT/mlp_pt2" && \
-  { readelf -d -W "$OUT/mlp_pt2/$SO" | grep NEEDED; nm -D --undefined-only "$OUT/mlp_pt2/$SO" | grep -c aoti_torch_ | sed 's/^/aoti_torch_ imports: /';
-    nm -D --undefined-only "$OUT/mlp_pt2/$SO" | grep -o 'cuda[A-Za-z]*' | sort -u | tr '\n' ' '; echo; }
+$PY - "$AOTI_GPU_ARTIFACTS" "$OUT/plugin.so" <<'PYEOF'
+import pathlib, subprocess, sys, zipfile
+union = set()
+for pt2 in sorted(pathlib.Path(sys.argv[1]).glob("*.pt2")):
+    zf = zipfile.ZipFile(pt2)
+    so = next(n for n in zf.namelist() if n.endswith(".so"))
+    open(sys.argv[2], "wb").write(zf.read(so))
+    und = subprocess.run(["nm", "-D", "--undefined-only", sys.argv[2]], capture_output=True, text=True).stdout.split()
+    shims = sorted(s for s in und if s.startswith("aoti_torch_"))
+    union |= set(shims)
+    dyn = subprocess.run(["readelf", "-d", "-W", sys.argv[2]], capture_output=True, text=True).stdout
+    needed = [l.split("[")[1].rstrip("]") for l in dyn.splitlines() if "NEEDED" in l]
+    cubins = sum(n.endswith(".cubin") for n in zf.namelist())
+    print(f"{pt2.name}: {len(shims)} shims, DT_NEEDED {needed}, {cubins} cubin files in the package")
+    if pt2.name == "mlp.pt2":
+        print("  cuda runtime imports:", sorted({s.split("@")[0] for s in und if s.startswith("cuda")}))
+print(f"union of aoti_torch_ imports ({len(union)}):", " ".join(sorted(union)))
+PYEOF
+rm -f "$OUT/plugin.so"
 
 step "GPU tests"
 $PY -m pytest tests/gpu -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
