@@ -16,6 +16,7 @@ from toolchain.scons.nvcc import find_nvcc
 
 def _checkout(dest: Path) -> Path:
     """The files a build reads, copied to another absolute path (another machine's checkout)."""
+    dest.mkdir(parents=True)
     for rel in ("SConstruct", "toolchain", "runtime", "templates"):
         src = REPO_ROOT / rel
         if src.is_dir():
@@ -66,7 +67,8 @@ def test_cache_dir_is_shared_between_checkouts_and_keyed_by_the_compiler(tmp_pat
     env = {**os.environ, "PATH": f"{wrapper}:{os.environ['PATH']}"}
     third = _scons(c, f"cache_dir={cache}", env=env)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert "Retrieved" not in third.stdout
+    # (Generated headers do not depend on the compiler and may come from the cache; objects may not.)
+    assert not [ln for ln in third.stdout.splitlines() if ln.startswith("Retrieved") and (".o'" in ln or ".os'" in ln)]
     assert len(_compiles(third.stdout)) == len(_compiles(first.stdout))
 
 
