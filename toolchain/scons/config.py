@@ -181,6 +181,10 @@ def configure(env) -> Variant:
               "libc++abi-dev")
     nvcc = _resolve_cuda(env)
     cuda = nvcc is not None
+    if cuda and env["stdlib"] == "libc++":
+        # Measured with nvcc 13.0: crt/host_defines.h stops with "libc++ is not supported on x86 system".
+        _fail("cuda=on with stdlib=libc++: nvcc does not support libc++ on x86-64 (its crt/host_defines.h "
+              "refuses it); build the CUDA variant with stdlib=libstdc++, or the libc++ variant with cuda=off")
     if cuda:
         try:
             name = _variant_name(env, cuda, family)
