@@ -16,8 +16,9 @@ import SCons.Script
 from SCons.Variables import EnumVariable, PathVariable
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Found through -Iruntime/include: a relative name keeps command lines (and CacheDir keys) machine-neutral.
-CONFIG_HEADER = "aoti_host/config.h"
+# Relative to the top directory (where SCons runs every command): command lines and CacheDir keys stay
+# machine-neutral, and configure checks (which see no usage requirements) find it too.
+CONFIG_HEADER = "runtime/include/aoti_host/config.h"
 
 
 @dataclass(frozen=True)
