@@ -225,7 +225,7 @@ def configure(env) -> Variant:
         "CPPPATH": [os.path.join(REPO_ROOT, "runtime", "include"), os.path.join(vdir, "gen", "include")],
         "CPPDEFINES": [*env["AOTI_FEATURE_DEFINES"].items()],
     }
-    if cuda:
+    if nvcc is not None:
         _configure_cuda(env, nvcc)
         for key, values in env["AOTI_CUDA_USAGE"].items():
             usage[key] = [*usage.get(key, []), *values]
