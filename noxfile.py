@@ -1,11 +1,34 @@
-"""nox sessions: lint, tests, build. Sessions only run commands; the project's logic lives in toolchain/."""
+"""nox sessions. Sessions only run commands; the project's logic lives in toolchain/ and tests/.
+
+    nox -l                      the sessions and the build matrix
+    nox -s lint tests           the default sessions
+    nox -s build                every cell of cuda x cxx x stdlib (CUDA cells compile and link; no GPU needed)
+    nox -t cpu                  only the CPU cells
+    nox -s e2e                  real torch plugins through every host the build session built
+    nox -s gpu                  on the GPU machine only (not a default session)
+    nox -s release              the release pipeline (python -m toolchain.release)
+
+The build, e2e, gpu and release sessions run in the current environment (`bash .ci/setup` makes .venv
+with scons, lief, torch): they build C++ and need no package of their own.
+"""
 
 from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+
+ROOT = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    return str(BIN / name) if (BIN / name).exists() else (shutil.which(name) or name)
 
 
 @nox.session(tags=["lint"])
@@ -21,8 +44,60 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "tests", *session.posargs)
 
 
-@nox.session(tags=["build"])
-@nox.parametrize("mode", ["release", "debug"], ids=["release", "debug"])
-def build(session: nox.Session, mode: str) -> None:
-    session.install("-e", ".")
-    session.run("scons", "-Q", f"mode={mode}", "-j2")
+# The matrix: cuda x cxx x stdlib, ids named like the variant directories (build/<id>-release).
+_CXX = {"g++": "gcc", "clang++": "clang"}
+CELLS = [
+    nox.param(cuda, cxx, stdlib,
+              id="-".join([("cuda" if cuda == "on" else "cpu"), _CXX[cxx], *(["libcxx"] if stdlib == "libc++" else [])]),
+              tags=["cuda" if cuda == "on" else "cpu"])
+    for cuda in ("off", "on") for cxx in ("g++", "clang++") for stdlib in ("libstdc++", "libc++")
+]
+
+
+@nox.session(venv_backend="none", tags=["build"])
+@nox.parametrize(("cuda", "cxx", "stdlib"), CELLS)
+def build(session: nox.Session, cuda: str, cxx: str, stdlib: str) -> None:
+    """Build one variant; CPU cells also run its native tests and link test."""
+    if cxx == "g++" and stdlib == "libc++":
+        session.skip("g++ with libc++ is not a supported configuration (scons refuses it): use cxx=clang++")
+    if cuda == "on" and stdlib == "libc++":
+        session.skip("nvcc does not support libc++ on x86-64 (scons refuses cuda=on stdlib=libc++)")
+    if not shutil.which(cxx):
+        session.skip(f"{cxx} is not installed (bash .ci/setup installs Debian's clang, libc++-dev, libc++abi-dev)")
+    if cuda == "on":
+        sys.path.insert(0, str(ROOT))
+        from toolchain.scons.nvcc import find_nvcc
+
+        if find_nvcc() is None:
+            session.skip("nvcc not found: the CUDA cells need the CUDA toolkit (not a GPU)")
+    args = [f"cuda={cuda}", f"cxx={cxx}", f"stdlib={stdlib}", *session.posargs]
+    session.run(_tool("scons"), "-Q", "-j2", *args)
+    if cuda == "off":
+        variant = "-".join(["cpu", cxx.rstrip("+").replace("g", "gcc", 1) if cxx == "g++" else "clang",
+                            *(["libcxx"] if stdlib == "libc++" else []), "release"])
+        session.run(sys.executable, "-m", "pytest", "tests/integration/test_build_matrix.py", "-q",
+                    "-k", f"native_tests_of_every_built_cpu_variant and {variant}")
+
+
+@nox.session(venv_backend="none", tags=["e2e"])
+def e2e(session: nox.Session) -> None:
+    """Real torch plugins (exported here) through every CPU host the build session built."""
+    session.run(sys.executable, "-m", "pytest", "tests/integration/test_build_matrix.py", "-q", "-k", "e2e",
+                *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False, tags=["gpu"])
+def gpu(session: nox.Session) -> None:
+    """What runs on the GPU machine: the CUDA variant's run checks (tests/gpu/run.sh, from the GPU issue)."""
+    script = ROOT / "tests" / "gpu" / "run.sh"
+    if not script.exists():
+        session.error(f"{script.relative_to(ROOT)} does not exist yet (the GPU issue writes it)")
+    session.run("bash", str(script), *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none", tags=["release"])
+def release(session: nox.Session) -> None:
+    """The release pipeline: verify the built runtimes and plugins (toolchain/release.py, the verifier issue)."""
+    if not (ROOT / "toolchain" / "release.py").exists():
+        session.error("toolchain/release.py does not exist yet (the verifier issue writes it); nothing to release")
+    session.run(sys.executable, "-m", "toolchain.release", *session.posargs)

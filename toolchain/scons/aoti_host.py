@@ -6,8 +6,11 @@ Adds to an Environment:
   is linked between --whole-archive/--no-whole-archive and the generated dynamic list exports the shims.
 - ``env.AotiRuntimeLibrary(target, libs=[...])``: the shared runtime library, shims whole-archived,
   exports limited by the generated version script.
-- After every such link, a post-link check (lief) fails the build, listing every spec shim the
-  binary does not export, and removes the binary so nothing broken lands in dist/.
+- ``env.AotiLibrary(target, sources, public={...}, deps=[...])``: a static library with usage requirements
+  (defines, include paths, libraries) that its consumers receive instead of repeating them.
+- Link rules with ids and fix-its (link_rules.py) while reading the build files and before each link; after
+  every link the post-link checks (checks.py: exports, one configuration) fail the build and remove the
+  binary so nothing broken lands in dist/.
 Heavy imports (lief, jinja2) happen only inside actions, so a null build stays fast.
 """
 
@@ -26,6 +29,8 @@ if str(REPO_ROOT) not in sys.path:
 # SCons restores sys.path after reading the SConscripts; actions import toolchain.* later, which works
 # once the package itself is in sys.modules.
 import toolchain  # noqa: E402,F401
+from toolchain.scons.checks import ConfigCheck, PostLinkCheck  # noqa: E402
+from toolchain.scons.link_rules import DuplicateShimCheck, install, merge_usage  # noqa: E402
 
 
 def _groups(env) -> tuple[str, ...]:
@@ -50,42 +55,6 @@ def _codegen_action(target, source, env):
     return 0
 
 
-def _spec_shim_names(env) -> list[str]:
-    from toolchain.spec import load_spec
-
-    spec = load_spec(Path(env["AOTI_SPEC_DIR"]))
-    return [s.name for s in spec.shims_in(*_groups(env))]
-
-
-def _check_exports_action(target, source, env):
-    """Post-link: every spec shim must be exported (defined, default visibility, global/weak)."""
-    from toolchain.elf.exports import missing_exports
-    from toolchain.errors import ToolchainError
-
-    path = Path(target[0].abspath)
-    try:
-        missing = missing_exports(path, _spec_shim_names(env))
-    except ToolchainError as exc:
-        print(f"aoti-check: error: {exc}", file=sys.stderr)
-        path.unlink(missing_ok=True)
-        return 1
-    if missing:
-        lines = "\n".join(f"  {m.name}: {m.reason}" for m in missing)
-        print(
-            f"aoti-check: {target[0]}: {len(missing)} shim(s) not exported [rule shim-not-exported]:\n{lines}\n"
-            "  fix: link the shim archive between -Wl,--whole-archive and -Wl,--no-whole-archive and export "
-            "the shims (the generated dynamic list, or --export-dynamic): env.AotiHostProgram does both. A shim "
-            "that no source defines must be implemented, or removed from toolchain/spec/shims.toml.",
-            file=sys.stderr,
-        )
-        path.unlink(missing_ok=True)
-        return 1
-    return 0
-
-
-CheckExports = SCons.Action.Action(_check_exports_action, "aoti-check: shim exports of $TARGET")
-
-
 def _whole_archive(env, archives) -> list[str]:
     return ["-Wl,--whole-archive", *[a.abspath for a in env.Flatten(archives)], "-Wl,--no-whole-archive"]
 
@@ -94,48 +63,136 @@ def _whole_archive(env, archives) -> list[str]:
 _LINKCOM = "$LINK -o $TARGET $LINKFLAGS $__RPATH $SOURCES $AOTI_ARCHIVES $AOTI_WHOLE_ARCHIVE $_LIBDIRFLAGS $_LIBFLAGS"
 _SHLINKCOM = ("$SHLINK -o $TARGET $SHLINKFLAGS $__SHLIBVERSIONFLAGS $__RPATH $SOURCES $AOTI_ARCHIVES "
               "$AOTI_WHOLE_ARCHIVE $_LIBDIRFLAGS $_LIBFLAGS")
+_SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
+
+
+def _usage_of(node) -> list[dict]:
+    """The usage requirements a dependency hands to its consumers (its own, then its dependencies')."""
+    attrs = getattr(node, "attributes", None)
+    return list(getattr(attrs, "aoti_usage", None) or [])
+
+
+def _usage_overrides(env, target, libs) -> dict:
+    usages = [u for lib in env.Flatten(list(libs)) for u in _usage_of(lib)]
+    return merge_usage(env, target, usages) if usages else {}
+
+
+def _objects(env, sources, overrides: dict, shared: bool) -> list:
+    """Compile the sources of a target with its dependencies' usage requirements; pass objects through."""
+    build = env.SharedObject if shared else env.Object
+    out = []
+    for src in env.Flatten(list(sources)):
+        if str(src).endswith(_SOURCE_SUFFIXES):
+            objs = build(src, **overrides)
+            if env.get("AOTI_TOOLCHAIN_ID"):
+                # CacheDir safety across machines: the compiler's identity is part of every object's signature.
+                env.Depends(objs, env.Value(env["AOTI_TOOLCHAIN_ID"]))
+            out.extend(objs)
+        else:
+            out.append(src)
+    return out
+
+
+def _tag(nodes, role: str, usage: list[dict]):
+    for node in nodes:
+        node.attributes.aoti_role = role
+        node.attributes.aoti_usage = usage
+    return nodes
+
+
+def AotiLibrary(env, target, sources, public=None, private=None, deps=(), role="library", shared_objects=True):
+    """A static library with usage requirements: ``public`` (CPPDEFINES, CPPPATH, LIBS, LIBPATH, RPATH) is
+    what it and every consumer compile and link with; ``private`` only its own sources; ``deps`` hand theirs
+    on, transitively."""
+    usage = [*([dict(public)] if public else []), *[u for d in env.Flatten(list(deps)) for u in _usage_of(d)]]
+    overrides = merge_usage(env, target, [*usage, *([dict(private)] if private else [])])
+    lib = env.StaticLibrary(target, _objects(env, sources, overrides, shared_objects))
+    return _tag(lib, role, usage)
+
+
+def _link_overrides(env, overrides: dict, kw: dict) -> dict:
+    """LIBS/LIBPATH/RPATH from the usage requirements, after the ones the caller passes (which kw loses)."""
+    out = {}
+    for key in ("LIBS", "LIBPATH", "RPATH"):
+        if key in overrides or key in kw:
+            mine = env.Flatten(kw.pop(key, env.get(key, [])))
+            out[key] = [*mine, *[v for v in overrides.get(key, []) if v not in mine]]
+    return out
+
+
+def _export_flags(env) -> list[str]:
+    if env.get("AOTI_EXPORT", "shims") == "all":
+        return ["-Wl,--export-dynamic"]
+    return [f"-Wl,--dynamic-list={env.File('$AOTI_GEN_DIR/link/host.dynlist').abspath}"]
 
 
 def AotiHostProgram(env, target, source, libs=(), **kw):
-    """A program that loads plugins: shims whole-archived, shims exported through the dynamic list."""
+    """A program that loads plugins: its sources get the usage requirements of ``libs`` and of the shims;
+    the shim archive is whole-archived and the shims exported (the generated dynamic list, or
+    --export-dynamic with export=all); then the link rules and the post-link checks run."""
     shims = env.Flatten(env["AOTI_SHIM_ARCHIVE"])
     archives = env.Flatten(list(libs))
-    dynlist = env.File("$AOTI_GEN_DIR/link/host.dynlist")
+    overrides = _usage_overrides(env, target, [*archives, *shims])
+    link_overrides = _link_overrides(env, overrides, kw)
     prog = env.Program(
         target,
-        source,
+        _objects(env, source, overrides, shared=False),
         LINKCOM=_LINKCOM,
-        LINKFLAGS=[*env.get("LINKFLAGS", []), f"-Wl,--dynamic-list={dynlist.abspath}"],
+        LINKFLAGS=[*env.get("LINKFLAGS", []), *_export_flags(env)],
         AOTI_ARCHIVES=[a.abspath for a in archives],
         AOTI_WHOLE_ARCHIVE=_whole_archive(env, shims),
+        AOTI_WHOLE_ARCHIVE_NODES=shims,
+        AOTI_HOST_BUILDER=1,
+        **link_overrides,
         **kw,
     )
-    env.Depends(prog, [dynlist, *archives, *shims])
-    env.AddPostAction(prog, CheckExports)
+    if env.get("AOTI_EXPORT", "shims") != "all":
+        env.Depends(prog, env.File("$AOTI_GEN_DIR/link/host.dynlist"))
+    env.Depends(prog, [*archives, *shims])
+    env.AddPreAction(prog, DuplicateShimCheck)
+    env.AddPostAction(prog, PostLinkCheck)
     return prog
 
 
 def AotiRuntimeLibrary(env, target, source=(), libs=(), **kw):
-    """The shared runtime library: every archive whole-archived, exports set by the version script."""
+    """The shared runtime library: every archive whole-archived, exports set by the version script. Its
+    consumers get the archives' usage requirements."""
     archives = [*env.Flatten(list(libs)), *env.Flatten(env["AOTI_SHIM_ARCHIVE"])]
+    overrides = _usage_overrides(env, target, archives)
+    link_overrides = _link_overrides(env, overrides, kw)
     version_script = env.File("$AOTI_GEN_DIR/link/runtime.version")
     lib = env.SharedLibrary(
         target,
-        list(source),
+        _objects(env, source, overrides, shared=True),
         SHLINKCOM=_SHLINKCOM,
         SHLINKFLAGS=[*env.get("SHLINKFLAGS", []), f"-Wl,--version-script={version_script.abspath}", "-Wl,-z,defs"],
         AOTI_ARCHIVES=[],
         AOTI_WHOLE_ARCHIVE=_whole_archive(env, archives),
+        AOTI_WHOLE_ARCHIVE_NODES=archives,
+        AOTI_HOST_BUILDER=1,
+        **link_overrides,
         **kw,
     )
     env.Depends(lib, [version_script, *archives])
-    env.AddPostAction(lib, CheckExports)
-    return lib
+    env.AddPreAction(lib, DuplicateShimCheck)
+    env.AddPostAction(lib, PostLinkCheck)
+    return _tag(lib, "runtime", [u for a in archives for u in _usage_of(a)])
+
+
+def AotiSharedObjects(env, sources, deps=()):
+    """Shared objects compiled with the usage requirements of ``deps`` (e.g. a test plugin's sources)."""
+    return _objects(env, sources, _usage_overrides(env, "objects", deps), shared=True)
 
 
 def AotiCheckExports(env, target):
-    """Attach the post-link export check to a binary built some other way."""
-    env.AddPostAction(target, CheckExports)
+    """Attach the post-link checks (exports, configuration records) to a binary built some other way."""
+    env.AddPostAction(target, PostLinkCheck)
+    return target
+
+
+def AotiCheckConfig(env, target):
+    """Attach only the configuration-record check (mixed-config) to any linked binary."""
+    env.AddPostAction(target, ConfigCheck)
     return target
 
 
@@ -160,8 +217,12 @@ def generate(env):
     env.SetDefault(AOTI_CUDA=False, AOTI_SPEC_DIR=str(REPO_ROOT / "toolchain" / "spec"))
     env.AddMethod(AotiCodegen)
     env.AddMethod(AotiCheckExports)
+    env.AddMethod(AotiCheckConfig)
     env.AddMethod(AotiHostProgram)
     env.AddMethod(AotiRuntimeLibrary)
+    env.AddMethod(AotiLibrary)
+    env.AddMethod(AotiSharedObjects)
+    install(env)
 
 
 def exists(env):

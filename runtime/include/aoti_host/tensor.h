@@ -4,6 +4,8 @@
 // both sides of the plugin boundary.
 #pragma once
 
+#include "aoti_host/config.h"  // records this translation unit's configuration in its object
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -1,0 +1,165 @@
+"""The nvcc tool and the CUDA variant (compiled and linked here; run on the GPU machine: tests/gpu)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, scons_command
+from toolchain.elf.config_records import read_config_records
+from toolchain.scons.nvcc import find_nvcc, gencode_flags, host_flags, parse_arch
+
+NVCC = find_nvcc()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+
+
+def _scons(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*scons_command(), "-Q", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def _project(tmp_path: Path, body: str) -> None:
+    (tmp_path / "SConstruct").write_text(f"""
+import sys
+sys.path.insert(0, {str(REPO_ROOT)!r})
+env = Environment(tools=["default", "aoti_host", "nvcc"], toolpath=[{str(REPO_ROOT / "toolchain" / "scons")!r}],
+                  CPPPATH=["inc", {str(REPO_ROOT / "runtime" / "include")!r}], CCFLAGS=["-Wall", "-g1"],
+                  CXXFLAGS=["-std=c++17"])
+{body}
+""")
+
+
+def _fatbin_entries(obj: Path) -> list[tuple[str, int]]:
+    """(kind, sm) of each image in an object's .nv_fatbin: ('elf', 90) machine code, ('ptx', 90)."""
+    raw = obj.with_suffix(".fatbin")
+    subprocess.run(["objcopy", "-O", "binary", "--only-section=.nv_fatbin", str(obj), str(raw)], check=True)
+    data = raw.read_bytes()
+    magic, _, header, size = struct.unpack_from("<IHHQ", data, 0)
+    assert magic == 0xBA55ED50, hex(magic)
+    out, off = [], header
+    while off < header + size:
+        kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, off)
+        out.append(({1: "ptx", 2: "elf"}.get(kind, str(kind)), struct.unpack_from("<I", data, off + 28)[0]))
+        off += entry_header + payload
+    return out
+
+
+def test_arch_and_host_flag_translation():
+    assert parse_arch("sm_80, 90") == ["80", "90"]
+    assert gencode_flags("90") == ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
+    with pytest.raises(ValueError, match="not a compute capability"):
+        parse_arch("hopper")
+    assert host_flags(["-include", "a.h", "-O2", "-g1", "-fPIC", "-std=c++17", "-Wall"]) == [
+        "-include", "a.h", "-O2", "-Xcompiler=-g1", "-Xcompiler=-fPIC", "-std=c++17", "-Xcompiler=-Wall"]
+
+
+@needs_nvcc
+def test_defines_includes_host_flags_and_gencode_reach_cu_files(tmp_path):
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "answer.h").write_text("#pragma once\n#define ANSWER_FROM_HEADER 7\n")
+    (tmp_path / "k.cu").write_text("""
+#include "answer.h"
+#include "aoti_host/config.h"
+#if !defined(MY_DEFINE) || MY_DEFINE != 42
+#error "MY_DEFINE did not reach the .cu file"
+#endif
+__global__ void k(int* x) { x[0] = ANSWER_FROM_HEADER; }
+void launch(int* x) { k<<<1, 1>>>(x); }
+""")
+    _project(tmp_path, "env.SharedObject('k.cu', CPPDEFINES=[('MY_DEFINE', 42), ('CUDA_AVAILABLE', 1)])")
+    proc = _scons(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cmd = next(ln for ln in proc.stdout.splitlines() if "nvcc" in ln)
+    assert "-DMY_DEFINE=42" in cmd and "-Iinc" in cmd
+    assert "-Xcompiler=-fPIC" in cmd and "-Xcompiler=-Wall" in cmd and "-std=c++17" in cmd
+    obj = tmp_path / "k.os"
+    assert sorted(_fatbin_entries(obj)) == [("elf", 90), ("ptx", 90)]  # default: sm_90 code + PTX
+    (rec,) = read_config_records(obj)
+    assert rec.object_name == "k.cu" and rec.defines["CUDA_AVAILABLE"] == "1"
+
+    # The same source without the define fails: the test above can fail.
+    _project(tmp_path, "env.SharedObject('k.cu', CPPDEFINES=[('CUDA_AVAILABLE', 1)])")
+    proc = _scons(tmp_path)
+    assert proc.returncode != 0 and "MY_DEFINE did not reach" in proc.stdout + proc.stderr
+
+    # cuda_arch with two capabilities: machine code for both, PTX for the newest.
+    _project(tmp_path, "env.SharedObject('k.cu', CUDA_ARCH='sm_80,90', CPPDEFINES=[('MY_DEFINE', 42)])")
+    assert _scons(tmp_path).returncode == 0
+    assert sorted(_fatbin_entries(obj)) == [("elf", 80), ("elf", 90), ("ptx", 90)]
+
+
+@needs_nvcc
+def test_editing_a_header_rebuilds_the_cu_objects_that_include_it(tmp_path):
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "used.h").write_text("#define USED 1\n")
+    (tmp_path / "inc" / "unused.h").write_text("#define UNUSED 1\n")
+    (tmp_path / "a.cu").write_text('#include "used.h"\n__global__ void a(int* x) { x[0] = USED; }\n')
+    (tmp_path / "b.cu").write_text("__global__ void b(int* x) { x[0] = 2; }\n")
+    _project(tmp_path, "env.SharedObject('a.cu'); env.SharedObject('b.cu')")
+    assert _scons(tmp_path).returncode == 0
+    assert _scons(tmp_path, "-q").returncode == 0
+    time.sleep(1.1)
+    (tmp_path / "inc" / "used.h").write_text("#define USED 3\n")
+    (tmp_path / "inc" / "unused.h").write_text("#define UNUSED 2\n")
+    proc = _scons(tmp_path)
+    assert proc.returncode == 0
+    rebuilt = [ln for ln in proc.stdout.splitlines() if "nvcc" in ln]
+    assert len(rebuilt) == 1 and "a.cu" in rebuilt[0], rebuilt
+
+
+def test_cuda_on_without_nvcc_stops_with_a_clear_message(tmp_path):
+    proc = _scons(REPO_ROOT, "cuda=on", "nvcc=/nonexistent/bin/nvcc", f"build_dir={tmp_path}")
+    assert proc.returncode == 2
+    assert "cuda=on but nvcc=/nonexistent/bin/nvcc is not an executable" in proc.stdout
+    assert "cuda=off" in proc.stdout
+    proc = _scons(REPO_ROOT, "cuda=auto", "nvcc=/nonexistent/bin/nvcc", f"build_dir={tmp_path}", "-n")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no nvcc: building the CPU runtime" in proc.stdout
+    assert "cpu-gcc-release" in proc.stdout and "cuda-gcc-release" not in proc.stdout
+
+
+@needs_nvcc
+def test_cuda_auto_with_nvcc_selects_the_cuda_variant(tmp_path):
+    proc = _scons(REPO_ROOT, "cuda=auto", f"build_dir={tmp_path}", "-n")
+    assert "nvcc found" in proc.stdout, proc.stdout + proc.stderr
+    assert f"{tmp_path}/cuda-gcc-release" in proc.stdout or "cuda-gcc-release" in proc.stdout
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_cuda_variant_compiles_and_links_here(tmp_path):
+    """`scons cuda=on`: every TU with CUDA_AVAILABLE=1, .cu through nvcc, cudart shared + cuBLAS linked."""
+    cuda_sources = sorted((REPO_ROOT / "runtime" / "src" / "cuda").glob("*.cu")) + sorted(
+        (REPO_ROOT / "runtime" / "src" / "cuda").glob("*.cpp"))
+    proc = _scons(REPO_ROOT, "cuda=on", f"build_dir={tmp_path}", f"-j{os.cpu_count() or 2}")
+    out = proc.stdout + proc.stderr
+    variant = tmp_path / "cuda-gcc-release"
+    compiles = [ln for ln in proc.stdout.splitlines() if " -c " in ln]
+    assert compiles and all("-DCUDA_AVAILABLE=1" in ln for ln in compiles), out[-3000:]
+    for src in cuda_sources:
+        assert any(str(src.relative_to(REPO_ROOT)) in ln for ln in compiles), src
+    if not cuda_sources:
+        # The CUDA runtime's sources (issue 6) are not here yet: the post-link check must name the CUDA
+        # shims no source defines, and nothing lands in dist/.
+        assert proc.returncode != 0
+        assert "[rule shim-not-exported]" in out and "aoti_torch_create_cuda_guard" in out, out[-3000:]
+        assert not (variant / "dist" / "lib" / "libaoti_host.so").exists()
+        pytest.skip("runtime/src/cuda has no sources yet: the CUDA variant links only once the CUDA shims exist")
+    assert proc.returncode == 0, out[-4000:]
+    lib = variant / "dist" / "lib" / "libaoti_host.so"
+    needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
+    assert "libcudart.so" in needed and "libcublas.so" in needed, needed
+    assert {r.defines["CUDA_AVAILABLE"] for r in read_config_records(lib)} == {"1"}
+
+
+def test_cuda_with_libcxx_is_refused_clearly(tmp_path):
+    proc = _scons(REPO_ROOT, "cuda=on", "cxx=clang++", "stdlib=libc++", f"build_dir={tmp_path}", "-n")
+    if NVCC is None:
+        assert proc.returncode == 2 and "cuda=on but nvcc" in proc.stdout
+        return
+    assert proc.returncode == 2
+    assert "nvcc does not support libc++ on x86-64" in proc.stdout and "stdlib=libstdc++" in proc.stdout
