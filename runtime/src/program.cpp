@@ -349,10 +349,13 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
   clear_last_error();
 #if CUDA_AVAILABLE
   // The plugin copies the blob to the device with cudaMemcpy: from pageable memory that runs at a
-  // fraction of the pinned bandwidth, so stage it in page-locked memory first.
+  // fraction of the pinned bandwidth, so page-lock it first (in place by default; see upload_mode()).
   std::unique_ptr<cuda::PinnedBuffer> pinned;
+  std::unique_ptr<cuda::HostRegistration> registered;
   const auto t0 = std::chrono::steady_clock::now();
-  if (cuda_) {
+  if (cuda_ && cuda::upload_mode() == cuda::UploadMode::Register) {
+    registered = cuda::pin_in_place(blob, size);
+  } else if (cuda_ && cuda::upload_mode() == cuda::UploadMode::Stage) {
     pinned = cuda::pinned_copy(blob, size);
     if (pinned) blob = static_cast<const unsigned char*>(pinned->data);
     else log(LogLevel::Warning, "%s: cannot allocate %zu bytes of pinned memory; uploading weights from pageable memory",

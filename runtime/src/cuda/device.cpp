@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -294,6 +295,42 @@ std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size) {
   buf->size = size;
   std::memcpy(buf->data, data, size);
   return buf;
+}
+
+HostRegistration::~HostRegistration() {
+  if (base != nullptr && cudaHostUnregister(base) != cudaSuccess) cudaGetLastError();
+}
+
+std::unique_ptr<HostRegistration> pin_in_place(const void* data, size_t size) {
+  if (size == 0) return nullptr;
+  const uintptr_t page = 4096;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(page - 1);
+  auto reg = std::make_unique<HostRegistration>();
+  void* base = reinterpret_cast<void*>(start);
+  // The blob usually lies in a read-only mapping of the package: register it read-only.
+  cudaError_t rc = cudaHostRegister(base, end - start, cudaHostRegisterReadOnly);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    rc = cudaHostRegister(base, end - start, cudaHostRegisterDefault);
+  }
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    log(LogLevel::Info, "cuda: cannot page-lock the weights in place (%s); uploading from pageable memory",
+        cudaGetErrorString(rc));
+    return nullptr;
+  }
+  reg->base = base;
+  return reg;
+}
+
+UploadMode upload_mode() {
+  const char* v = std::getenv("AOTI_HOST_WEIGHT_UPLOAD");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "register") == 0) return UploadMode::Register;
+  if (std::strcmp(v, "stage") == 0) return UploadMode::Stage;
+  if (std::strcmp(v, "pageable") == 0) return UploadMode::Pageable;
+  log(LogLevel::Warning, "AOTI_HOST_WEIGHT_UPLOAD=%s: use register, stage or pageable; using register", v);
+  return UploadMode::Register;
 }
 
 }  // namespace cuda

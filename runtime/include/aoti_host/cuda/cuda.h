@@ -66,6 +66,22 @@ struct PinnedBuffer {
 };
 std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size);
 
+// Page-locks [data, data+size) where it is (cudaHostRegister, read-only), for the time of the upload:
+// no copy, only the pinning. Null when the driver refuses (the caller then uploads from pageable memory).
+struct HostRegistration {
+  void* base = nullptr;
+  HostRegistration() = default;
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+  ~HostRegistration();
+};
+std::unique_ptr<HostRegistration> pin_in_place(const void* data, size_t size);
+
+// How blob weights reach the device: AOTI_HOST_WEIGHT_UPLOAD=register (default: pin the blob in
+// place), stage (copy into new pinned memory first) or pageable (let the plugin copy from where it is).
+enum class UploadMode { Register, Stage, Pageable };
+UploadMode upload_mode();
+
 // Everything a CUDA program keeps beyond its container: its stream, its graph, its counters.
 class ProgramState;
 struct GraphStats {
