@@ -53,7 +53,12 @@ for pt2 in sorted(pathlib.Path(sys.argv[1]).glob("*.pt2")):
     dyn = subprocess.run(["readelf", "-d", "-W", sys.argv[2]], capture_output=True, text=True).stdout
     needed = [l.split("[")[1].rstrip("]") for l in dyn.splitlines() if "NEEDED" in l]
     cubins = sum(n.endswith(".cubin") for n in zf.namelist())
-    print(f"{pt2.name}: {len(shims)} shims, DT_NEEDED {needed}, {cubins} cubin files in the package")
+    dsyms = subprocess.run(["readelf", "--dyn-syms", "-W", sys.argv[2]], capture_output=True, text=True).stdout
+    rows = [l.split() for l in dsyms.splitlines() if len(l.split()) >= 8 and l.split()[6] != "UND"]
+    unique = sum(r[4] == "UNIQUE" for r in rows)
+    std = sum(r[7].startswith("_ZNSt") or r[7].startswith("_ZSt") for r in rows)
+    print(f"{pt2.name}: {len(shims)} shims, DT_NEEDED {needed}, {cubins} cubin files in the package, "
+          f"exports {std} std:: symbols and {unique} GNU_UNIQUE symbols (its own C++ runtime)")
     if pt2.name == "mlp.pt2":
         print("  cuda runtime imports:", sorted({s.split("@")[0] for s in und if s.startswith("cuda")}))
 print(f"union of aoti_torch_ imports ({len(union)}):", " ".join(sorted(union)))
@@ -66,7 +71,7 @@ TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
 
 step "GPU benchmark"
-$PY bench/bench_gpu.py --artifacts "$AOTI_GPU_ARTIFACTS" --aoti-run "$AOTI_RUN" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^W[0-9]"
+BENCH_QUICK=${BENCH_QUICK:-0} $PY bench/bench_gpu.py --artifacts "$AOTI_GPU_ARTIFACTS" --aoti-run "$AOTI_RUN" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^W[0-9]"
 
 step "done: tests exit $TEST_RC"
 exit "$TEST_RC"
