@@ -349,7 +349,7 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
   clear_last_error();
 #if CUDA_AVAILABLE
   // The plugin copies the blob to the device with cudaMemcpy: from pageable memory that runs at a
-  // fraction of the pinned bandwidth, so page-lock it first (in place by default; see upload_mode()).
+  // fraction of the pinned bandwidth, so page-lock it first (a pinned copy by default; see upload_mode()).
   std::unique_ptr<cuda::PinnedBuffer> pinned;
   std::unique_ptr<cuda::HostRegistration> registered;
   const auto t0 = std::chrono::steady_clock::now();

@@ -22,7 +22,8 @@ $PY -c 'from cuda.bindings import runtime as r; print("cuda.bindings ok, devices
 
 step "build (scons cuda=on, else the direct fallback build)"
 BUILD_VARIANT=""
-if command -v scons >/dev/null && scons -Q cuda=on -j"$NPROC" >"$OUT/build.log" 2>&1; then
+# AOTI_GPU_BUILD=direct forces the fallback (to compare it with the SCons build; see bench/RESULTS.md).
+if [ "${AOTI_GPU_BUILD:-scons}" = scons ] && command -v scons >/dev/null && scons -Q cuda=on -j"$NPROC" >"$OUT/build.log" 2>&1; then
   BUILD_VARIANT=$(ls -d build/cuda-*-release 2>/dev/null | head -1)
   echo "scons cuda=on: built $BUILD_VARIANT"
 else
@@ -64,6 +65,18 @@ for pt2 in sorted(pathlib.Path(sys.argv[1]).glob("*.pt2")):
 print(f"union of aoti_torch_ imports ({len(union)}):", " ".join(sorted(union)))
 PYEOF
 rm -f "$OUT/plugin.so"
+
+step "Python module smoke test (in-process load of a CUDA plugin; backtrace and the other build if it crashes)"
+SMOKE='import numpy as np, os; from toolchain import runtime; a=os.environ["AOTI_GPU_ARTIFACTS"]
+p = runtime.load(a + "/mlp.pt2", device="cuda"); print("smoke ok:", p.run([np.load(a + "/mlp.in0.npy")])[0].shape)'
+if ! $PY -c "$SMOKE"; then
+  echo "the Python module failed with $AOTI_HOST_LIBRARY; backtrace (cuda-gdb):"
+  cuda-gdb -batch -ex run -ex bt --args $PY -c "$SMOKE" 2>&1 | grep -E "^#|signal|Error" | head -30
+  if [ "$BUILD_VARIANT" != build/cuda-direct ]; then
+    $PY tests/gpu/build_cuda.py build/cuda-direct -j "$NPROC" >>"$OUT/build.log" 2>&1 && \
+      AOTI_HOST_LIBRARY=$REPO/build/cuda-direct/dist/lib/libaoti_host.so $PY -c "$SMOKE" && echo "(with the direct build)"
+  fi
+fi
 
 step "GPU tests"
 $PY -m pytest tests/gpu -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60

@@ -77,8 +77,8 @@ struct HostRegistration {
 };
 std::unique_ptr<HostRegistration> pin_in_place(const void* data, size_t size);
 
-// How blob weights reach the device: AOTI_HOST_WEIGHT_UPLOAD=register (default: pin the blob in
-// place), stage (copy into new pinned memory first) or pageable (let the plugin copy from where it is).
+// How blob weights reach the device: AOTI_HOST_WEIGHT_UPLOAD=stage (default: copy into new pinned
+// memory first), register (pin the blob in place) or pageable (let the plugin copy from where it is).
 enum class UploadMode { Register, Stage, Pageable };
 UploadMode upload_mode();
 
