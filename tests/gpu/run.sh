@@ -79,7 +79,7 @@ if ! $PY -c "$SMOKE"; then
 fi
 
 step "GPU tests"
-$PY -m pytest tests/gpu -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
+$PY -m pytest tests/gpu/test_cuda.py -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
 
