@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     inputs = [_load_npy(Path(p)) for p in args.input]
     refs = [_load_npy(Path(p)) for p in args.compare]
     with runtime.load(args.model, weights=args.weights, library_path=args.library) as prog:
-        outputs = prog.run(inputs)
+        outputs = prog.run(inputs, method=args.method)
     for k, out in enumerate(outputs):
         dest = Path(args.output) / f"output_{k}.npy"
         _save_npy(dest, out)
@@ -166,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     r = sub.add_parser("run", help="run a .pt2 or plugin .so in the host runtime (Python module)")
-    r.add_argument("model")
+    r.add_argument("model", help="a .pt2, a plugin .so, or a program of several methods (a directory or methods.json)")
+    r.add_argument("--method", help="the method to run (default: the first, forward when present)")
     r.add_argument("--weights", help="weights blob for a plugin .so exported with weights outside")
     r.add_argument("-i", "--input", action="append", default=[], help="input .npy, in order (repeat)")
     r.add_argument("-o", "--output", required=True, help="directory for output_<k>.npy")

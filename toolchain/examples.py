@@ -117,3 +117,51 @@ def get(name: str) -> tuple[Any, tuple[Any, ...]]:
         msg = f"no built-in example {name!r}{hint}; choose one of {', '.join(EXAMPLES)}"
         raise InputError(msg) from None
     return factory()
+
+
+def two_methods(width: int = 32) -> tuple[Any, tuple[Any, ...]]:
+    """A module with `forward` and `embed` sharing `fc1`/`fc2` (export both with export.export_methods)."""
+    torch = _torch()
+    nn = torch.nn
+
+    class TwoMethods(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(width, width)
+            self.fc2 = nn.Linear(width, width)
+            self.head = nn.Linear(width, 8)
+
+        def embed(self, x):
+            return torch.relu(self.fc2(torch.relu(self.fc1(x))))
+
+        def forward(self, x):
+            return self.head(self.embed(x))
+
+    return TwoMethods().eval(), (torch.randn(4, width),)
+
+
+METHODS: dict[str, tuple[str, ...]] = {"two_methods": ("forward", "embed")}
+
+
+def stateful_methods() -> tuple[Any, tuple[Any, ...]]:
+    """`forward` accumulates into the buffer `total`; `peek` reads it: one state seen by both methods."""
+    torch = _torch()
+    nn = torch.nn
+
+    class Accumulator(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("total", torch.zeros(4))
+
+        def forward(self, x):
+            self.total.add_(x.sum(dim=0))
+            return self.lin(x) + self.total
+
+        def peek(self, x):
+            return self.lin(x) - self.total
+
+    return Accumulator().eval(), (torch.randn(2, 4),)
+
+
+METHODS["stateful_methods"] = ("forward", "peek")

@@ -216,3 +216,64 @@ def export(
         msg = f"AOTInductor compilation failed: {type(exc).__name__}: {exc}"
         raise ExportError(msg) from exc
     return out
+
+
+MANIFEST_NAME = "methods.json"
+MANIFEST_SCHEMA = 1
+
+
+def method_as_forward(module: Any, method: str) -> Any:
+    """A shallow copy of `module` whose `forward` is `module.<method>`.
+
+    The copy holds the very same parameter and buffer objects under the same attribute names, so the
+    exported plugin names its constants with the same original FQNs as `forward`'s: that is what the
+    runtime shares weights across methods by.
+    """
+    import copy
+
+    if method == "forward":
+        return module
+    fn = getattr(type(module), method, None)
+    if not callable(fn):
+        msg = f"{type(module).__name__} has no method {method!r} to export"
+        raise InputError(msg)
+    twin = copy.copy(module)
+    twin.__class__ = type(f"{type(module).__name__}_{method}", (type(module),), {"forward": fn})
+    return twin
+
+
+def export_methods(
+    module: Any,
+    methods: dict[str, Sequence[Any]],
+    out_dir: Path,
+    *,
+    weights: str = "embedded",
+    build_dir: Path = Path("build"),
+    extra_configs: dict[str, Any] | None = None,
+) -> Path:
+    """Export several methods of one module (name -> example inputs) as one multi-method program.
+
+    Writes `out_dir/<name>.pt2` per method and then `out_dir/methods.json` (the manifest the runtime,
+    `aoti-run` and `aoti-toolchain run` load); returns the manifest's path. Each file is written atomically
+    and the manifest last, so a failed export never leaves a manifest naming a missing package.
+    """
+    if not methods:
+        msg = "export_methods: no methods given"
+        raise InputError(msg)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, example_inputs in methods.items():
+        if not name.isidentifier():
+            msg = f"method name {name!r} is not an identifier"
+            raise InputError(msg)
+        pkg = out_dir / f"{name}.pt2"
+        export(method_as_forward(module, name), example_inputs, pkg, weights=weights, build_dir=build_dir,
+               extra_configs=extra_configs)
+        entries.append({"name": name, "package": pkg.name})
+    manifest = out_dir / MANIFEST_NAME
+    fd, tmp_name = tempfile.mkstemp(prefix=".methods.", suffix=".json", dir=out_dir)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"schema": MANIFEST_SCHEMA, "methods": entries}, f, indent=1)
+    os.replace(tmp_name, manifest)
+    return manifest

@@ -4,14 +4,22 @@
 #include <new>
 
 #include "aoti_host/error.h"
+#include "method_set.h"
 #include "program.h"
 #include "aoti_host/tensor.h"
 #if CUDA_AVAILABLE
 #include "cuda/program_state.h"
 #endif
 
+// A program is a set of methods; the single-method calls use method 0.
 struct aoti_host_program {
-  std::unique_ptr<aoti_host::Program> impl;
+  std::shared_ptr<aoti_host::MethodSet> set;
+  aoti_host::Program* impl;  // method 0
+};
+
+struct aoti_host_session {
+  std::shared_ptr<aoti_host::MethodSet> set;
+  std::unique_ptr<aoti_host::SessionState> state;
 };
 
 namespace {
@@ -75,9 +83,11 @@ int aoti_host_program_load(const char* path, const aoti_host_load_options* optio
     require(path, "path");
     require(out, "out");
     *out = nullptr;
-    aoti_host_load_options defaults{nullptr, nullptr, 1};
-    auto impl = aoti_host::Program::load(path, options != nullptr ? *options : defaults);
-    *out = new aoti_host_program{std::move(impl)};
+    aoti_host_load_options defaults{nullptr, nullptr, 1, 0};
+    const aoti_host_load_options& o = options != nullptr ? *options : defaults;
+    auto set = aoti_host::MethodSet::load(path, o, o.no_weight_sharing == 0);
+    aoti_host::Program* first = &set->method(0);
+    *out = new aoti_host_program{std::move(set), first};
   });
 }
 
@@ -126,7 +136,107 @@ int aoti_host_program_run(aoti_host_program* program, const aoti_host_tensor_vie
                           struct AtenTensorOpaque** outputs, size_t num_outputs) {
   return guarded([&] {
     require(program, "program");
-    program->impl->run(inputs, num_inputs, outputs, num_outputs);
+    program->set->run(0, nullptr, inputs, num_inputs, outputs, num_outputs);
+  });
+}
+
+namespace {
+size_t method_index(const aoti_host_program* program, size_t method) {
+  if (method >= program->set->size())
+    throw aoti_host::Error("method index " + std::to_string(method) + " out of range (" +
+                               std::to_string(program->set->size()) + " methods)", AOTI_HOST_INVALID_ARGUMENT);
+  return method;
+}
+}  // namespace
+
+int aoti_host_program_num_methods(const aoti_host_program* program, size_t* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = program->set->size();
+  });
+}
+
+int aoti_host_program_method_name(const aoti_host_program* program, size_t method, const char** out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = program->set->name(method_index(program, method)).c_str();
+  });
+}
+
+int aoti_host_program_find_method(const aoti_host_program* program, const char* name, size_t* out) {
+  return guarded([&] {
+    require(program, "program"), require(name, "name"), require(out, "out");
+    *out = program->set->find(name);
+  });
+}
+
+int aoti_host_program_method_num_inputs(const aoti_host_program* program, size_t method, size_t* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = program->set->method(method_index(program, method)).num_inputs();
+  });
+}
+
+int aoti_host_program_method_num_outputs(const aoti_host_program* program, size_t method, size_t* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = program->set->method(method_index(program, method)).num_outputs();
+  });
+}
+
+int aoti_host_program_run_method(aoti_host_program* program, size_t method, aoti_host_session* session,
+                                 const aoti_host_tensor_view* inputs, size_t num_inputs,
+                                 struct AtenTensorOpaque** outputs, size_t num_outputs) {
+  return guarded([&] {
+    require(program, "program");
+    program->set->run(method_index(program, method), session != nullptr ? session->state.get() : nullptr, inputs,
+                      num_inputs, outputs, num_outputs);
+  });
+}
+
+int aoti_host_program_weight_stats(const aoti_host_program* program, aoti_host_weight_stats* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    const aoti_host::WeightStats& s = program->set->weight_stats();
+    *out = aoti_host_weight_stats{s.constants, s.shared, s.shared_bytes, s.mismatched, s.host_copy_bytes};
+  });
+}
+
+int aoti_host_session_create(aoti_host_program* program, aoti_host_session** out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = nullptr;
+    auto state = program->set->new_session(program->set);
+    *out = new aoti_host_session{program->set, std::move(state)};
+  });
+}
+
+int aoti_host_session_clone(aoti_host_session* session, aoti_host_session** out) {
+  return guarded([&] {
+    require(session, "session"), require(out, "out");
+    *out = nullptr;
+    auto state = session->set->clone_session(session->set, *session->state);
+    *out = new aoti_host_session{session->set, std::move(state)};
+  });
+}
+
+int aoti_host_session_reset(aoti_host_session* session) {
+  return guarded([&] {
+    require(session, "session");
+    session->set->reset_session(*session->state);
+  });
+}
+
+void aoti_host_session_free(aoti_host_session* session) {
+  if (session == nullptr) return;
+  session->state.reset();  // before the program it may be the last owner of
+  delete session;
+}
+
+int aoti_host_program_num_state_tensors(const aoti_host_program* program, size_t* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    *out = program->set->num_state_tensors();
   });
 }
 

@@ -12,6 +12,7 @@
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "aoti_host/tensor.h"
+#include "constants.h"
 #include "json.h"
 #include "mapped_file.h"
 #include "zip.h"
@@ -183,7 +184,8 @@ std::string Program::plugin_error(const char* call) const {
   return msg;
 }
 
-std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options) {
+std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options,
+                                       bool defer_weights) {
   std::unique_ptr<Program> p(new Program());
   p->path_ = path;
   std::string so_path = path;
@@ -290,11 +292,11 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
                 AOTI_HOST_INVALID_ARGUMENT);
   }
   if (external) {
-    if (given) {
-      MappedFile weights(options.weights_path);
-      p->load_weights(weights.data(), weights.size(), options.weights_path);
-    } else if (blob != nullptr) {
-      p->load_weights(zip->data(*blob), blob->size, path + ":" + blob->name);
+    if (given || blob != nullptr) {
+      p->weights_pending_ = true;
+      if (given) p->pending_weights_path_ = options.weights_path;
+      else p->pending_zip_ = std::move(zip), p->pending_blob_ = blob;
+      if (!defer_weights) p->load_pending_weights();
     } else {
       throw Error(path + ": the plugin keeps its " + std::to_string(num_constants) +
                       " constants outside the .so and no weights were given; pass --weights BLOB (the "
@@ -328,7 +330,21 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
         p->outputs_[i].name.empty())
       p->outputs_[i].name = name;
   }
+  // Every load validates the constants result once (constants.cpp), or says what an older plugin loses.
+  if (has_entries_call(*p->plugin_)) extract_constants(*p->plugin_, p->container_);
+  else warn_no_entries_call(path);
   return p;
+}
+
+void Program::load_pending_weights() {
+  if (!weights_pending_) return;
+  if (pending_zip_) {
+    load_weights(pending_zip_->data(*pending_blob_), pending_blob_->size, path_ + ":" + pending_blob_->name);
+  } else {
+    MappedFile weights(pending_weights_path_);
+    load_weights(weights.data(), weights.size(), pending_weights_path_);
+  }
+  weights_supplied();
 }
 
 void Program::load_weights(const unsigned char* blob, size_t size, const std::string& from) {
@@ -389,6 +405,7 @@ void Program::CudaStateDeleter::operator()(cuda::ProgramState* s) const {
 
 void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs,
                   size_t num_outputs) {
+  if (weights_pending_) throw Error(path_ + ": its weights are not loaded yet", AOTI_HOST_INVALID_PROGRAM);
   if (num_inputs != num_inputs_)
     throw Error(path_ + ": the model takes " + std::to_string(num_inputs_) + " input(s), got " +
                     std::to_string(num_inputs), AOTI_HOST_INVALID_ARGUMENT);

@@ -9,6 +9,7 @@
 #include "aoti_host/c_api.h"
 #include "aoti_host/entry_points.h"
 #include "plugin.h"
+#include "zip.h"
 
 namespace aoti_host {
 namespace cuda {
@@ -27,7 +28,10 @@ struct TensorContract {
 
 class Program {
  public:
-  static std::unique_ptr<Program> load(const std::string& path, const aoti_host_load_options& options);
+  // defer_weights: a plugin that keeps its weights in a blob gets none yet (weights_pending()); the caller
+  // supplies them (weight sharing, method_set.cpp) or calls load_pending_weights().
+  static std::unique_ptr<Program> load(const std::string& path, const aoti_host_load_options& options,
+                                       bool defer_weights = false);
   ~Program();
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
@@ -38,6 +42,11 @@ class Program {
   const TensorContract& input(size_t i) const { return inputs_.at(i); }
   const TensorContract& output(size_t i) const { return outputs_.at(i); }
   const std::string& path() const { return path_; }
+  const Plugin& plugin() const { return *plugin_; }
+  AOTInductorModelContainerHandle container() const { return container_; }
+  bool weights_pending() const { return weights_pending_; }
+  void load_pending_weights();
+  void weights_supplied() { weights_pending_ = false, pending_zip_.reset(); }
 
   // Checks the inputs against the contract (throws Error with AOTI_HOST_INVALID_ARGUMENT), converts
   // layouts the plugin wasn't built for, runs, and fills `outputs` (owned by the caller).
@@ -58,6 +67,10 @@ class Program {
   size_t num_inputs_ = 0, num_outputs_ = 0;
   bool has_contract_ = false;
   std::vector<TensorContract> inputs_, outputs_;
+  bool weights_pending_ = false;  // a blob-mode plugin whose weights are not in yet: Run would crash
+  std::string pending_weights_path_;
+  std::shared_ptr<ZipArchive> pending_zip_;
+  const ZipEntry* pending_blob_ = nullptr;
   struct CudaStateDeleter {
     void operator()(cuda::ProgramState* s) const;
   };

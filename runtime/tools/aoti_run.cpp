@@ -1,6 +1,7 @@
 // aoti-run: run an AOTInductor plugin (.pt2 package or plugin .so) on .npy inputs, write .npy outputs.
 //
-//   aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy [-i IN1.npy ...] -o OUTDIR [--repeat N] [--quiet]
+//   aoti-run MODEL.pt2|PLUGIN.so|METHODS_DIR|methods.json [--method NAME] [--weights BLOB] -i IN0.npy ... -o OUTDIR
+//            [--repeat N] [--quiet]
 //
 // Exit codes (stable: scripts and the Python CLI rely on them):
 //   0 success; 1 anything unexpected; 2 usage error; 3 bad input (a missing model/weights/input file, a bad
@@ -48,14 +49,17 @@ namespace {
 enum ExitCode { kOk = 0, kUnexpected = 1, kUsage = 2, kBadInput = 3, kLoadFailed = 4, kRunFailed = 5 };
 
 const char kUsageLine[] =
-    "usage: aoti-run MODEL.pt2|PLUGIN.so [--weights BLOB] -i IN0.npy [-i IN1.npy ...] -o OUTDIR "
-    "[--repeat N] [--device cpu|cuda[:N]] [--cuda-graphs] [--quiet]";
+    "usage: aoti-run MODEL.pt2|PLUGIN.so|METHODS_DIR|methods.json [--method NAME] [--weights BLOB] "
+    "-i IN0.npy [-i IN1.npy ...] -o OUTDIR [--repeat N] [--device cpu|cuda[:N]] [--cuda-graphs] [--device-inputs] "
+    "[--quiet]";
 
 const char kHelp[] =
     "\n"
     "Runs an AOTInductor plugin on CPU: inputs from .npy files, outputs to OUTDIR/output_<k>.npy.\n"
     "\n"
     "  MODEL.pt2|PLUGIN.so   a .pt2 package or a compiled plugin .so\n"
+    "  METHODS_DIR|methods.json  a program of several methods (one .pt2 each; weights shared)\n"
+    "  --method NAME         the method to run (default: the first, forward when present)\n"
     "  --weights BLOB        weights blob for a plugin .so that keeps its weights outside\n"
     "  -i, --input FILE.npy  one per model input, in order\n"
     "  -o, --output DIR      where output_<k>.npy go (created if missing; also --output-dir)\n"
@@ -84,6 +88,7 @@ struct Args {
   std::string model;
   std::string weights;
   bool has_weights = false;
+  std::string method;
   std::vector<std::string> inputs;
   std::string outdir;
   bool has_outdir = false;
@@ -143,6 +148,9 @@ Args parse_args(int argc, char** argv) {
       a.weights = take("--weights");
       a.has_weights = true;
       if (a.weights.empty()) usage_error("--weights needs a file, got ''");
+    } else if (arg == "--method") {
+      a.method = take("--method");
+      if (a.method.empty()) usage_error("--method needs a name, got ''");
     } else if (arg == "--repeat") {
       a.repeat = parse_repeat(take("--repeat"));
     } else if (arg == "--device") {
@@ -268,9 +276,10 @@ class Outputs {
   std::vector<AtenTensorHandle> handles_;
 };
 
-void run_once(aoti_host_program* program, const std::string& model,
+void run_once(aoti_host_program* program, size_t method, const std::string& model,
               const std::vector<aoti_host_tensor_view>& views, Outputs& outputs) {
-  const int status = aoti_host_program_run(program, views.data(), views.size(), outputs.data(), outputs.size());
+  const int status = aoti_host_program_run_method(program, method, nullptr, views.data(), views.size(), outputs.data(),
+                                                  outputs.size());
   if (status == AOTI_HOST_OK) return;
   if (status == AOTI_HOST_INVALID_ARGUMENT) {
     throw Failure{kBadInput, "the inputs do not fit " + model + ": " + last_error_or(status)};
@@ -365,7 +374,8 @@ double percentile(const std::vector<double>& sorted, double q) {
 }
 
 int run(const Args& args) {
-  require_file(args.model, "model (.pt2 package or plugin .so)");
+  std::error_code dir_ec;
+  if (!std::filesystem::is_directory(args.model, dir_ec)) require_file(args.model, "model (.pt2 package or plugin .so)");
   if (args.has_weights) require_file(args.weights, "weights blob (--weights)");
 
   // Inputs first: a bad .npy is found before a possibly slow load.
@@ -400,10 +410,15 @@ int run(const Args& args) {
     if (st != AOTI_HOST_OK) throw Failure{kLoadFailed, args.model + ": --cuda-graphs: " + last_error_or(st)};
   }
 
+  size_t method = 0;
+  if (!args.method.empty()) {
+    const int found = aoti_host_program_find_method(program.get(), args.method.c_str(), &method);
+    if (found != AOTI_HOST_OK) throw Failure{kUsage, last_error_or(found) + "; choose one with --method"};
+  }
   size_t num_inputs = 0, num_outputs = 0;
-  int status = aoti_host_program_num_inputs(program.get(), &num_inputs);
+  int status = aoti_host_program_method_num_inputs(program.get(), method, &num_inputs);
   if (status != AOTI_HOST_OK) throw Failure{kUnexpected, args.model + ": cannot count inputs: " + last_error_or(status)};
-  status = aoti_host_program_num_outputs(program.get(), &num_outputs);
+  status = aoti_host_program_method_num_outputs(program.get(), method, &num_outputs);
   if (status != AOTI_HOST_OK) throw Failure{kUnexpected, args.model + ": cannot count outputs: " + last_error_or(status)};
 
   if (num_inputs != arrays.size()) {
@@ -448,7 +463,7 @@ int run(const Args& args) {
 
   {
     Outputs outputs(num_outputs);
-    run_once(program.get(), args.model, views, outputs);
+    run_once(program.get(), method, args.model, views, outputs);
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (outputs[k] == nullptr) {
         throw Failure{kRunFailed, args.model + ": the run returned no tensor for output_" + std::to_string(k)};
@@ -464,7 +479,7 @@ int run(const Args& args) {
     for (long long r = 0; r < args.repeat; ++r) {
       Outputs outputs(num_outputs);
       const auto t0 = std::chrono::steady_clock::now();
-      run_once(program.get(), args.model, views, outputs);
+      run_once(program.get(), method, args.model, views, outputs);
       outputs.reset();
       aoti_host_program_synchronize(program.get());  // per call: until the device is done
       const auto t1 = std::chrono::steady_clock::now();

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SHIMS = ["tensor.cpp", "shims_core.cpp", "shims_cpu.cpp", "cpu_kernels.cpp", "log.cpp"]
 RUNTIME = ["mapped_file.cpp", "zip.cpp", "json.cpp", "elf_scan.cpp", "plugin.cpp", "program.cpp", "c_api.cpp",
-           "npy.cpp"]
+           "npy.cpp", "constants.cpp", "method_set.cpp", "session.cpp"]
 FLAGS = ["-O2", "-g1", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror", "-pthread", "-DNDEBUG",
          "-DCUDA_AVAILABLE=1"]
 

@@ -4,6 +4,11 @@
     prog = runtime.load("model.pt2")
     outputs = prog.run([x])          # numpy arrays in, numpy arrays out
 
+    prog = runtime.load("methods/")  # a directory or methods.json: one .pt2 per method, weights shared
+    prog.run([x], method="embed")
+    with prog.session() as s:        # its own copy of the model's mutable buffers
+        s.run([x]); s.reset(); t = s.clone()
+
     gpu = runtime.load("model_cuda.pt2", device="cuda", cuda_graphs=True)
     outs = gpu.run([x_numpy_or_device_buffer], device_outputs=True)   # DeviceArray outputs
 
@@ -51,7 +56,13 @@ class _Spec(ctypes.Structure):
 
 
 class _Options(ctypes.Structure):
-    _fields_ = [("weights_path", ctypes.c_char_p), ("device", ctypes.c_char_p), ("num_models", ctypes.c_size_t)]
+    _fields_ = [("weights_path", ctypes.c_char_p), ("device", ctypes.c_char_p), ("num_models", ctypes.c_size_t),
+                ("no_weight_sharing", ctypes.c_int32)]
+
+
+class _WeightStats(ctypes.Structure):
+    _fields_ = [("constants", ctypes.c_size_t), ("shared", ctypes.c_size_t), ("shared_bytes", ctypes.c_size_t),
+                ("mismatched", ctypes.c_size_t), ("host_copy_bytes", ctypes.c_size_t)]
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,19 @@ class Library:
         for fn in ("aoti_host_program_input_spec", "aoti_host_program_output_spec"):
             getattr(lib, fn).argtypes = [vp, sz, ctypes.POINTER(_Spec)]
         lib.aoti_host_program_run.argtypes = [vp, ctypes.POINTER(_View), sz, ctypes.POINTER(vp), sz]
+        lib.aoti_host_program_num_methods.argtypes = [vp, ctypes.POINTER(sz)]
+        lib.aoti_host_program_method_name.argtypes = [vp, sz, ctypes.POINTER(ctypes.c_char_p)]
+        lib.aoti_host_program_find_method.argtypes = [vp, ctypes.c_char_p, ctypes.POINTER(sz)]
+        for fn in ("aoti_host_program_method_num_inputs", "aoti_host_program_method_num_outputs"):
+            getattr(lib, fn).argtypes = [vp, sz, ctypes.POINTER(sz)]
+        lib.aoti_host_program_run_method.argtypes = [vp, sz, vp, ctypes.POINTER(_View), sz, ctypes.POINTER(vp), sz]
+        lib.aoti_host_program_weight_stats.argtypes = [vp, ctypes.POINTER(_WeightStats)]
+        lib.aoti_host_program_num_state_tensors.argtypes = [vp, ctypes.POINTER(sz)]
+        lib.aoti_host_session_create.argtypes = [vp, ctypes.POINTER(vp)]
+        lib.aoti_host_session_clone.argtypes = [vp, ctypes.POINTER(vp)]
+        lib.aoti_host_session_reset.argtypes = [vp]
+        lib.aoti_host_session_free.argtypes = [vp]
+        lib.aoti_host_session_free.restype = None
         lib.aoti_torch_get_data_ptr.argtypes = [vp, ctypes.POINTER(vp)]
         lib.aoti_torch_get_dtype.argtypes = [vp, ctypes.POINTER(i32)]
         lib.aoti_torch_get_dim.argtypes = [vp, ctypes.POINTER(ctypes.c_int64)]
@@ -179,6 +203,51 @@ class Program:
         self.has_contract = flag.value
         self.inputs = tuple(self._spec("input", i) for i in range(self.num_inputs))
         self.outputs = tuple(self._spec("output", i) for i in range(self.num_outputs))
+        library.check(library.lib.aoti_host_program_num_methods(self._handle, ctypes.byref(n)), "num_methods")
+        names = []
+        for i in range(n.value):
+            name = ctypes.c_char_p()
+            library.check(library.lib.aoti_host_program_method_name(self._handle, i, ctypes.byref(name)), "method")
+            names.append((name.value or b"").decode())
+        self.methods = tuple(names)
+        self._arity: dict[int, tuple[int, int]] = {}
+        for i in range(len(names)):
+            a, b = ctypes.c_size_t(), ctypes.c_size_t()
+            library.check(library.lib.aoti_host_program_method_num_inputs(self._handle, i, ctypes.byref(a)), "inputs")
+            library.check(library.lib.aoti_host_program_method_num_outputs(self._handle, i, ctypes.byref(b)), "outputs")
+            self._arity[i] = (a.value, b.value)
+
+    def _method_index(self, method: str | None) -> int:
+        if method is None:
+            return 0
+        if method not in self.methods:
+            msg = f"{self.path}: no method {method!r}; it has {', '.join(self.methods)}"
+            raise InputError(msg)
+        return self.methods.index(method)
+
+    def weight_stats(self) -> dict[str, int]:
+        """How many constants the methods share (loaded once) and the bytes that saves."""
+        st = _WeightStats()
+        self._lib.check(self._lib.lib.aoti_host_program_weight_stats(self._live(), ctypes.byref(st)), "weight_stats")
+        return {f[0]: getattr(st, f[0]) for f in _WeightStats._fields_}
+
+    @property
+    def num_state_tensors(self) -> int:
+        n = ctypes.c_size_t()
+        self._lib.check(self._lib.lib.aoti_host_program_num_state_tensors(self._live(), ctypes.byref(n)), "state")
+        return n.value
+
+    def session(self) -> Session:
+        """A session: its own copy of the model's mutable buffers, starting from the state as loaded."""
+        out = ctypes.c_void_p()
+        self._lib.check(self._lib.lib.aoti_host_session_create(self._live(), ctypes.byref(out)), "session")
+        return Session(self, out.value or 0)
+
+    def _live(self) -> ctypes.c_void_p:
+        if self._handle.value is None:
+            msg = f"{self.path}: program is closed"
+            raise RunError(msg)
+        return self._handle
 
     def _spec(self, kind: str, i: int) -> TensorSpec:
         s = _Spec()
@@ -190,15 +259,22 @@ class Program:
         shape = tuple(None if s.sizes[d] < 0 else s.sizes[d] for d in range(s.ndim))
         return TensorSpec(name, _FROM_CODE.get(s.dtype), shape)
 
-    def run(self, inputs: Sequence[Any], *, device_outputs: bool = False) -> list[Any]:
-        """Run on numpy arrays (or, for a CUDA program, device buffers: anything with
-        `__cuda_array_interface__`, such as `cuda.DeviceArray`, torch or cupy arrays, used without a copy).
-        Returns numpy arrays; with device_outputs=True a CUDA program returns `cuda.DeviceArray`s."""
-        if self._handle.value is None:
-            msg = f"{self.path}: program is closed"
+    def run(self, inputs: Sequence[Any], *, method: str | None = None, session: Session | None = None,
+            device_outputs: bool = False) -> list[Any]:
+        """Run `method` (default: the first, "forward" when present) in `session` (default: the program's state).
+
+        Inputs: numpy arrays, or for a CUDA program device buffers (anything with `__cuda_array_interface__`,
+        such as `cuda.DeviceArray`, torch or cupy arrays, used without a copy). Returns numpy arrays; with
+        device_outputs=True a CUDA program returns `cuda.DeviceArray`s."""
+        handle = self._live()
+        index = self._method_index(method)
+        num_inputs, num_outputs = self._arity[index]
+        if session is not None and session._handle.value is None:
+            msg = f"{self.path}: the session is closed"
             raise RunError(msg)
-        if len(inputs) != self.num_inputs:
-            msg = f"{self.path}: the model takes {self.num_inputs} input(s), got {len(inputs)}"
+        if len(inputs) != num_inputs:
+            label = f" {self.methods[index]}" if len(self.methods) > 1 else ""
+            msg = f"{self.path}: the model{label} takes {num_inputs} input(s), got {len(inputs)}"
             raise InputError(msg)
         views = (_View * max(1, len(inputs)))()
         keep = []
@@ -234,14 +310,15 @@ class Program:
             strides = (ctypes.c_int64 * max(1, a.ndim))(*[s // a.itemsize for s in a.strides])
             keep.append((a, sizes, strides))
             views[i] = _View(a.ctypes.data, code, a.ndim, sizes, strides, 0, 0)
-        outs = (ctypes.c_void_p * max(1, self.num_outputs))()
-        rc = self._lib.lib.aoti_host_program_run(self._handle, views, len(inputs), outs, self.num_outputs)
+        outs = (ctypes.c_void_p * max(1, num_outputs))()
+        rc = self._lib.lib.aoti_host_program_run_method(handle, index, session._handle if session else None, views,
+                                                        len(inputs), outs, num_outputs)
         self._lib.check(rc, "run")
         if device_outputs:
             from toolchain.runtime import cuda as _cuda
 
-            return [_cuda.wrap_output(self._lib, outs[k], _FROM_CODE) for k in range(self.num_outputs)]
-        return [self._lib.take_output(outs[k]) for k in range(self.num_outputs)]
+            return [_cuda.wrap_output(self._lib, outs[k], _FROM_CODE) for k in range(num_outputs)]
+        return [self._lib.take_output(outs[k]) for k in range(num_outputs)]
 
     def synchronize(self) -> None:
         """Wait for this program's device work (a no-op on the CPU)."""
@@ -271,6 +348,51 @@ class Program:
             pass
 
 
+class Session:
+    """Mutable state of one conversation/stream: runs in it see only its own buffers. Use Program.session()."""
+
+    def __init__(self, program: Program, handle: int) -> None:
+        self.program = program  # keeps the library; the C session keeps the program's resources alive
+        self._handle = ctypes.c_void_p(handle)
+
+    def run(self, inputs: Sequence[np.ndarray], *, method: str | None = None) -> list[np.ndarray]:
+        return self.program.run(inputs, method=method, session=self)
+
+    def reset(self) -> None:
+        """Back to the state as loaded."""
+        self.program._lib.check(self.program._lib.lib.aoti_host_session_reset(self._live()), "session reset")
+
+    def clone(self) -> Session:
+        """A new session starting from this one's current state."""
+        out = ctypes.c_void_p()
+        self.program._lib.check(self.program._lib.lib.aoti_host_session_clone(self._live(), ctypes.byref(out)),
+                                "session clone")
+        return Session(self.program, out.value or 0)
+
+    def _live(self) -> ctypes.c_void_p:
+        if self._handle.value is None:
+            msg = "the session is closed"
+            raise RunError(msg)
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle.value is not None:
+            self.program._lib.lib.aoti_host_session_free(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 _LIBRARIES: dict[Path, Library] = {}
 
 
@@ -282,8 +404,10 @@ def library(path: Path | None = None, device: str = "cpu") -> Library:
 
 
 def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None = None,
-         library_path: Path | None = None, device: str = "cpu", cuda_graphs: bool = False) -> Program:
-    """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin).
+         library_path: Path | None = None, share_weights: bool = True, device: str = "cpu",
+         cuda_graphs: bool = False) -> Program:
+    """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin), or a program of several
+    methods: a directory of `.pt2` (or its `methods.json`). `share_weights=False` keeps a copy per method.
 
     device: "cpu", "cuda" or "cuda:N" (a CUDA plugin; needs the CUDA build of the library).
     cuda_graphs: capture Run into a CUDA graph after warm-up and replay it (see `cuda_stats()`)."""
@@ -294,7 +418,8 @@ def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None
         msg = "cuda_graphs=True needs device='cuda'"
         raise InputError(msg)
     lib = library(library_path, device)
-    opts = _Options(os.fsencode(weights) if weights is not None else None, device.encode(), 1)
+    opts = _Options(os.fsencode(weights) if weights is not None else None, device.encode(), 1,
+                    0 if share_weights else 1)
     handle = ctypes.c_void_p()
     lib.check(lib.lib.aoti_host_program_load(os.fsencode(path), ctypes.byref(opts), ctypes.byref(handle)), "load")
     program = Program(lib, handle.value or 0, Path(path), device)

@@ -55,6 +55,7 @@ typedef struct aoti_host_load_options {
   const char* weights_path; /* a weights blob for a plugin .so that keeps its weights outside; NULL */
   const char* device;       /* "cpu" (default when NULL) */
   size_t num_models;        /* concurrent Run slots in the container; 0 means 1 */
+  int32_t no_weight_sharing; /* nonzero: each method of a multi-method program keeps its own weights */
 } aoti_host_load_options;
 
 AOTI_HOST_API const char* aoti_host_version(void);
@@ -105,6 +106,45 @@ AOTI_HOST_API int aoti_host_program_cuda_stats(const aoti_host_program* program,
 AOTI_HOST_API int aoti_host_program_synchronize(const aoti_host_program* program);
 /* The cudaStream_t the program runs on (blocking: it orders with the legacy default stream). */
 AOTI_HOST_API int aoti_host_program_cuda_stream(const aoti_host_program* program, void** out);
+
+/* Programs with several methods. aoti_host_program_load also takes a directory (its methods.json, else
+ * every *.pt2 in it, named by file stem) or a methods.json manifest ({"methods": [{"name": "forward",
+ * "package": "forward.pt2"}, ...]}): each package is one method. Weights are shared across methods by
+ * original FQN (loaded once). The single-method calls above act on method 0 ("forward" when present). */
+AOTI_HOST_API int aoti_host_program_num_methods(const aoti_host_program* program, size_t* out);
+AOTI_HOST_API int aoti_host_program_method_name(const aoti_host_program* program, size_t method, const char** out);
+/* AOTI_HOST_NOT_FOUND (the message lists the methods) when there is no such method */
+AOTI_HOST_API int aoti_host_program_find_method(const aoti_host_program* program, const char* name, size_t* out);
+AOTI_HOST_API int aoti_host_program_method_num_inputs(const aoti_host_program* program, size_t method, size_t* out);
+AOTI_HOST_API int aoti_host_program_method_num_outputs(const aoti_host_program* program, size_t method, size_t* out);
+
+typedef struct aoti_host_session aoti_host_session;
+
+/* Runs one method; session NULL: the program's own state (what aoti_host_program_run uses). */
+AOTI_HOST_API int aoti_host_program_run_method(aoti_host_program* program, size_t method, aoti_host_session* session,
+                                               const aoti_host_tensor_view* inputs, size_t num_inputs,
+                                               struct AtenTensorOpaque** outputs, size_t num_outputs);
+
+typedef struct aoti_host_weight_stats {
+  size_t constants;       /* over all methods (0 when no method has the entries call) */
+  size_t shared;          /* constants a method borrows from another method instead of holding a copy */
+  size_t shared_bytes;    /* the bytes those copies would have taken */
+  size_t mismatched;      /* same FQN, different dtype/sizes/strides/device: the method keeps its own copy */
+  size_t host_copy_bytes; /* bytes the host copied to keep a method's unshared constants */
+} aoti_host_weight_stats;
+AOTI_HOST_API int aoti_host_program_weight_stats(const aoti_host_program* program, aoti_host_weight_stats* out);
+
+/* Mutable-state sessions: a session owns its copies of the program's Buffer constants (state a model
+ * mutates in place); a run in a session sees only that session's state. A new session starts from the
+ * state as loaded; clone copies a session's current state; reset returns it to the state as loaded.
+ * AOTI_HOST_NOT_SUPPORTED when a method's plugin lacks the constants entries call (torch < 2.13).
+ * A session keeps its program's resources alive until it is freed. */
+AOTI_HOST_API int aoti_host_session_create(aoti_host_program* program, aoti_host_session** out);
+AOTI_HOST_API int aoti_host_session_clone(aoti_host_session* session, aoti_host_session** out);
+AOTI_HOST_API int aoti_host_session_reset(aoti_host_session* session);
+AOTI_HOST_API void aoti_host_session_free(aoti_host_session* session);
+/* Buffer constants a session holds (0 for a stateless model) */
+AOTI_HOST_API int aoti_host_program_num_state_tensors(const aoti_host_program* program, size_t* out);
 
 #ifdef __cplusplus
 }  /* extern "C" */

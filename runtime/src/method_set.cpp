@@ -1,0 +1,373 @@
+#include "method_set.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "aoti_host/error.h"
+#include "aoti_host/log.h"
+#include "aoti_host/shims.h"
+#include "constants.h"
+#include "json.h"
+
+namespace aoti_host {
+namespace {
+
+constexpr const char* kManifest = "methods.json";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string dir_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::vector<MethodSpec> parse_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot read the methods manifest", AOTI_HOST_NOT_FOUND);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string fix = "; write {\"schema\": 1, \"methods\": [{\"name\": \"forward\", \"package\": \"forward.pt2\"}, "
+                          "...]} (toolchain.export.export_methods does)";
+  Json j;
+  try {
+    j = Json::parse(text.str(), path);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + fix, AOTI_HOST_INVALID_ARGUMENT);
+  }
+  const Json* list = j.get("methods");
+  if (list == nullptr || !list->is_array() || list->array().empty())
+    throw Error(path + ": no \"methods\" list" + fix, AOTI_HOST_INVALID_ARGUMENT);
+  std::vector<MethodSpec> out;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < list->array().size(); ++i) {
+    const Json& m = list->array()[i];
+    const Json* name = m.get("name");
+    const Json* pkg = m.get("package");
+    std::string where = path + ": methods[" + std::to_string(i) + "]";
+    if (name == nullptr || !name->is_string() || name->string().empty())
+      throw Error(where + " has no \"name\"" + fix, AOTI_HOST_INVALID_ARGUMENT);
+    if (pkg == nullptr || !pkg->is_string() || pkg->string().empty())
+      throw Error(where + " (" + name->string() + ") has no \"package\"" + fix, AOTI_HOST_INVALID_ARGUMENT);
+    if (!seen.insert(name->string()).second)
+      throw Error(where + " repeats the method name " + name->string(), AOTI_HOST_INVALID_ARGUMENT);
+    std::string file = pkg->string()[0] == '/' ? pkg->string() : dir_of(path) + "/" + pkg->string();
+    if (!is_file(file))
+      throw Error(where + " (" + name->string() + "): " + file + ": no such file; export the method again",
+                  AOTI_HOST_NOT_FOUND);
+    out.push_back({name->string(), file});
+  }
+  return out;
+}
+
+bool same_layout(const Tensor& a, const Tensor& b, std::string* why) {
+  if (a.dtype() != b.dtype()) return *why = std::string("dtype ") + dtype_name(b.dtype()) + " vs " + dtype_name(a.dtype()), false;
+  if (a.sizes() != b.sizes()) return *why = "sizes " + list_str(b.sizes()) + " vs " + list_str(a.sizes()), false;
+  if (a.strides() != b.strides()) return *why = "strides " + list_str(b.strides()) + " vs " + list_str(a.strides()), false;
+  if (a.device_type() != b.device_type() || a.device_index() != b.device_index())
+    return *why = std::string("device ") + device_type_name(b.device_type()) + ":" + std::to_string(b.device_index()) +
+                  " vs " + device_type_name(a.device_type()) + ":" + std::to_string(a.device_index()),
+           false;
+  return true;
+}
+
+size_t nbytes(const Tensor& t) { return compute_storage_nbytes(t.sizes(), t.strides(), t.itemsize(), 0); }
+
+// Same FQN and layout but other values (methods exported from different modules) must not be shared.
+// Both are in host memory at load time; device tensors are left to the layout check.
+bool same_values(const Tensor& a, const Tensor& b, std::string* why) {
+  if (a.device_type() != 0 || b.device_type() != 0) return true;
+  if (std::memcmp(a.data_ptr(), b.data_ptr(), nbytes(a)) == 0) return true;
+  *why = "same layout, different values";
+  return false;
+}
+
+// A host-owned copy with the same dtype, sizes, strides and device.
+std::unique_ptr<Tensor> copy_of(const Tensor& t) {
+  std::unique_ptr<Tensor> c(Tensor::empty_strided(t.dtype(), t.sizes(), t.strides(), t.device_type(), t.device_index()));
+  if (aoti_torch_copy_(to_handle(c.get()), to_handle(const_cast<Tensor*>(&t)), 0) != AOTI_TORCH_SUCCESS)
+    throw Error("copying a constant failed: " + last_error(), AOTI_HOST_INTERNAL);
+  return c;
+}
+
+void copy_into(AtenTensorHandle dst, const Tensor& src) {
+  if (aoti_torch_copy_(dst, to_handle(const_cast<Tensor*>(&src)), 0) != AOTI_TORCH_SUCCESS)
+    throw Error("copying session state failed: " + last_error(), AOTI_HOST_INTERNAL);
+}
+
+std::string plugin_why(const Plugin& plugin) {
+  const char* why = nullptr;
+  if (plugin.fns.AOTInductorGetLastError != nullptr && plugin.fns.AOTInductorGetLastError(&why) == AOTI_RUNTIME_SUCCESS &&
+      why != nullptr && *why != '\0')
+    return std::string(": ") + why;
+  return last_error().empty() ? "" : " (host shim: " + last_error() + ")";
+}
+
+}  // namespace
+
+std::vector<MethodSpec> resolve_methods(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": no such file or directory", AOTI_HOST_NOT_FOUND);
+  if (S_ISDIR(st.st_mode)) {
+    std::string manifest = path + "/" + kManifest;
+    if (is_file(manifest)) return parse_manifest(manifest);
+    std::vector<MethodSpec> out;
+    if (DIR* d = ::opendir(path.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        std::string n = e->d_name;
+        if (n[0] != '.' && ends_with(n, ".pt2")) out.push_back({n.substr(0, n.size() - 4), path + "/" + n});
+      }
+      ::closedir(d);
+    }
+    if (out.empty())
+      throw Error(path + ": a directory without " + kManifest + " or *.pt2 packages; give a .pt2, or export the "
+                  "methods with toolchain.export.export_methods", AOTI_HOST_NOT_FOUND);
+    std::sort(out.begin(), out.end(), [](const MethodSpec& a, const MethodSpec& b) {
+      return (a.name != "forward") < (b.name != "forward") ||
+             ((a.name != "forward") == (b.name != "forward") && a.name < b.name);
+    });
+    return out;
+  }
+  if (ends_with(path, ".json")) return parse_manifest(path);
+  return {{"forward", path}};
+}
+
+// FQN -> the tensor every later method with that FQN borrows (a handle of its owner's container, or a
+// host copy); valid for the life of the MethodSet (owners are never updated after they join).
+struct Pool {
+  std::map<std::string, std::pair<AtenTensorHandle, std::string>> items;  // fqn -> (tensor, owner method)
+};
+
+std::shared_ptr<MethodSet> MethodSet::load(const std::string& path, const aoti_host_load_options& options,
+                                           bool share_weights) {
+  std::vector<MethodSpec> specs = resolve_methods(path);
+  if (specs.size() > 1 && options.weights_path != nullptr && *options.weights_path != '\0')
+    throw Error(path + ": a weights blob is for one plugin .so; each method of a multi-method program takes its "
+                "weights from its own package", AOTI_HOST_INVALID_ARGUMENT);
+  std::shared_ptr<MethodSet> set(new MethodSet());
+  set->path_ = path;
+  const bool share = share_weights && specs.size() > 1;
+  for (const auto& s : specs) {
+    try {
+      set->methods_.push_back(Program::load(s.path, options, share));
+    } catch (const Error& e) {
+      if (specs.size() == 1) throw;
+      throw Error("method " + s.name + ": " + e.what(), e.status());
+    }
+    set->names_.push_back(s.name);
+  }
+  set->user_managed_.resize(specs.size());
+  Pool pool;
+  for (size_t k = 0; k < set->methods_.size(); ++k) {
+    if (share) set->share(k, options, pool);
+    set->methods_[k]->load_pending_weights();
+    if (!share && has_entries_call(set->methods_[k]->plugin()))
+      set->stats_.constants += constant_infos(set->methods_[k]->plugin(), set->methods_[k]->container()).size();
+  }
+  set->find_state();
+  set->own_state_.reset(new SessionState());
+  set->own_state_->owner_ = set.get();
+  // its values are allocated when another state first takes the working tensors (switch_to)
+  set->current_ = set->own_state_.get();
+  if (specs.size() > 1)
+    log(LogLevel::Info, "%s: %zu methods, %zu constants, %zu shared (%zu bytes not loaded twice), %zu mismatched",
+        path.c_str(), specs.size(), set->stats_.constants, set->stats_.shared, set->stats_.shared_bytes,
+        set->stats_.mismatched);
+  return set;
+}
+
+void MethodSet::share(size_t k, const aoti_host_load_options& options, Pool& pool) {
+  Program& m = *methods_[k];
+  const Plugin& pl = m.plugin();
+  const AotiEntryPoints& f = pl.fns;
+  const std::string& name = names_[k];
+  auto keep_own = [&](const char* why) {
+    if (why != nullptr) log(LogLevel::Info, "%s: method %s loads its own weights: %s", m.path().c_str(), name.c_str(), why);
+    m.load_pending_weights();
+  };
+  if (!has_entries_call(pl)) return keep_own(nullptr);  // its load already warned
+  std::vector<ConstantInfo> infos = constant_infos(pl, m.container());
+  stats_.constants += infos.size();
+  std::map<std::string, std::string> internal;  // fqn -> internal name
+  bool folded = false, overlap = false;
+  for (const auto& c : infos) {
+    folded |= c.from_folded;
+    internal[c.fqn] = c.name;
+    overlap |= pool.items.count(c.fqn) > 0;
+  }
+  const bool pending = m.weights_pending();
+  if (overlap && f.AOTInductorModelContainerUpdateUserManagedConstantBufferPairs == nullptr) {
+    keep_own("the plugin lacks AOTInductorModelContainerUpdateUserManagedConstantBufferPairs");
+  } else if (overlap && !pending && (f.AOTInductorModelContainerSwapConstantBuffer == nullptr ||
+                                     f.AOTInductorModelContainerFreeInactiveConstantBuffer == nullptr)) {
+    keep_own("the plugin cannot swap and free its constant buffer");
+  } else if (overlap && folded) {
+    keep_own("it has constant-folded constants, which the plugin recomputes into its own buffer");
+  } else if (overlap) {
+    // Its own tensors: the container's (embedded weights) or a probe's that read the blob.
+    std::unique_ptr<Program> probe;
+    if (pending) probe = Program::load(m.path(), options, false);
+    const Program& src = probe ? *probe : m;
+    std::vector<ConstantEntry> own = extract_constants(src.plugin(), src.container());
+    std::vector<AOTInductorConstantMapEntry> pairs;
+    std::vector<std::string> names;
+    names.reserve(own.size());
+    for (const auto& e : own) {
+      auto in = internal.find(e.fqn);
+      if (in == internal.end())
+        throw Error(m.path() + ": constant " + e.fqn + " from the entries call is not among its constants' FQNs",
+                    AOTI_HOST_INVALID_PROGRAM);
+      const Tensor& mine = *from_handle(e.handle);
+      auto p = pool.items.find(e.fqn);
+      std::string why;
+      AtenTensorHandle use = nullptr;
+      if (p != pool.items.end() && same_layout(*from_handle(p->second.first), mine, &why) &&
+          same_values(*from_handle(p->second.first), mine, &why)) {
+        use = p->second.first;
+        stats_.shared++;
+        stats_.shared_bytes += nbytes(mine);
+      } else {
+        if (p != pool.items.end()) {
+          stats_.mismatched++;
+          log(LogLevel::Warning, "%s: method %s: constant %s differs from method %s's (%s): it keeps its own copy",
+              m.path().c_str(), name.c_str(), e.fqn.c_str(), p->second.second.c_str(), why.c_str());
+        }
+        host_owned_.push_back(copy_of(mine));
+        use = to_handle(host_owned_.back().get());
+        stats_.host_copy_bytes += nbytes(mine);
+        if (p == pool.items.end()) pool.items[e.fqn] = {use, name};
+      }
+      names.push_back(in->second);
+      pairs.push_back({names.back().c_str(), use});
+    }
+    clear_last_error();
+    auto update = f.AOTInductorModelContainerUpdateUserManagedConstantBufferPairs;
+    if (pending) {
+      // The container never loaded its blob: the pairs are its constants.
+      if (update(m.container(), pairs.data(), pairs.size(), false, false) != AOTI_RUNTIME_SUCCESS)
+        throw Error(m.path() + ": AOTInductorModelContainerUpdateUserManagedConstantBufferPairs failed" + plugin_why(pl),
+                    AOTI_HOST_INVALID_PROGRAM);
+      m.weights_supplied();
+    } else {
+      // Embedded weights were copied at Create: hand over into the inactive buffer, swap, free the old blob.
+      if (update(m.container(), pairs.data(), pairs.size(), true, false) != AOTI_RUNTIME_SUCCESS ||
+          f.AOTInductorModelContainerSwapConstantBuffer(m.container()) != AOTI_RUNTIME_SUCCESS ||
+          f.AOTInductorModelContainerFreeInactiveConstantBuffer(m.container()) != AOTI_RUNTIME_SUCCESS)
+        throw Error(m.path() + ": handing shared weights to method " + name + " failed" + plugin_why(pl),
+                    AOTI_HOST_INVALID_PROGRAM);
+    }
+    user_managed_[k] = std::move(names);
+    return;
+  } else {
+    m.load_pending_weights();
+  }
+  // An owner: what it holds, later methods borrow.
+  for (const auto& e : extract_constants(pl, m.container()))
+    if (!pool.items.count(e.fqn)) pool.items[e.fqn] = {e.handle, name};
+}
+
+void MethodSet::find_state() {
+  std::map<std::string, size_t> index;
+  for (size_t k = 0; k < methods_.size(); ++k) {
+    const Plugin& pl = methods_[k]->plugin();
+    if (!has_entries_call(pl)) {
+      no_sessions_ = pl.path + ": the plugin (method " + names_[k] +
+                     ") does not export AOTInductorModelContainerExtractConstantsMapEntries (first emitted by torch " +
+                     entries_call_since() + "), so its state cannot be read: sessions are not supported; re-export "
+                     "the model with torch >= " + entries_call_since();
+      slots_.clear();
+      return;
+    }
+    std::map<std::string, AtenTensorHandle> by_fqn;
+    for (const auto& e : extract_constants(pl, methods_[k]->container())) by_fqn[e.fqn] = e.handle;
+    for (const auto& c : constant_infos(pl, methods_[k]->container())) {
+      if (c.type != kBuffer || c.from_folded) continue;
+      auto h = by_fqn.find(c.fqn);
+      if (h == by_fqn.end()) continue;
+      auto [it, fresh] = index.emplace(c.fqn, slots_.size());
+      if (fresh) slots_.push_back({c.fqn, {}, copy_of(*from_handle(h->second))});
+      Slot& s = slots_[it->second];
+      bool seen = false;
+      for (auto w : s.working) seen |= from_handle(w)->data_ptr() == from_handle(h->second)->data_ptr();
+      if (!seen) s.working.push_back(h->second);
+    }
+  }
+}
+
+std::vector<std::unique_ptr<Tensor>> MethodSet::copy_state(bool from_initial) {
+  std::vector<std::unique_ptr<Tensor>> out;
+  for (const auto& s : slots_) out.push_back(copy_of(from_initial ? *s.initial : *from_handle(s.working[0])));
+  return out;
+}
+
+void MethodSet::switch_to(SessionState* s) {
+  if (current_ == s || slots_.empty()) return;
+  if (current_ != nullptr && current_->values.empty()) {
+    current_->values = copy_state(false);  // the program's own state, saved for the first time
+  } else if (current_ != nullptr) {
+    for (size_t i = 0; i < slots_.size(); ++i) copy_into(to_handle(current_->values[i].get()), *from_handle(slots_[i].working[0]));
+  }
+  for (size_t i = 0; i < slots_.size(); ++i)
+    for (auto w : slots_[i].working) copy_into(w, *s->values[i]);
+  current_ = s;
+}
+
+size_t MethodSet::find(const std::string& name) const {
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (names_[i] == name) return i;
+  std::string all;
+  for (const auto& n : names_) all += (all.empty() ? "" : ", ") + n;
+  throw Error(path_ + ": no method \"" + name + "\"; it has: " + all, AOTI_HOST_NOT_FOUND);
+}
+
+void MethodSet::run(size_t method, SessionState* session, const aoti_host_tensor_view* inputs, size_t num_inputs,
+                    AtenTensorHandle* outputs, size_t num_outputs) {
+  if (method >= methods_.size())
+    throw Error(path_ + ": method index " + std::to_string(method) + " out of range (" +
+                    std::to_string(methods_.size()) + " methods)", AOTI_HOST_INVALID_ARGUMENT);
+  if (session != nullptr && session->owner_ != this)
+    throw Error(path_ + ": the session belongs to another program (" + session->owner_->path_ + ")",
+                AOTI_HOST_INVALID_ARGUMENT);
+  // Stateless programs keep concurrent runs (num_models > 1); state switching needs runs serialised.
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (!slots_.empty()) {
+    lock.lock();
+    switch_to(session != nullptr ? session : own_state_.get());
+  }
+  methods_[method]->run(inputs, num_inputs, outputs, num_outputs);
+}
+
+MethodSet::~MethodSet() {
+  // Borrowers before owners (an owner always has the lower index), each container before the user-managed
+  // handles it holds: torch 2.13 wraps a user-managed constant in a handle of its own
+  // (aoti_torch_new_tensor_handle) that its container never deletes.
+  for (size_t k = methods_.size(); k-- > 0;) {
+    std::vector<AtenTensorHandle> aliases;
+    if (k < user_managed_.size() && !user_managed_[k].empty()) {  // a failed load leaves it short
+      try {
+        for (const auto& e : extract_constants(methods_[k]->plugin(), methods_[k]->container())) aliases.push_back(e.handle);
+      } catch (const Error& e) {
+        log(LogLevel::Warning, "%s", e.what());  // leaks the small handles, never frees what is in use
+        aliases.clear();
+      }
+    }
+    methods_[k].reset();
+    for (auto h : aliases) delete from_handle(h);
+  }
+  host_owned_.clear();
+}
+
+}  // namespace aoti_host
