@@ -7,6 +7,7 @@
     nox -s e2e                  real torch plugins through every host the build session built
     nox -s gpu                  on the GPU machine only (not a default session)
     nox -s release              the release pipeline (python -m toolchain.release)
+    nox -s fuzz                 verify/inspect on 20,000 mutated real plugins (AOTI_FUZZ_CASES)
 
 The build, e2e, gpu and release sessions run in the current environment (`bash .ci/setup` makes .venv
 with scons, lief, torch): they build C++ and need no package of their own.
@@ -101,3 +102,10 @@ def release(session: nox.Session) -> None:
     if not (ROOT / "toolchain" / "release.py").exists():
         session.error("toolchain/release.py does not exist yet (the verifier issue writes it); nothing to release")
     session.run(sys.executable, "-m", "toolchain.release", *session.posargs)
+
+
+@nox.session(venv_backend="none", tags=["fuzz"])
+def fuzz(session: nox.Session) -> None:
+    """verify/inspect on mutated real plugins: AOTI_FUZZ_CASES (default here 20,000; the test run uses 2,000)."""
+    session.env.setdefault("AOTI_FUZZ_CASES", "20000")
+    session.run(sys.executable, "-m", "pytest", "tests/integration/test_verify_fuzz.py", "-q", "-s", *session.posargs)

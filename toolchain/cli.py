@@ -191,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--build-dir", default=str(REPO_ROOT / "build"))
     d.add_argument("--tolerance", type=float, default=1e-5)
     d.set_defaults(func=cmd_demo)
+
+    from toolchain.verify.cli import register_commands  # verify, inspect, patch (issue 4)
+
+    register_commands(sub)
     return p
 
 

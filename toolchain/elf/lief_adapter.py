@@ -42,6 +42,21 @@ def _enum_name(value: object) -> str:
     return name.rsplit(".", 1)[-1]
 
 
+def version_definitions(path: Path) -> list[str]:
+    """The symbol versions a library defines (GLIBC_2.34, GLIBCXX_3.4.30, ...), read with lief."""
+    import lief
+
+    binary = lief.ELF.parse(str(path))
+    if binary is None:
+        msg = f"{path}: not an ELF file lief can read"
+        raise ElfReadError(msg, fix="pass a shared library")
+    out = []
+    for d in binary.symbols_version_definition:
+        for aux in d.auxiliary_symbols:
+            out.append(aux.name)
+    return out
+
+
 def read_dynamic(path: Path) -> DynamicInfo:
     """Dynamic symbols and DT_NEEDED of an ELF file."""
     import lief

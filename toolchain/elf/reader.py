@@ -1,0 +1,359 @@
+"""A small, bounds-checked ELF reader for what the loader looks at: headers, program headers, the dynamic
+section, the dynamic symbol table and its version tables.
+
+Why not lief here: `lief.parse` of a 1 GB plugin takes seconds and a gigabyte of memory, and lief can crash
+the interpreter on hostile input (FACTS.md). This reader maps the file and touches only the few pages it
+needs, and every offset is checked against the file size, so malformed input ends in `NotElfError`,
+`TruncatedError` or `MalformedError` (all `InputError`s), never in a crash or a hang.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from toolchain.errors import InputError
+
+if TYPE_CHECKING:
+    from toolchain.elf.symtab import DynSymTable
+
+# e_machine values we name (elf.h)
+MACHINES = {0: "NONE", 2: "SPARC", 3: "i386", 8: "MIPS", 20: "PPC", 21: "PPC64", 22: "S390", 40: "ARM",
+            62: "x86_64", 183: "aarch64", 243: "riscv", 258: "loongarch"}
+ET_NAMES = {0: "NONE", 1: "REL", 2: "EXEC", 3: "DYN", 4: "CORE"}
+PT_LOAD, PT_DYNAMIC, PT_INTERP, PT_GNU_STACK = 1, 2, 3, 0x6474E551
+PF_X, PF_W, PF_R = 1, 2, 4
+SHT_DYNSYM, SHT_VERDEF, SHT_VERNEED, SHT_VERSYM = 11, 0x6FFFFFFD, 0x6FFFFFFE, 0x6FFFFFFF
+SHT_GNU_HASH = 0x6FFFFFF6
+DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH = 0, 1, 5, 10, 14, 15
+DT_TEXTREL, DT_FLAGS, DT_RUNPATH, DT_FLAGS_1 = 22, 30, 29, 0x6FFFFFFB
+DF_TEXTREL, DF_1_NODELETE = 0x4, 0x8
+STB_NAMES = {0: "LOCAL", 1: "GLOBAL", 2: "WEAK", 10: "GNU_UNIQUE"}
+STT_NAMES = {0: "NOTYPE", 1: "OBJECT", 2: "FUNC", 3: "SECTION", 4: "FILE", 5: "COMMON", 6: "TLS", 10: "IFUNC"}
+STV_NAMES = {0: "DEFAULT", 1: "INTERNAL", 2: "HIDDEN", 3: "PROTECTED"}
+MAX_DYNAMIC_ENTRIES = 1 << 16
+MAX_SYMBOLS = 1 << 22
+
+
+class ElfError(InputError):
+    """The file is not a readable ELF object. `rule` is the verifier's rule id for it."""
+
+    rule = "malformed"
+
+
+class NotElfError(ElfError):
+    rule = "not-elf"
+
+
+class TruncatedError(ElfError):
+    rule = "truncated"
+
+
+class MalformedError(ElfError):
+    rule = "malformed"
+
+
+@dataclass(frozen=True)
+class Segment:
+    type: int
+    flags: int
+    offset: int
+    vaddr: int
+    filesz: int
+    memsz: int
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    defined: bool
+    binding: str
+    type: str
+    visibility: str
+    version: str | None  # version name (GLIBC_2.34), None when unversioned / base
+    hidden: bool  # a non-default version (name@VER rather than name@@VER)
+    version_file: str | None  # for an undefined, versioned reference: the library named in verneed
+
+
+@dataclass(frozen=True)
+class ElfFile:
+    name: str  # path or "<pt2>!member"
+    size: int
+    elf_class: int  # 32 | 64
+    little_endian: bool
+    machine: str
+    machine_id: int
+    etype: str
+    interp: str | None
+    segments: tuple[Segment, ...]
+    needed: tuple[str, ...]
+    soname: str | None
+    runpath: tuple[str, ...]
+    rpath: tuple[str, ...]
+    flags: int
+    flags_1: int
+    textrel: bool
+    symbols: tuple[Symbol, ...]
+    verneed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    verdef: tuple[str, ...] = ()
+
+    @property
+    def gnu_stack(self) -> Segment | None:
+        return next((s for s in self.segments if s.type == PT_GNU_STACK), None)
+
+    @property
+    def exec_stack(self) -> bool:
+        """The loader gives an object without PT_GNU_STACK an executable stack too."""
+        seg = self.gnu_stack
+        return seg is None or bool(seg.flags & PF_X)
+
+    @property
+    def nodelete(self) -> bool:
+        return bool(self.flags_1 & DF_1_NODELETE)
+
+    @property
+    def is_program(self) -> bool:
+        return self.interp is not None or self.etype == "EXEC"
+
+    def defined(self) -> dict[str, list[Symbol]]:
+        out: dict[str, list[Symbol]] = {}
+        for s in self.symbols:
+            if s.defined and s.binding != "LOCAL":
+                out.setdefault(s.name, []).append(s)
+        return out
+
+
+class _View:
+    """Bounds-checked access to the file's bytes."""
+
+    def __init__(self, buf, name: str, little: bool) -> None:
+        self.buf, self.name, self.end = buf, name, len(buf)
+        self.e = "<" if little else ">"
+
+    def need(self, off: int, size: int, what: str) -> None:
+        if off < 0 or size < 0 or off + size > self.end:
+            msg = f"{self.name}: {what} at offset {off} (+{size} bytes) lies beyond the end of the file ({self.end} bytes)"
+            raise TruncatedError(msg, fix="the file was cut short (an interrupted copy or download): rebuild or copy it again")
+
+    def unpack(self, fmt: str, off: int, what: str) -> tuple:
+        st = struct.Struct(self.e + fmt)
+        self.need(off, st.size, what)
+        return st.unpack_from(self.buf, off)
+
+    def cstr(self, table_off: int, table_size: int, idx: int, what: str) -> str:
+        if idx < 0 or idx >= table_size:
+            msg = f"{self.name}: {what}: string index {idx} outside its string table ({table_size} bytes)"
+            raise MalformedError(msg, fix="the file is corrupt: rebuild it")
+        start = table_off + idx
+        stop = self.buf.find(b"\0", start, table_off + table_size)
+        if stop < 0:
+            msg = f"{self.name}: {what}: unterminated string in the string table"
+            raise MalformedError(msg, fix="the file is corrupt: rebuild it")
+        return bytes(self.buf[start:stop]).decode("utf-8", "replace")
+
+
+def read_elf(path: Path | str) -> ElfFile:
+    """Read an ELF file from disk (mapped, so a 1 GB plugin costs only the pages we touch)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            size = f.seek(0, 2)
+            if size == 0:
+                msg = f"{p}: empty file, not an ELF object"
+                raise NotElfError(msg, fix="pass a plugin .so, a .pt2, a host program or a shared library")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                return parse_elf(mm, str(p))
+    except FileNotFoundError:
+        msg = f"{p}: no such file"
+        raise InputError(msg, fix="check the path") from None
+    except IsADirectoryError:
+        msg = f"{p}: is a directory"
+        raise InputError(msg, fix="pass a file") from None
+    except PermissionError as exc:
+        msg = f"{p}: cannot read: {exc.strerror}"
+        raise InputError(msg, fix="check the file's permissions") from None
+
+
+def parse_elf(buf, name: str, with_symbols: bool = True, _tables: list | None = None) -> ElfFile:
+    """Parse ELF bytes (bytes, bytearray or mmap). with_symbols=False skips the symbol table (libraries are
+    then searched by name with `DynSymTable.lookup`; `_tables` receives that table)."""
+    n = len(buf)
+    if n < 4 or bytes(buf[:4]) != b"\x7fELF":
+        if n < 4 and bytes(buf[:n]) == b"\x7fELF"[:n] and n > 0:
+            raise TruncatedError(f"{name}: {n} bytes, cut inside the ELF magic", fix="copy or rebuild the file")
+        raise NotElfError(f"{name}: not an ELF file (no \\x7fELF magic)",
+                          fix="pass a plugin .so, a .pt2, a host program or a shared library")
+    if n < 16:
+        raise TruncatedError(f"{name}: {n} bytes, cut inside the ELF identification", fix="copy or rebuild the file")
+    ei_class, ei_data = buf[4], buf[5]
+    if ei_class not in (1, 2) or ei_data not in (1, 2):
+        raise NotElfError(f"{name}: ELF identification has class {ei_class} / data {ei_data}, neither valid",
+                          fix="the header is corrupt: rebuild the file")
+    is64, little = ei_class == 2, ei_data == 1
+    v = _View(buf, name, little)
+    if is64:
+        (etype, machine, _ver, _entry, phoff, shoff, _fl, _ehsize, phentsize, phnum, shentsize, shnum,
+         shstrndx) = v.unpack("HHIQQQIHHHHHH", 16, "the ELF header")
+    else:
+        (etype, machine, _ver, _entry, phoff, shoff, _fl, _ehsize, phentsize, phnum, shentsize, shnum,
+         shstrndx) = v.unpack("HHIIIIIHHHHHH", 16, "the ELF header")
+    ph_fmt = "IIQQQQQQ" if is64 else "IIIIIIII"
+    ph_size = struct.calcsize("<" + ph_fmt)
+    if phnum and phentsize < ph_size:
+        raise MalformedError(f"{name}: program header entry size {phentsize} < {ph_size}", fix="rebuild the file")
+    segments = []
+    for i in range(phnum):
+        f = v.unpack(ph_fmt, phoff + i * phentsize, f"program header {i}")
+        if is64:
+            ptype, pflags, poff, pvaddr, _pa, pfilesz, pmemsz, _al = f
+        else:
+            ptype, poff, pvaddr, _pa, pfilesz, pmemsz, pflags, _al = f
+        segments.append(Segment(ptype, pflags, poff, pvaddr, pfilesz, pmemsz))
+    interp = None
+    for s in segments:
+        if s.type == PT_INTERP:
+            v.need(s.offset, s.filesz, "PT_INTERP")
+            interp = bytes(buf[s.offset:s.offset + s.filesz]).split(b"\0", 1)[0].decode("utf-8", "replace")
+    sections = _sections(v, is64, shoff, shnum, shentsize)
+    dyn = _dynamic(v, is64, segments)
+    strtab = _strtab(v, segments, sections, dyn)
+
+    def dstr(idx: int, what: str) -> str:
+        if strtab is None:
+            raise MalformedError(f"{name}: {what} but no dynamic string table", fix="rebuild the file")
+        return v.cstr(strtab[0], strtab[1], idx, what)
+
+    needed: list[str] = []
+    runpath: list[str] = []
+    rpath: list[str] = []
+    soname: str | None = None
+    flags = flags_1 = 0
+    textrel = False
+    for tag, val in dyn:
+        if tag == DT_NEEDED:
+            needed.append(dstr(val, "DT_NEEDED"))
+        elif tag == DT_RUNPATH:
+            runpath.extend(p for p in dstr(val, "DT_RUNPATH").split(":") if p)
+        elif tag == DT_RPATH:
+            rpath.extend(p for p in dstr(val, "DT_RPATH").split(":") if p)
+        elif tag == DT_SONAME:
+            soname = dstr(val, "DT_SONAME")
+        elif tag == DT_FLAGS:
+            flags = val
+        elif tag == DT_FLAGS_1:
+            flags_1 = val
+        elif tag == DT_TEXTREL:
+            textrel = True
+    textrel = textrel or bool(flags & DF_TEXTREL)
+    from toolchain.elf.symtab import DynSymTable
+
+    table = DynSymTable(v, is64, sections, name)
+    if _tables is not None:
+        _tables.append(table)
+    symbols = table.all() if with_symbols else ()
+    verneed = {k: tuple(x) for k, x in table.verneed.items()}
+    verdef = tuple(table.verdef)
+    return ElfFile(name=name, size=n, elf_class=64 if is64 else 32, little_endian=little,
+                   machine=MACHINES.get(machine, f"EM_{machine}"), machine_id=machine,
+                   etype=ET_NAMES.get(etype, f"ET_{etype}"), interp=interp, segments=tuple(segments),
+                   needed=tuple(needed), soname=soname, runpath=tuple(runpath), rpath=tuple(rpath), flags=flags,
+                   flags_1=flags_1, textrel=textrel, symbols=symbols, verneed=verneed, verdef=verdef)
+
+
+@dataclass(frozen=True)
+class _Section:
+    type: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    entsize: int
+
+
+def _sections(v: _View, is64: bool, shoff: int, shnum: int, shentsize: int) -> list[_Section]:
+    if shoff == 0 or shnum == 0:
+        return []
+    fmt = "IIQQQQIIQQ" if is64 else "IIIIIIIIII"
+    if shentsize < struct.calcsize("<" + fmt):
+        raise MalformedError(f"{v.name}: section header entry size {shentsize} is too small", fix="rebuild the file")
+    out = []
+    for i in range(shnum):
+        _nm, stype, _fl, _addr, off, size, link, info, _al, entsize = v.unpack(fmt, shoff + i * shentsize,
+                                                                               f"section header {i}")
+        out.append(_Section(stype, off, size, link, info, entsize))
+    return out
+
+
+def _dynamic(v: _View, is64: bool, segments: list[Segment]) -> list[tuple[int, int]]:
+    seg = next((s for s in segments if s.type == PT_DYNAMIC), None)
+    if seg is None:
+        return []
+    fmt = "qQ" if is64 else "iI"
+    ent = struct.calcsize("<" + fmt)
+    v.need(seg.offset, min(seg.filesz, ent), "the dynamic section (PT_DYNAMIC)")
+    out = []
+    count = min(seg.filesz // ent, MAX_DYNAMIC_ENTRIES)
+    for i in range(count):
+        tag, val = v.unpack(fmt, seg.offset + i * ent, "a dynamic section entry")
+        if tag == DT_NULL:
+            break
+        out.append((tag, val))
+    return out
+
+
+def _vaddr_to_offset(segments: list[Segment], addr: int) -> int | None:
+    for s in segments:
+        if s.type == PT_LOAD and s.vaddr <= addr < s.vaddr + s.filesz:
+            return s.offset + (addr - s.vaddr)
+    return None
+
+
+def _strtab(v: _View, segments, sections, dyn) -> tuple[int, int] | None:
+    """The dynamic string table, located as the loader does (DT_STRTAB/DT_STRSZ through PT_LOAD)."""
+    tags = dict(dyn)
+    if DT_STRTAB in tags and DT_STRSZ in tags:
+        off = _vaddr_to_offset(segments, tags[DT_STRTAB])
+        if off is None:
+            raise MalformedError(f"{v.name}: DT_STRTAB address {tags[DT_STRTAB]:#x} is in no loadable segment",
+                                 fix="rebuild the file")
+        v.need(off, tags[DT_STRSZ], "the dynamic string table")
+        return off, tags[DT_STRSZ]
+    dynsym = next((s for s in sections if s.type == SHT_DYNSYM), None)
+    if dynsym is not None and 0 <= dynsym.link < len(sections):
+        st = sections[dynsym.link]
+        v.need(st.offset, st.size, "the dynamic string table")
+        return st.offset, st.size
+    return None
+
+
+PT_NOTE = 4
+
+
+def read_note_segments(path: Path | str) -> list[tuple[bytes, bool]]:
+    """The bytes of each PT_NOTE segment (and whether the file is little-endian), bounds-checked."""
+    p = Path(path)
+    with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        elf = parse_elf(mm, str(p), with_symbols=False)
+        v = _View(mm, str(p), elf.little_endian)
+        out = []
+        for s in elf.segments:
+            if s.type == PT_NOTE:
+                v.need(s.offset, s.filesz, "a PT_NOTE segment")
+                out.append((bytes(mm[s.offset:s.offset + s.filesz]), elf.little_endian))
+        return out
+
+
+def open_library(path: Path | str) -> tuple[ElfFile, DynSymTable]:
+    """A library for symbol lookup: headers parsed now, symbols found by name later (the file stays mapped
+    while the table is alive)."""
+    p = Path(path)
+    with open(p, "rb") as f:
+        if f.seek(0, 2) == 0:
+            raise NotElfError(f"{p}: empty file, not an ELF object", fix="reinstall the library")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    tables: list[DynSymTable] = []
+    elf = parse_elf(mm, str(p), with_symbols=False, _tables=tables)
+    return elf, tables[0]

@@ -1,0 +1,189 @@
+"""Find libraries and bind undefined symbols the way glibc's dynamic loader does (the parts that decide
+whether `dlopen(plugin, RTLD_NOW)` succeeds).
+
+Search order for a DT_NEEDED name without a slash (ld.so(8)): the requester's DT_RPATH (only when it has
+no DT_RUNPATH), then its DT_RUNPATH (not transitive), then the directories of /etc/ld.so.conf, then the
+default directories. `$ORIGIN` expands to the requester's directory. A SONAME already in the scope
+satisfies a DT_NEEDED without a search. A library of another class or machine is skipped, as the loader
+skips it.
+
+Lookup of a plugin opened RTLD_LOCAL: the global scope first (the host executable and its DT_NEEDED closure,
+breadth-first), then the plugin's own scope (itself and its DT_NEEDED closure, breadth-first).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolchain.elf.reader import ElfError, ElfFile, Symbol, open_library
+from toolchain.elf.symtab import DynSymTable
+
+DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+SYSTEM_DIRS = frozenset(DEFAULT_DIRS) | {"/usr/local/lib", "/usr/local/lib64", "/usr/local/lib/x86_64-linux-gnu"}
+
+
+def ld_so_conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _depth: int = 0) -> list[str]:
+    """Directories listed in ld.so.conf, following `include` globs."""
+    out: list[str] = []
+    if _depth > 8:
+        return out
+    try:
+        lines = conf.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("include "):
+            pattern = line.split(None, 1)[1]
+            if not os.path.isabs(pattern):
+                pattern = str(conf.parent / pattern)
+            for inc in sorted(glob.glob(pattern)):
+                out.extend(ld_so_conf_dirs(Path(inc), _depth + 1))
+        elif line.startswith("/"):
+            out.append(line)
+    return out
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """An object in a lookup scope: the file, and why it is there."""
+
+    path: str
+    elf: ElfFile
+    needed_by: str | None
+
+
+@dataclass
+class Scope:
+    objects: list[Loaded] = field(default_factory=list)
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (DT_NEEDED name, needed by)
+
+    def names(self) -> set[str]:
+        out = set()
+        for o in self.objects:
+            out.add(os.path.basename(o.path))
+            if o.elf.soname:
+                out.add(o.elf.soname)
+        return out
+
+
+class Resolver:
+    """Caches parsed libraries; one per verify run (no global state)."""
+
+    def __init__(self, extra_dirs: tuple[str, ...] = ()) -> None:
+        self.search_dirs = list(dict.fromkeys([*extra_dirs, *ld_so_conf_dirs(), *DEFAULT_DIRS]))
+        self._cache: dict[str, ElfFile | None] = {}
+        self._defs: dict[str, dict[str, list[Symbol]]] = {}
+        self._tables: dict[str, DynSymTable] = {}
+
+    def read(self, path: str) -> ElfFile | None:
+        """A library's headers (its symbols are looked up by name, through its GNU hash table)."""
+        if path not in self._cache:
+            try:
+                elf, table = open_library(path)
+                self._cache[path] = elf
+                self._tables[path] = table
+            except (ElfError, OSError):
+                self._cache[path] = None
+        return self._cache[path]
+
+    def defs(self, loaded: Loaded) -> dict[str, list[Symbol]]:
+        """Every defined symbol of an object (parsed in full: for the files being verified)."""
+        key = loaded.path
+        if key not in self._defs:
+            elf = loaded.elf
+            if not elf.symbols and key in self._tables:
+                elf_syms = self._tables[key].all()
+                out: dict[str, list[Symbol]] = {}
+                for s in elf_syms:
+                    if s.defined and s.binding != "LOCAL":
+                        out.setdefault(s.name, []).append(s)
+                self._defs[key] = out
+            else:
+                self._defs[key] = elf.defined()
+        return self._defs[key]
+
+    def find_defs(self, loaded: Loaded, name: str) -> list[Symbol]:
+        """The defined entries named `name` in one object: a GNU hash lookup for libraries."""
+        table = self._tables.get(loaded.path)
+        if table is not None and not loaded.elf.symbols and loaded.path not in self._defs:
+            found = table.lookup(name)
+            if found is not None:
+                return found
+        return self.defs(loaded).get(name, [])
+
+    def find(self, name: str, requester: ElfFile, requester_path: str) -> str | None:
+        """Path of the library `requester` gets for DT_NEEDED `name`, or None."""
+        if "/" in name:
+            return name if self._compatible(name, requester) else None
+        origin = os.path.dirname(os.path.abspath(requester_path))
+        dirs = [] if requester.runpath else [expand_origin(d, origin) for d in requester.rpath]
+        dirs += [expand_origin(d, origin) for d in requester.runpath]
+        dirs += self.search_dirs
+        for d in dirs:
+            cand = os.path.join(d, name)
+            if os.path.isfile(cand) and self._compatible(cand, requester):
+                return cand
+        return None
+
+    def _compatible(self, path: str, requester: ElfFile) -> bool:
+        elf = self.read(path)
+        return elf is not None and elf.machine_id == requester.machine_id and elf.elf_class == requester.elf_class
+
+    def scope(self, root: ElfFile, root_path: str, already: set[str] | None = None) -> Scope:
+        """The breadth-first DT_NEEDED closure of `root` (root first). `already`: SONAMEs loaded elsewhere."""
+        sc = Scope([Loaded(root_path, root, None)])
+        seen = set(already or ())
+        seen.add(os.path.basename(root_path))
+        if root.soname:
+            seen.add(root.soname)
+        queue = [sc.objects[0]]
+        while queue:
+            cur = queue.pop(0)
+            for name in cur.elf.needed:
+                if name in seen:
+                    continue
+                seen.add(name)
+                path = self.find(name, cur.elf, cur.path)
+                if path is None:
+                    sc.missing.append((name, cur.path))
+                    continue
+                elf = self.read(path)
+                assert elf is not None
+                lo = Loaded(path, elf, cur.path)
+                if elf.soname:
+                    seen.add(elf.soname)
+                sc.objects.append(lo)
+                queue.append(lo)
+        return sc
+
+    def lookup(self, sym: Symbol, scopes: list[Loaded], skip: str | None = None) -> Loaded | None:
+        """The first object in `scopes` whose definition binds `sym` (a reference), or None."""
+        for lo in scopes:
+            if skip is not None and lo.path == skip:
+                continue
+            cands = self.find_defs(lo, sym.name)
+            if not cands:
+                continue
+            for d in cands:
+                if d.visibility in ("HIDDEN", "INTERNAL"):
+                    continue
+                if sym.version is None:
+                    if not d.hidden:
+                        return lo
+                elif d.version == sym.version or not lo.elf.verdef:
+                    return lo
+        return None
+
+
+def expand_origin(entry: str, origin: str) -> str:
+    return entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+
+
+def is_system_dir(d: str) -> bool:
+    return os.path.normpath(d) in SYSTEM_DIRS

@@ -1,0 +1,165 @@
+"""The dynamic symbol table and its version tables (split out of reader.py, which parses the rest).
+
+Bounds-checked like the rest of the reader: malformed input raises MalformedError/TruncatedError.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from toolchain.elf.reader import (
+    MAX_SYMBOLS,
+    SHT_DYNSYM,
+    SHT_GNU_HASH,
+    SHT_VERDEF,
+    SHT_VERNEED,
+    SHT_VERSYM,
+    STB_NAMES,
+    STT_NAMES,
+    STV_NAMES,
+    MalformedError,
+    Symbol,
+    _Section,
+    _View,
+)
+
+
+class DynSymTable:
+    """The dynamic symbol table of one file: every symbol (`all()`), or one name through DT_GNU_HASH
+    (`lookup()`), reading only the entries probed, as the loader does. Bounds-checked like the rest."""
+
+    def __init__(self, v: _View, is64: bool, sections: list[_Section], name: str) -> None:
+        self.v, self.is64, self.name = v, is64, name
+        self.count = 0
+        self.names: dict[int, tuple[str, str | None]] = {}
+        self.verneed: dict[str, list[str]] = {}
+        self.verdef: list[str] = []
+        self.gnu_hash: _Section | None = None
+        dynsym = next((s for s in sections if s.type == SHT_DYNSYM), None)
+        if dynsym is None:
+            return
+        if not 0 <= dynsym.link < len(sections):
+            raise MalformedError(f"{name}: .dynsym links to section {dynsym.link}, which does not exist",
+                                 fix="rebuild the file")
+        st = sections[dynsym.link]
+        v.need(st.offset, st.size, "the dynamic string table (.dynstr)")
+        self.fmt = struct.Struct(v.e + ("IBBHQQ" if is64 else "IIIBBH"))
+        count = dynsym.size // self.fmt.size
+        if count > MAX_SYMBOLS:
+            raise MalformedError(f"{name}: .dynsym claims {count} symbols", fix="rebuild the file")
+        v.need(dynsym.offset, count * self.fmt.size, "the dynamic symbol table (.dynsym)")
+        self.count, self.off, self.sto, self.sts = count, dynsym.offset, st.offset, st.size
+        # Version indices -> (name, file): verdef gives this object's own versions, vernaux the required ones.
+        for sec in sections:
+            if sec.type == SHT_VERNEED:
+                _read_verneed(v, sec, st, self.names, self.verneed)
+            elif sec.type == SHT_VERDEF:
+                _read_verdef(v, sec, st, self.names, self.verdef)
+            elif sec.type == SHT_GNU_HASH:
+                self.gnu_hash = sec
+        versym = next((s for s in sections if s.type == SHT_VERSYM), None)
+        self.vs_off, self.vs_len = -1, 0
+        if versym is not None:
+            self.vs_len = min(versym.size // 2, count)
+            v.need(versym.offset, self.vs_len * 2, "the symbol version table (.gnu.version)")
+            self.vs_off = versym.offset
+
+    def _symbol(self, i: int, f: tuple) -> Symbol | None:
+        if self.is64:
+            nm, info, other, shndx, _val, _size = f
+        else:
+            nm, _val, _size, info, other, shndx = f
+        if nm == 0:
+            return None
+        if nm >= self.sts:
+            raise MalformedError(f"{self.name}: symbol {i}: name index {nm} outside .dynstr ({self.sts} bytes)",
+                                 fix="rebuild the file")
+        buf = self.v.buf
+        stop = buf.find(b"\0", self.sto + nm, self.sto + self.sts)
+        if stop < 0:
+            raise MalformedError(f"{self.name}: symbol {i}: unterminated name", fix="rebuild the file")
+        sname = bytes(buf[self.sto + nm:stop]).decode("utf-8", "replace")
+        version, hidden, vfile = None, False, None
+        if i < self.vs_len:
+            lo, hi = buf[self.vs_off + 2 * i], buf[self.vs_off + 2 * i + 1]
+            raw_idx = lo | (hi << 8) if self.v.e == "<" else (lo << 8) | hi
+            idx = raw_idx & 0x7FFF
+            hidden = bool(raw_idx & 0x8000)
+            if idx >= 2:
+                version, vfile = self.names.get(idx, (None, None))
+        return Symbol(sname, shndx != 0, STB_NAMES.get(info >> 4, f"STB_{info >> 4}"),
+                      STT_NAMES.get(info & 0xF, f"STT_{info & 0xF}"), STV_NAMES[other & 3], version, hidden, vfile)
+
+    def all(self) -> tuple[Symbol, ...]:
+        if not self.count:
+            return ()
+        raw = self.fmt.iter_unpack(self.v.buf[self.off:self.off + self.count * self.fmt.size])
+        return tuple(s for i, f in enumerate(raw) if (s := self._symbol(i, f)) is not None)
+
+    def lookup(self, name: str) -> list[Symbol] | None:
+        """Defined entries named `name` via DT_GNU_HASH; None when the file has no usable GNU hash table."""
+        sec = self.gnu_hash
+        if sec is None or not self.count:
+            return None
+        v, e = self.v, self.v.e
+        nbuckets, symoffset, bloom_size, _shift = v.unpack("IIII", sec.offset, "the GNU hash table")
+        word = 8 if self.is64 else 4
+        buckets_at = sec.offset + 16 + bloom_size * word
+        chain_at = buckets_at + 4 * nbuckets
+        if nbuckets == 0 or chain_at > sec.offset + sec.size + 4 * self.count or symoffset > self.count:
+            return None
+        h = 5381
+        for c in name.encode():
+            h = (h * 33 + c) & 0xFFFFFFFF
+        (idx,) = v.unpack("I", buckets_at + 4 * (h % nbuckets), "a GNU hash bucket")
+        out: list[Symbol] = []
+        if idx < symoffset:
+            return out
+        for _ in range(self.count):
+            if idx >= self.count:
+                break
+            (ch,) = v.unpack("I", chain_at + 4 * (idx - symoffset), "a GNU hash chain entry")
+            if (ch | 1) == (h | 1):
+                sym = self._symbol(idx, self.fmt.unpack_from(v.buf, self.off + idx * self.fmt.size))
+                if sym is not None and sym.name == name and sym.defined and sym.binding != "LOCAL":
+                    out.append(sym)
+            if ch & 1:
+                break
+            idx += 1
+        del e
+        return out
+
+
+def _read_verneed(v: _View, sec: _Section, st: _Section, names: dict, verneed: dict) -> None:
+    off, seen = sec.offset, 0
+    for _ in range(min(sec.info or 1 << 10, 1 << 10)):
+        _ver, cnt, file_idx, aux, nxt = v.unpack("HHIII", off, "a version requirement (.gnu.version_r)")
+        fname = v.cstr(st.offset, st.size, file_idx, "version requirement file")
+        aoff = off + aux
+        for _k in range(min(cnt, 1 << 10)):
+            _h, _fl, other, name_idx, anext = v.unpack("IHHII", aoff, "a version requirement entry")
+            vname = v.cstr(st.offset, st.size, name_idx, "version requirement name")
+            names[other & 0x7FFF] = (vname, fname)
+            verneed.setdefault(fname, []).append(vname)
+            if anext == 0:
+                break
+            aoff += anext
+        seen += 1
+        if nxt == 0:
+            break
+        off += nxt
+
+
+def _read_verdef(v: _View, sec: _Section, st: _Section, names: dict, verdef: list) -> None:
+    off = sec.offset
+    for _ in range(min(sec.info or 1 << 10, 1 << 10)):
+        _ver, _fl, ndx, cnt, _h, aux, nxt = v.unpack("HHHHIII", off, "a version definition (.gnu.version_d)")
+        if cnt:
+            (name_idx, _anext) = v.unpack("II", off + aux, "a version definition name")
+            vname = v.cstr(st.offset, st.size, name_idx, "version definition name")
+            verdef.append(vname)
+            if ndx >= 2:
+                names[ndx & 0x7FFF] = (vname, None)
+        if nxt == 0:
+            break
+        off += nxt

@@ -1,0 +1,374 @@
+"""The rules: one function per group of rules, each adding findings (file, symbol/version/entry point,
+fix) to a FileResult. Symbols are bound as the loader binds them (toolchain.elf.resolve)."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass
+
+from toolchain.elf.reader import ElfFile, Symbol
+from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
+from toolchain.spec import Provider, Spec
+from toolchain.verify.profiles import Profile, parse_version, vstr
+from toolchain.verify.report import FileResult
+
+ENTRIES_API = "AOTInductorModelContainerExtractConstantsMapEntries"
+CXX_RUNTIME = "libstdc++.so.6"
+_LIBTORCH_RE = re.compile(r"^lib(torch|torch_cpu|torch_cuda|torch_global_deps|c10|c10_cuda)(\.so|[_.-])")
+_ARCH = {"x86_64": ("x86_64", 64), "aarch64": ("aarch64", 64), "i386": ("i386", 32)}
+
+
+@dataclass
+class Context:
+    spec: Spec
+    profile: Profile
+    resolver: Resolver
+    host: Loaded | None = None
+    host_scope: list[Loaded] | None = None
+
+    @property
+    def shim_names(self) -> set[str]:
+        return {s.name for s in self.spec.shims}
+
+
+def classify(elf: ElfFile) -> str:
+    defined = elf.defined()
+    if any(n.startswith("AOTInductor") for n in defined):
+        return "plugin"
+    if any(n.startswith("aoti_torch_") for n in defined):
+        return "host"
+    return "library"
+
+
+def _short(names: list[str], limit: int = 6) -> str:
+    s = ", ".join(names[:limit])
+    return s + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def check_arch(elf: ElfFile, res: FileResult, ctx: Context) -> bool:
+    want, bits = _ARCH.get(ctx.profile.machine, (ctx.profile.machine, 64))
+    if elf.machine != want or elf.elf_class != bits:
+        res.add("wrong-arch", f"{elf.machine} {elf.elf_class}-bit ELF, but profile {ctx.profile.name} targets {want} "
+                f"{bits}-bit", f"rebuild it for {want} (or verify with the profile of the machine it is meant for)")
+        return False
+    if ctx.host is not None and (elf.machine_id, elf.elf_class) != (ctx.host.elf.machine_id, ctx.host.elf.elf_class):
+        res.add("wrong-arch", f"{elf.machine} {elf.elf_class}-bit, but the host {ctx.host.path} is "
+                f"{ctx.host.elf.machine} {ctx.host.elf.elf_class}-bit", "build plugin and host for the same machine")
+        return False
+    return True
+
+
+def check_static(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Context) -> None:
+    """Rules that need only the file itself."""
+    if elf.exec_stack:
+        why = "no PT_GNU_STACK" if elf.gnu_stack is None else "PT_GNU_STACK is RWE"
+        refused = ctx.profile.exec_stack_refused
+        res.add("exec-stack", f"asks for an executable stack ({why}); "
+                + ("the target's glibc (>= 2.41) refuses to dlopen it" if refused else
+                   "glibc 2.41 and later refuse to dlopen it, and it makes every thread stack executable"),
+                "aoti-toolchain patch --clear-execstack (safe), or link with -Wl,-z,noexecstack",
+                severity="error" if refused else None, fix_op=("clear-execstack", ""))
+    if elf.textrel:
+        res.add("textrel", "has text relocations (DT_TEXTREL): code pages are written at load time, which "
+                "SELinux and hardened kernels refuse", "compile every object with -fPIC")
+    origin = os.path.dirname(os.path.abspath(path))
+    for tag, entries in (("RUNPATH", elf.runpath), ("RPATH", elf.rpath)):
+        for entry in entries:
+            bad = None
+            if entry.startswith(("$ORIGIN", "${ORIGIN}")):
+                continue
+            if not os.path.isabs(entry):
+                bad = "a relative path, resolved against the process's working directory"
+            elif not is_system_dir(entry):
+                bad = "an absolute path outside the system library directories (the build machine's layout)"
+            if bad:
+                res.add("unsafe-runpath", f"{tag} entry {entry!r} is {bad}",
+                        "aoti-toolchain patch --set-runpath '$ORIGIN' (libraries beside it), or relink without "
+                        "-rpath", library=entry, fix_op=("set-runpath", _safe_runpath(elf, origin)))
+    if kind == "plugin":
+        for lib in elf.needed:
+            if _LIBTORCH_RE.match(lib):
+                res.add("libtorch-dependency", f"needs {lib}: the plugin was built against LibTorch, which a "
+                        "LibTorch-free host does not have", "re-export with inductor config "
+                        "aot_inductor.link_libtorch=False (aoti-toolchain export does)", library=lib)
+    unique = [s.name for s in elf.symbols if s.defined and s.binding == "GNU_UNIQUE"]
+    if (unique or elf.nodelete) and kind != "host":
+        why = (f"{len(unique)} GNU_UNIQUE symbol(s) ({_short(unique, 3)}) make the loader mark it NODELETE"
+               if unique else "DF_1_NODELETE is set")
+        res.add("cannot-unload", f"can never be unloaded: {why}; dlclose returns 0 and the mapping stays",
+                "rebuild with -fvisibility=hidden -fno-gnu-unique, or a version script "
+                "{global: AOTInductor*; local: *;}", symbol=unique[0] if unique else None)
+    if kind == "plugin":
+        check_plugin_api(elf, res, ctx)
+
+
+def _safe_runpath(elf: ElfFile, origin: str) -> str:
+    keep = [e for e in elf.runpath or elf.rpath if e.startswith(("$ORIGIN", "${ORIGIN}"))]
+    return ":".join(keep) or "$ORIGIN"
+
+
+def check_plugin_api(elf: ElfFile, res: FileResult, ctx: Context) -> None:
+    defined = elf.defined()
+    exported = {n for n, syms in defined.items() if any(s.visibility in ("DEFAULT", "PROTECTED") for s in syms)}
+    for ep in ctx.spec.entry_points:
+        if ep.required and ep.name not in exported:
+            res.add("missing-entry-point", f"does not export the required entry point {ep.name}",
+                    "compile the model with torch._inductor.aoti_compile_and_package (aoti-toolchain export); "
+                    "a library that is not a plugin cannot be loaded as one", entry_point=ep.name)
+    if ENTRIES_API not in exported:
+        res.add("no-entries-api", f"does not export {ENTRIES_API} (torch < 2.13): the host reads constants "
+                "without it and loses cross-method weight sharing (each method loads its own weights), "
+                "mutable-state sessions (NotSupported) and CUDA graphs (their constants can't be checked)",
+                "re-export the model with torch >= 2.13", entry_point=ENTRIES_API)
+    shims = sorted(n for n in defined if n.startswith("aoti_torch_"))
+    for name in shims:
+        res.add("exports-shim", f"defines {name}: opened RTLD_GLOBAL it would interpose the host's shim for "
+                "every plugin loaded after it, and its own calls may bind to a different implementation",
+                "re-export with aot_inductor.link_libtorch=False and without bundling shims; the host supplies "
+                "every aoti_torch_*", symbol=name)
+
+
+def check_versions(elf: ElfFile, res: FileResult, ctx: Context) -> set[tuple[str, str]]:
+    """symbol-version-too-new; returns the (symbol, version) pairs it reported."""
+    worst: dict[str, list[Symbol]] = {}
+    for s in elf.symbols:
+        if s.defined or s.version is None:
+            continue
+        parsed = parse_version(s.version)
+        if parsed is None:
+            continue
+        fam, ver = parsed
+        limit = ctx.profile.max_versions.get(fam)
+        if limit is not None and ver > limit:
+            worst.setdefault(s.version, []).append(s)
+    reported: set[tuple[str, str]] = set()
+    for version, syms in sorted(worst.items(), key=lambda kv: parse_version(kv[0])):  # type: ignore[arg-type,return-value]
+        fam, ver = parse_version(version)  # type: ignore[misc]
+        names = [s.name for s in syms]
+        res.add("symbol-version-too-new", f"{names[0]} needs {version}, newer than {fam}_"
+                f"{vstr(ctx.profile.max_versions[fam])} of profile {ctx.profile.name}"
+                + (f" ({len(names)} symbols need it: {_short(names, 4)})" if len(names) > 1 else ""),
+                f"build it with an older toolchain/sysroot (e.g. the manylinux_2_28 image) or target a newer system "
+                f"than {ctx.profile.name}", symbol=names[0], version=version, library=syms[0].version_file)
+        reported.update((n, version) for n in names)
+    return reported
+
+
+def check_libraries(elf: ElfFile, res: FileResult, ctx: Context) -> None:
+    if ctx.profile.allowed is None:
+        return
+    for lib in elf.needed:
+        if _LIBTORCH_RE.match(lib) or lib in ctx.profile.allowed:
+            continue
+        if any(e.startswith(("$ORIGIN", "${ORIGIN}")) for e in elf.runpath):
+            continue  # may be bundled beside it; missing-library decides
+        if lib in ctx.profile.packages:
+            res.add("library-not-allowed", f"needs {lib}, present on {ctx.profile.name} only with "
+                    f"{ctx.profile.packages[lib]}", f"install {ctx.profile.packages[lib]} on the target, or "
+                    "bundle the library beside the plugin with RUNPATH $ORIGIN", severity="warning", library=lib)
+        else:
+            res.add("library-not-allowed", f"needs {lib}, which profile {ctx.profile.name} does not provide",
+                    "bundle it beside the plugin (RUNPATH $ORIGIN) or avoid the dependency", library=lib)
+
+
+def _provider(name: str, providers: tuple[Provider, ...]) -> Provider | None:
+    for p in providers:
+        if any(fnmatch.fnmatchcase(name, pat) for pat in p.symbol_patterns):
+            return p
+    return None
+
+
+def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Context,
+                     skip: set[tuple[str, str]]) -> None:
+    """missing-library, unresolved-symbol, missing-cxx-runtime: bind every undefined symbol."""
+    r = ctx.resolver
+    global_scope = ctx.host_scope or []
+    already = set()
+    for lo in global_scope:
+        already.add(os.path.basename(lo.path))
+        if lo.elf.soname:
+            already.add(lo.elf.soname)
+    own = r.scope(elf, path, already)
+    for lib, needed_by in own.missing:
+        direct = needed_by == path
+        res.add("missing-library", f"needs {lib}" + ("" if direct else f" (through {needed_by})")
+                + ", which the loader will not find (RUNPATH, ld.so.conf and default directories searched)",
+                f"install the package that provides {lib} on the target, or ship it beside the file and "
+                "set RUNPATH $ORIGIN (aoti-toolchain patch --set-runpath '$ORIGIN')", library=lib)
+    own_names = own.names() | already
+    scope = [*global_scope, *own.objects[1:]]
+    cxx_listed = CXX_RUNTIME in elf.needed or CXX_RUNTIME in own.names()
+    cxx_missing: list[Symbol] = []
+    cxx_from_host: list[Symbol] = []
+    for sym in elf.symbols:
+        if sym.defined or sym.binding == "WEAK" or (sym.version and (sym.name, sym.version) in skip):
+            continue
+        found = r.lookup(sym, scope)
+        prov = _provider(sym.name, ctx.spec.providers)
+        is_cxx = prov is not None and CXX_RUNTIME in prov.sonames and not cxx_listed
+        if found is not None:
+            if is_cxx and kind == "plugin" and any(found is g for g in global_scope) and \
+                    (found.elf.soname == CXX_RUNTIME or found is global_scope[0]):
+                cxx_from_host.append(sym)  # from the host's libstdc++ (or its own exported copy), not libc
+            continue
+        if sym.name.startswith("aoti_torch_") and kind != "host":
+            _unresolved_shim(sym, res, ctx)
+            continue
+        if prov is not None and not any(s in own_names for s in prov.sonames):
+            soname, lib_path = _find_provider(prov, elf, path, r)
+            if lib_path is not None and _defines(r, lib_path, sym):
+                if soname == CXX_RUNTIME:
+                    cxx_missing.append(sym)
+                    continue
+                res.add("unresolved-symbol", f"{_ref(sym)} is defined by {prov.name} ({soname}), which is not in "
+                        f"its DT_NEEDED nor in the host's global scope: dlopen fails with `undefined symbol: "
+                        f"{sym.name}`" + _provider_hint(prov), f"aoti-toolchain patch --add-needed {soname} "
+                        f"{os.path.basename(path)}, or have the host load {soname} RTLD_GLOBAL first",
+                        symbol=sym.name, version=sym.version, library=soname, fix_op=("add-needed", soname))
+                continue
+            if lib_path is None:
+                res.add("unresolved-symbol", f"{_ref(sym)} comes from {prov.name} ({', '.join(prov.sonames)}), which "
+                        "is neither in its DT_NEEDED nor the host's global scope, nor installed here: dlopen fails "
+                        f"with `undefined symbol: {sym.name}`" + _provider_hint(prov),
+                        f"install {prov.name} on the target and add it with aoti-toolchain patch --add-needed "
+                        f"{soname}, or have the host load it RTLD_GLOBAL first", symbol=sym.name,
+                        version=sym.version, library=soname)
+                continue
+        where = f"the host {ctx.host.path} and " if ctx.host else ""
+        res.add("unresolved-symbol", f"{_ref(sym)}: no object in {where}its DT_NEEDED closure defines it "
+                f"(searched {len(scope)} object(s)); dlopen(RTLD_NOW) fails with `undefined symbol: {sym.name}`",
+                "add the library that defines it to DT_NEEDED (aoti-toolchain patch --add-needed LIB), or make "
+                "the host export it", symbol=sym.name, version=sym.version, library=sym.version_file)
+    if kind == "plugin":
+        _two_runtimes(elf, res, [*global_scope, *own.objects[1:]])
+    if cxx_missing:
+        names = [s.name for s in cxx_missing]
+        res.add("missing-cxx-runtime", f"imports {len(names)} C++ runtime symbol(s) ({_short(names)}) without "
+                f"{CXX_RUNTIME} in DT_NEEDED; loaded from a host without libstdc++ in its global scope (a C host, "
+                f"a static libstdc++) dlopen fails with `undefined symbol: {names[0]}`",
+                f"aoti-toolchain patch --add-needed {CXX_RUNTIME} (appended after the existing entries)",
+                symbol=names[0], library=CXX_RUNTIME, fix_op=("add-needed", CXX_RUNTIME))
+    elif cxx_from_host:
+        names = [s.name for s in cxx_from_host]
+        res.add("missing-cxx-runtime", f"imports {len(names)} C++ runtime symbol(s) ({_short(names)}) without "
+                f"{CXX_RUNTIME} in DT_NEEDED: it loads only because this host has libstdc++ in its global scope",
+                f"aoti-toolchain patch --add-needed {CXX_RUNTIME}", severity="warning", symbol=names[0],
+                library=CXX_RUNTIME, fix_op=("add-needed", CXX_RUNTIME))
+
+
+# Defined only by a C++ runtime itself, never by template instantiation in user code.
+_CXX_RUNTIME_CORE = ("_ZSt4cerr", "__cxa_throw", "_ZNSt6locale7classicEv", "__gxx_personality_v0")
+
+
+def _two_runtimes(elf: ElfFile, res: FileResult, scope: list[Loaded]) -> None:
+    """FACTS.md: a torch 2.11 CUDA plugin links libstdc++ statically AND exports it; with a shared libstdc++
+    also in the lookup scope, locale facet ids (GNU_UNIQUE, process-wide) bind across the two runtimes and
+    std::regex crashes in codecvt."""
+    defined = elf.defined()
+    own = [n for n in _CXX_RUNTIME_CORE if n in defined]
+    if not own:
+        return
+    shared = next((lo for lo in scope if lo.elf.soname == CXX_RUNTIME), None)
+    if shared is None:
+        return
+    unique = sum(1 for s in elf.symbols if s.defined and s.binding == "GNU_UNIQUE")
+    res.add("two-cxx-runtimes", f"exports its own C++ runtime ({', '.join(own)}; {unique} GNU_UNIQUE symbols) "
+            f"while {shared.path} is also in its lookup scope: two C++ runtimes share process-wide facet ids and "
+            "typeinfo, which crashed torch 2.11 CUDA plugins in std::regex (codecvt)",
+            "link the plugin against the shared libstdc++ (no -static-libstdc++), or hide the static copy "
+            "(-Wl,--exclude-libs,ALL and a version script exporting only AOTInductor*)", symbol=own[0],
+            library=shared.path)
+
+
+def _ref(sym: Symbol) -> str:
+    return f"{sym.name}@{sym.version}" if sym.version else sym.name
+
+
+def _provider_hint(p: Provider) -> str:
+    if p.name == "cudart":
+        return ("; CUDA plugins built with link_libtorch=False import cuda* unversioned without listing "
+                "libcudart (nvcc links cudart statically unless -cudart shared)")
+    if p.name == "sleef":
+        return "; vectorised CPU kernels (cpp.vec_isa_ok=True) call Sleef (Debian: libsleef3)"
+    return ""
+
+
+def _find_provider(p: Provider, elf: ElfFile, path: str, r: Resolver) -> tuple[str, str | None]:
+    for soname in p.sonames:
+        found = r.find(soname, elf, path)
+        if found:
+            return soname, found
+    return p.sonames[0], None
+
+
+def _defines(r: Resolver, lib_path: str, sym: Symbol) -> bool:
+    lib = r.read(lib_path)
+    return lib is not None and r.lookup(sym, [Loaded(lib_path, lib, None)]) is not None
+
+
+def _unresolved_shim(sym: Symbol, res: FileResult, ctx: Context) -> None:
+    if ctx.host is not None:
+        res.add("unresolved-symbol", f"imports shim {sym.name}, which the host {ctx.host.path} does not export "
+                "(nor anything in its global scope)", "export it from the host: link the shim archive between "
+                "--whole-archive/--no-whole-archive with the generated dynamic list (env.AotiHostProgram); if "
+                "the runtime lacks it, implement it and add it to toolchain/spec/shims.toml", symbol=sym.name)
+    elif sym.name not in ctx.shim_names:
+        res.add("unresolved-symbol", f"imports shim {sym.name}, which the aoti-toolchain host runtime does "
+                "not implement (not in toolchain/spec/shims.toml)", "implement it in runtime/src and add it to "
+                "toolchain/spec/shims.toml, or re-export the model so it does not need it", symbol=sym.name)
+
+
+def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
+    """shim-not-exported and duplicate-shim-definition for a host program or runtime library."""
+    groups = ["core", "cpu"]
+    defined = elf.defined()
+    if any(n in defined for n in (s.name for s in ctx.spec.shims_in("cuda"))):
+        groups.append("cuda")
+    for shim in ctx.spec.shims_in(*groups):
+        syms = defined.get(shim.name, [])
+        ok = [s for s in syms if s.binding in ("GLOBAL", "WEAK") and s.visibility == "DEFAULT" and not s.hidden]
+        if not ok:
+            why = "not in its dynamic symbol table" if not syms else \
+                f"{syms[0].binding}/{syms[0].visibility}{' hidden version' if syms[0].hidden else ''}"
+            res.add("shim-not-exported", f"does not export shim {shim.name} ({why}): a plugin importing it fails "
+                    "to load", "link the shim archive between -Wl,--whole-archive and -Wl,--no-whole-archive and "
+                    "export it (the generated dynamic list or version script; env.AotiHostProgram does both)",
+                    symbol=shim.name)
+    scope = ctx.resolver.scope(elf, path).objects
+    for shim in ctx.spec.shims:
+        providers = [lo for lo in scope if any(s.visibility == "DEFAULT" for s in ctx.resolver.find_defs(lo, shim.name))]
+        if len(providers) > 1:
+            names = [lo.path for lo in providers]
+            res.add("duplicate-shim-definition", f"{shim.name} is defined by {len(names)} objects in the host's "
+                    f"scope ({_short(names, 4)}); plugins bind to the first ({names[0]}), by load order",
+                    "keep one implementation: don't link LibTorch into a host that supplies its own shims",
+                    symbol=shim.name, library=names[1])
+
+
+def runpath_dirs(elf: ElfFile, path: str) -> list[str]:
+    origin = os.path.dirname(os.path.abspath(path))
+    return [expand_origin(e, origin) for e in (elf.runpath or elf.rpath)]
+
+
+def check_mixed_config(path: str, res: FileResult) -> None:
+    """mixed-config: objects of one binary whose configuration records (aoti_host/config.h notes, read by
+    toolchain.elf.config_records) disagree, e.g. one compiled with -DCUDA_AVAILABLE=1 and one without."""
+    from toolchain.elf.config_records import find_conflicts, parse_notes
+    from toolchain.elf.reader import ElfError, read_note_segments
+
+    if "!" in path:
+        return  # a .pt2 member: plugins carry no records
+    try:
+        records = [r for data, little in read_note_segments(path)
+                   for r in parse_notes(data, byteorder="<" if little else ">")]
+    except (ElfError, OSError):
+        return
+    for c in find_conflicts(records):
+        objs = "; ".join(f"{value}: {', '.join(r.object_name for r in recs)}" for value, recs in c.by_value.items())
+        res.add("mixed-config", f"objects linked into it were compiled with different {c.key} ({objs}): a "
+                "one-definition-rule break (types and inline functions differ between them)",
+                "compile every translation unit of one binary with the same defines: build it with the SCons "
+                "builders of one variant (toolchain/scons), or take the defines from the runtime's usage "
+                "requirements instead of repeating them by hand", symbol=c.key)
