@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -72,24 +71,17 @@ def test_cache_dir_is_shared_between_checkouts_and_keyed_by_the_compiler(tmp_pat
     assert len(_compiles(third.stdout)) == len(_compiles(first.stdout))
 
 
-def _null_build_seconds(*args: str) -> float:
-    start = time.monotonic()
-    proc = subprocess.run([*scons_command(), "-q", *args], cwd=REPO_ROOT, capture_output=True, text=True)
-    elapsed = time.monotonic() - start
-    assert proc.returncode == 0, f"scons -q {' '.join(args)}: out of date after a full build\n{proc.stdout[-2000:]}"
-    return elapsed
-
-
-def test_null_build_of_cpu_and_cuda_variants_together_is_fast(host_build):
+def test_null_build_of_cpu_and_cuda_variants_does_nothing(host_build):
+    """Both variants built: `scons -q` says up to date and `scons -n` runs nothing, for each. (How fast that
+    is gets measured in bench/bench_build.py, not here.)"""
     variants = [()]
-    if find_nvcc() is not None and sorted((REPO_ROOT / "runtime" / "src" / "cuda").glob("*.cu")):
+    if find_nvcc() is not None:
         proc = _scons(REPO_ROOT, "cuda=on")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         variants.append(("cuda=on",))
     for args in variants:
-        _null_build_seconds(*args)  # warm the file cache
-    total = min(sum(_null_build_seconds(*args) for args in variants) for _ in range(3))
-    assert total <= 2.0, f"null build of {len(variants)} variant(s) took {total:.2f}s"
-    if len(variants) == 1:
-        pytest.skip(f"CPU null build {total:.2f}s; the CUDA variant is not buildable here yet "
-                    "(no nvcc, or runtime/src/cuda has no sources)")
+        q = subprocess.run([*scons_command(), "-q", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+        assert q.returncode == 0, f"scons -q {' '.join(args)}: out of date after a full build\n{q.stdout[-2000:]}"
+        dry = subprocess.run([*scons_command(), "-n", "-Q", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+        commands = [ln for ln in dry.stdout.splitlines() if ln and not ln.startswith(("scons: `", "scons: cuda="))]
+        assert commands == [], commands
