@@ -61,6 +61,8 @@ def build(session: nox.Session, cuda: str, cxx: str, stdlib: str) -> None:
     """Build one variant; CPU cells also run its native tests and link test."""
     if cxx == "g++" and stdlib == "libc++":
         session.skip("g++ with libc++ is not a supported configuration (scons refuses it): use cxx=clang++")
+    if cuda == "on" and stdlib == "libc++":
+        session.skip("nvcc does not support libc++ on x86-64 (scons refuses cuda=on stdlib=libc++)")
     if not shutil.which(cxx):
         session.skip(f"{cxx} is not installed (bash .ci/setup installs Debian's clang, libc++-dev, libc++abi-dev)")
     if cuda == "on":

@@ -50,6 +50,29 @@ def prepare_build_dirs(build_dir: Path) -> Path:
     return root
 
 
+# Triton-only GEMM/conv backends: the plugin then needs no aoti_torch_cuda_mm_out/addmm_out/convolution
+# fallbacks (FACTS.md; the upstream CUDA backend does the same). Our runtime implements those fallbacks
+# (cuBLAS, a direct convolution), so this is optional.
+TRITON_ONLY = {
+    "max_autotune": True,
+    "max_autotune_gemm_backends": "TRITON",
+    "max_autotune_conv_backends": "TRITON",
+}
+
+
+def cuda_configs(triton_only: bool = False) -> dict[str, Any]:
+    """Configs for a CUDA plugin: kernels embedded in the .so when this torch can (no cubin_dir needed)."""
+    cfg: dict[str, Any] = dict(TRITON_ONLY) if triton_only else {}
+    try:
+        from torch._inductor import config as inductor_config
+
+        if hasattr(inductor_config.aot_inductor, "embed_kernel_binary"):
+            cfg["aot_inductor.embed_kernel_binary"] = True
+    except ImportError:
+        pass
+    return cfg
+
+
 def inductor_configs(weights: str) -> dict[str, Any]:
     if weights not in WEIGHTS_MODES:
         msg = f"weights={weights!r}: must be one of {', '.join(WEIGHTS_MODES)}"
@@ -211,18 +234,24 @@ def export(
     build_dir: Path = Path("build"),
     dynamic_shapes: Any = None,
     extra_configs: dict[str, Any] | None = None,
+    device: str = "cpu",
+    triton_only: bool = False,
     vectorize: bool = True,
 ) -> Path:
     """Export `module` called on `example_inputs` to `out` (.pt2) for our host; returns `out`.
 
-    vectorize: compile SIMD kernels for the widest ISA `probe_vec_isa` finds (they import Sleef_*,
+    device="cuda" (or "cuda:N") moves the module and the inputs there and builds a CUDA plugin.
+    vectorize (CPU): compile SIMD kernels for the widest ISA `probe_vec_isa` finds (they import Sleef_*,
     which the host runtime provides); False, or no working ISA, gives scalar kernels."""
     prepare_build_dirs(build_dir)
     import torch
     from torch._inductor import cpu_vec_isa
 
+    if device != "cpu" and not device.startswith("cuda"):
+        msg = f"device={device!r}: use cpu, cuda or cuda:N"
+        raise InputError(msg)
     cfg = inductor_configs(weights)
-    if vectorize:
+    if vectorize and device == "cpu":
         isa = probe_vec_isa(build_dir)
         if isa is not None:
             cfg.update({"cpp.vec_isa_ok": True, "cpp.simdlen": isa[1]})
@@ -230,6 +259,13 @@ def export(
             print("aoti-toolchain: warning: no vector ISA builds against libsleef here; kernels will be scalar "
                   "(install libsleef-dev)", file=sys.stderr)
     cfg.update(extra_configs or {})
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            msg = f"device={device!r}: this torch ({torch.__version__}) sees no CUDA device; export on a GPU machine"
+            raise InputError(msg)
+        cfg = {**cuda_configs(triton_only), **cfg}
+        module = module.to(device)
+        example_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     out = Path(out)
     if out.suffix != ".pt2":
         msg = f"{out}: the package name must end in .pt2"

@@ -6,6 +6,10 @@
 #include "aoti_host/error.h"
 #include "method_set.h"
 #include "program.h"
+#include "aoti_host/tensor.h"
+#if CUDA_AVAILABLE
+#include "cuda/program_state.h"
+#endif
 
 // A program is a set of methods; the single-method calls use method 0.
 struct aoti_host_program {
@@ -253,5 +257,99 @@ int aoti_host_program_set_input_layout(aoti_host_program* program, size_t method
         .set_input_layout(index, std::vector<int64_t>(strides, strides + ndim));
   });
 }
+
+int aoti_host_tensor_to_cpu(struct AtenTensorOpaque* tensor, struct AtenTensorOpaque** out) {
+  return guarded([&] {
+    require(tensor, "tensor"), require(out, "out");
+    const aoti_host::Tensor& t = *aoti_host::from_handle(tensor);
+#if CUDA_AVAILABLE
+    if (t.device_type() == aoti_host::device_code::kCUDA) {
+      *out = aoti_host::to_handle(aoti_host::cuda::to_host(t));
+      return;
+    }
+#endif
+    *out = aoti_host::to_handle(t.clone_contiguous());
+  });
+}
+
+int aoti_host_tensor_to_cuda(struct AtenTensorOpaque* tensor, int32_t device_index, struct AtenTensorOpaque** out) {
+  return guarded([&] {
+    require(tensor, "tensor"), require(out, "out");
+#if CUDA_AVAILABLE
+    const aoti_host::Tensor& t = *aoti_host::from_handle(tensor);
+    std::unique_ptr<aoti_host::Tensor> d(aoti_host::Tensor::empty_strided(
+        t.dtype(), t.sizes(), t.strides(), aoti_host::device_code::kCUDA, device_index));
+    aoti_host::cuda::copy(*d, t);
+    *out = aoti_host::to_handle(d.release());
+#else
+    (void)device_index;
+    throw aoti_host::Error("this runtime was built without CUDA (scons cuda=on)", AOTI_HOST_NOT_SUPPORTED);
+#endif
+  });
+}
+
+#if CUDA_AVAILABLE
+namespace {
+aoti_host::cuda::ProgramState& cuda_of(const aoti_host_program* program) {
+  require(program, "program");
+  auto* s = program->impl->cuda_state();
+  if (s == nullptr)
+    throw aoti_host::Error(program->impl->path() + ": not loaded on a cuda device (load with device \"cuda\")",
+                           AOTI_HOST_NOT_SUPPORTED);
+  return *s;
+}
+}  // namespace
+
+int aoti_host_program_set_cuda_graphs(aoti_host_program* program, bool enable) {
+  return guarded([&] {
+    auto& s = cuda_of(program);
+    s.enable_graphs(enable, program->impl->has_single_threaded_run());
+  });
+}
+
+int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cuda_stats* out) {
+  return guarded([&] {
+    const auto& s = cuda_of(program);
+    require(out, "out");
+    const auto& g = s.stats();
+    out->graph_captures = g.captures, out->graph_replays = g.replays, out->eager_runs = g.eager_runs;
+    out->graphs_disabled_reason = g.disabled_reason.c_str();
+    out->weight_upload_bytes = s.upload_bytes();
+    out->weight_stage_seconds = s.upload_stage_seconds();
+    out->weight_upload_seconds = s.upload_seconds();
+  });
+}
+
+int aoti_host_program_synchronize(const aoti_host_program* program) {
+  return guarded([&] {
+    require(program, "program");
+    if (auto* s = program->impl->cuda_state()) s->synchronize();
+  });
+}
+
+int aoti_host_program_cuda_stream(const aoti_host_program* program, void** out) {
+  return guarded([&] {
+    const auto& s = cuda_of(program);
+    require(out, "out");
+    *out = s.stream();
+  });
+}
+#else
+int aoti_host_program_synchronize(const aoti_host_program* program) {
+  return guarded([&] { require(program, "program"); });
+}
+int aoti_host_program_set_cuda_graphs(aoti_host_program*, bool) {
+  aoti_host::set_last_error("CUDA graphs: this runtime was built without CUDA (scons cuda=on)");
+  return AOTI_HOST_NOT_SUPPORTED;
+}
+int aoti_host_program_cuda_stats(const aoti_host_program*, aoti_host_cuda_stats*) {
+  aoti_host::set_last_error("cuda stats: this runtime was built without CUDA (scons cuda=on)");
+  return AOTI_HOST_NOT_SUPPORTED;
+}
+int aoti_host_program_cuda_stream(const aoti_host_program*, void**) {
+  aoti_host::set_last_error("cuda stream: this runtime was built without CUDA (scons cuda=on)");
+  return AOTI_HOST_NOT_SUPPORTED;
+}
+#endif
 
 }  // extern "C"

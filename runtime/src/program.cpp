@@ -16,6 +16,11 @@
 #include "json.h"
 #include "mapped_file.h"
 #include "zip.h"
+#if CUDA_AVAILABLE
+#include <chrono>
+
+#include "cuda/program_state.h"
+#endif
 
 namespace aoti_host {
 namespace {
@@ -44,7 +49,7 @@ void mkdir_p(const std::string& dir) {
 
 // Plugins never unload and each new path maps a new copy, so a package's plugin is extracted once
 // per content (CRC-32 + size + member name) and reused by every later load.
-std::string extract_plugin(const ZipArchive& zip, const ZipEntry& entry) {
+std::string extract_plugin(const ZipArchive& zip, const ZipEntry& entry, const std::string& into = "") {
   const char* base = std::getenv("AOTI_HOST_CACHE_DIR");
   std::string root;
   if (base != nullptr && *base != '\0') {
@@ -56,7 +61,7 @@ std::string extract_plugin(const ZipArchive& zip, const ZipEntry& entry) {
   char key[64];
   std::snprintf(key, sizeof key, "%08x-%llu", entry.crc32, static_cast<unsigned long long>(entry.size));
   std::string leaf = entry.name.substr(entry.name.rfind('/') + 1);
-  std::string dir = root + "/" + key;
+  std::string dir = into.empty() ? root + "/" + key : into;
   std::string path = dir + "/" + leaf;
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == entry.size) return path;
@@ -214,12 +219,14 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
       }
     }
   }
+  std::string cubin_dir;
   if (zip) {
-    std::vector<const ZipEntry*> sos;
+    std::vector<const ZipEntry*> sos, cubins;
     for (const auto& e : zip->entries()) {
       if (e.name.find("/data/aotinductor/") == std::string::npos) continue;
       if (ends_with(e.name, ".so")) sos.push_back(&e);
       if (ends_with(e.name, "_weights.blob")) blob = &e;
+      if (ends_with(e.name, ".cubin")) cubins.push_back(&e);
     }
     if (sos.empty())
       throw Error(path + ": package holds no plugin (no data/aotinductor/*/*.so)", AOTI_HOST_INVALID_PROGRAM);
@@ -228,6 +235,9 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
                       " plugins; this runtime loads one plugin per package", AOTI_HOST_NOT_SUPPORTED);
     try {
       so_path = extract_plugin(*zip, *sos[0]);
+      // A CUDA plugin loads its kernels from <cubin_dir>/<name>.cubin: keep them beside its .so.
+      if (!cubins.empty()) cubin_dir = so_path.substr(0, so_path.rfind('/'));
+      for (const ZipEntry* c : cubins) extract_plugin(*zip, *c, cubin_dir);
     } catch (const Error& e) {
       throw Error(path + ": " + e.what(), AOTI_HOST_INVALID_PROGRAM);
     }
@@ -253,9 +263,31 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   if (std::strcmp(device, "cpu") != 0 && CUDA_AVAILABLE == 0)
     throw Error("device \"" + std::string(device) + "\": this runtime was built without CUDA (scons cuda=on)",
                 AOTI_HOST_NOT_SUPPORTED);
+#if CUDA_AVAILABLE
+  if (std::strncmp(device, "cuda", 4) == 0) {
+    int index = 0;
+    if (device[4] == ':') {
+      char* end = nullptr;
+      index = static_cast<int>(std::strtol(device + 5, &end, 10));
+      if (end == device + 5 || *end != '\0') index = -1;
+    } else if (device[4] != '\0') {
+      index = -1;
+    }
+    if (index < 0) throw Error("device \"" + std::string(device) + "\": use cpu, cuda or cuda:N", AOTI_HOST_INVALID_ARGUMENT);
+    try {
+      p->cuda_.reset(new cuda::ProgramState(index));
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what(), AOTI_HOST_NOT_SUPPORTED);
+    }
+  } else if (std::strcmp(device, "cpu") != 0) {
+    throw Error("device \"" + std::string(device) + "\": use cpu, cuda or cuda:N", AOTI_HOST_INVALID_ARGUMENT);
+  }
+  std::unique_ptr<cuda::ProgramState::Scope> cuda_scope(p->cuda_ ? new cuda::ProgramState::Scope(*p->cuda_) : nullptr);
+#endif
   clear_last_error();
   if (fns.AOTInductorModelContainerCreateWithDevice(&p->container_, options.num_models ? options.num_models : 1,
-                                                    device, nullptr) != AOTI_RUNTIME_SUCCESS) {
+                                                    device, cubin_dir.empty() ? nullptr : cubin_dir.c_str()) !=
+      AOTI_RUNTIME_SUCCESS) {
     p->container_ = nullptr;
     throw Error(path + ": " + p->plugin_error("AOTInductorModelContainerCreateWithDevice"), AOTI_HOST_INVALID_PROGRAM);
   }
@@ -361,13 +393,44 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
                 AOTI_HOST_INVALID_ARGUMENT);
   }
   clear_last_error();
+#if CUDA_AVAILABLE
+  // The plugin copies the blob to the device with cudaMemcpy: from pageable memory that runs at a
+  // fraction of the pinned bandwidth, so page-lock it first (a pinned copy by default; see upload_mode()).
+  std::unique_ptr<cuda::PinnedBuffer> pinned;
+  std::unique_ptr<cuda::HostRegistration> registered;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (cuda_ && cuda::upload_mode() == cuda::UploadMode::Register) {
+    registered = cuda::pin_in_place(blob, size);
+  } else if (cuda_ && cuda::upload_mode() == cuda::UploadMode::Stage) {
+    pinned = cuda::pinned_copy(blob, size);
+    if (pinned) blob = static_cast<const unsigned char*>(pinned->data);
+    else log(LogLevel::Warning, "%s: cannot allocate %zu bytes of pinned memory; uploading weights from pageable memory",
+             path_.c_str(), size);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+#endif
   if (fns.AOTInductorModelUpdateConstantsFromBlob(container_, blob) != AOTI_RUNTIME_SUCCESS)
     throw Error(from + ": " + plugin_error("AOTInductorModelUpdateConstantsFromBlob"), AOTI_HOST_INVALID_PROGRAM);
+#if CUDA_AVAILABLE
+  if (cuda_) {
+    const auto t2 = std::chrono::steady_clock::now();
+    cuda_->record_upload(size, std::chrono::duration<double>(t1 - t0).count(),
+                         std::chrono::duration<double>(t2 - t1).count());
+  }
+#endif
   log(LogLevel::Debug, "%s: loaded %zu bytes of weights from %s", path_.c_str(), size, from.c_str());
 }
 
 Program::~Program() {
   if (container_ != nullptr) plugin_->fns.AOTInductorModelContainerDelete(container_);
+}
+
+void Program::CudaStateDeleter::operator()(cuda::ProgramState* s) const {
+#if CUDA_AVAILABLE
+  delete s;
+#else
+  (void)s;
+#endif
 }
 
 void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs,
@@ -393,9 +456,9 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
       std::string what = path_ + ": input " + std::to_string(i) + (c.name.empty() ? "" : " (" + c.name + ")");
       if (v.ndim < 0 || (v.ndim > 0 && v.sizes == nullptr))
         throw Error(what + ": ndim/sizes invalid", AOTI_HOST_INVALID_ARGUMENT);
-      if (v.device_type != 0)
-        throw Error(what + ": on device type " + std::to_string(v.device_type) + "; this program runs on the CPU",
-                    AOTI_HOST_INVALID_ARGUMENT);
+      if (v.device_type != 0 && !(cuda_ && v.device_type == device_code::kCUDA))
+        throw Error(what + ": on device type " + std::to_string(v.device_type) + "; this program runs on " +
+                        (cuda_ ? "cuda (give host or cuda memory)" : "the CPU"), AOTI_HOST_INVALID_ARGUMENT);
       if (!dtype_is_supported(v.dtype))
         throw Error(what + ": dtype " + dtype_name(v.dtype) + " is not supported", AOTI_HOST_INVALID_ARGUMENT);
       std::vector<int64_t> sizes(v.sizes, v.sizes + v.ndim);
@@ -440,19 +503,25 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
         throw Error(what + ": " + layout_name(sizes, strides) + ", the plugin was built for " +
                         layout_name(sizes, want) + "; strict mode refuses to convert: pass the array in that layout "
                         "or drop --strict", AOTI_HOST_INVALID_ARGUMENT);
-      Tensor* t = Tensor::from_blob(v.data, v.dtype, sizes, strides, 0, 0, 0);
+      Tensor* t = Tensor::from_blob(v.data, v.dtype, sizes, strides, 0, v.device_type, v.device_type ? v.device_index : 0);
       if (convert) {
         // The plugin indexes inputs with the strides it was built for and never checks them.
         log(LogLevel::Debug, "%s: %s converted to the plugin's %s", what.c_str(), layout_name(sizes, strides).c_str(),
             layout_name(sizes, want).c_str());
         std::unique_ptr<Tensor> borrowed(t);
-        t = Tensor::empty_strided(v.dtype, sizes, want);
+        t = Tensor::empty_strided(v.dtype, sizes, want, t->device_type(), t->device_index());
         AtenTensorHandle dst = to_handle(t);
         if (aoti_torch_copy_(dst, to_handle(borrowed.get()), 0) != AOTI_TORCH_SUCCESS) {
           delete t;
           throw Error(what + ": layout conversion failed: " + last_error(), AOTI_HOST_INTERNAL);
         }
       }
+#if CUDA_AVAILABLE
+      if (cuda_) {  // host inputs are copied to the device; device inputs are used as they are
+        cuda::ProgramState::Scope scope(*cuda_);
+        t = cuda_->to_device(t);
+      }
+#endif
       handles.push_back(to_handle(t));
     }
   } catch (...) {
@@ -461,6 +530,22 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
   }
   for (size_t i = 0; i < num_outputs_; ++i) outputs[i] = nullptr;
   clear_last_error();
+#if CUDA_AVAILABLE
+  if (cuda_) {
+    try {
+      cuda_->run(plugin_->fns, container_, handles, outputs, num_outputs_,
+                 [this](const char* call) { return path_ + ": " + plugin_error(call); });
+    } catch (...) {
+      release();
+      for (size_t i = 0; i < num_outputs_; ++i) {
+        if (outputs[i] != nullptr) aoti_torch_delete_tensor_object(outputs[i]);
+        outputs[i] = nullptr;
+      }
+      throw;
+    }
+    return;
+  }
+#endif
   // Run takes ownership of the input handles (the plugin deletes them); the caller owns the outputs.
   AOTIRuntimeError rc = plugin_->fns.AOTInductorModelContainerRun(container_, handles.data(), handles.size(),
                                                                   outputs, num_outputs_, nullptr, nullptr);

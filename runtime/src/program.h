@@ -12,6 +12,9 @@
 #include "zip.h"
 
 namespace aoti_host {
+namespace cuda {
+class ProgramState;  // runtime/src/cuda/program_state.h; only created by a CUDA build
+}
 
 // One input or output as the package's contract describes it (recorded by aoti-toolchain export).
 struct TensorContract {
@@ -56,6 +59,10 @@ class Program {
   // layouts the plugin wasn't built for, runs, and fills `outputs` (owned by the caller).
   void run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs, size_t num_outputs);
 
+  // The CUDA side of a program loaded with device "cuda[:N]"; null on the CPU.
+  cuda::ProgramState* cuda_state() const { return cuda_.get(); }
+  bool has_single_threaded_run() const { return plugin_->fns.AOTInductorModelContainerRunSingleThreaded != nullptr; }
+
  private:
   Program() = default;
   std::string plugin_error(const char* call) const;
@@ -74,6 +81,10 @@ class Program {
   std::string pending_weights_path_;
   std::shared_ptr<ZipArchive> pending_zip_;
   const ZipEntry* pending_blob_ = nullptr;
+  struct CudaStateDeleter {
+    void operator()(cuda::ProgramState* s) const;
+  };
+  std::unique_ptr<cuda::ProgramState, CudaStateDeleter> cuda_;
 };
 
 int32_t dtype_from_name(const std::string& name);  // -1 when unknown

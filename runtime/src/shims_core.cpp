@@ -13,6 +13,9 @@
 #include "aoti_host/shims.h"
 #include "aoti_host/tensor.h"
 #include "cpu_kernels.h"
+#if CUDA_AVAILABLE
+#include "aoti_host/cuda/cuda.h"
+#endif
 
 using aoti_host::Error;
 using aoti_host::from_handle;
@@ -55,6 +58,8 @@ Tensor* create_from_blob(void* data, int64_t ndim, const int64_t* sizes_ptr, con
                            device_index);
 }
 
+void copy_any(Tensor& dst, const Tensor& src);
+
 // A single element, converted to T through the runtime's own copy (torch's item().to<T>()).
 template <class T>
 AOTITorchError item(const char* shim, AtenTensorHandle tensor, T* ret, int32_t dtype) {
@@ -67,7 +72,13 @@ AOTITorchError item(const char* shim, AtenTensorHandle tensor, T* ret, int32_t d
     T value{};
     std::unique_ptr<Tensor> dst(Tensor::from_blob(&value, dtype, {}, {}, 0, 0, 0));
     std::unique_ptr<Tensor> src(t.alias(std::vector<int64_t>{}, std::vector<int64_t>{}, t.storage_offset()));
-    aoti_host::cpu::copy(*dst, *src);
+    if (src->dtype() == dtype || src->device_type() == 0) {
+      copy_any(*dst, *src);
+    } else {  // a device scalar of another dtype: to the host first, then convert
+      std::unique_ptr<Tensor> host(Tensor::empty_strided(src->dtype(), {}, {}));
+      copy_any(*host, *src);
+      aoti_host::cpu::copy(*dst, *host);
+    }
     *ret = value;
   });
 }
@@ -83,6 +94,15 @@ AOTITorchError scalar_to_tensor(const char* shim, T value, int32_t dtype, AtenTe
 }
 
 thread_local bool t_grad_mode = false;
+
+// copy_ and friends: through the device when either side lives there.
+void copy_any(Tensor& dst, const Tensor& src) {
+#if CUDA_AVAILABLE
+  if (dst.device_type() == aoti_host::device_code::kCUDA || src.device_type() == aoti_host::device_code::kCUDA)
+    return aoti_host::cuda::copy(dst, src);
+#endif
+  aoti_host::cpu::copy(dst, src);
+}
 
 }  // namespace
 
@@ -427,6 +447,13 @@ AOTI_HOST_API AOTITorchError aoti_torch_clone_preserve_strides(AtenTensorHandle 
     out_arg(ret, "ret");
     std::unique_ptr<Tensor> c(Tensor::empty_strided(t.dtype(), t.sizes(), t.strides(), t.device_type(), t.device_index()));
     const size_t n = aoti_host::compute_storage_nbytes(t.sizes(), t.strides(), t.itemsize(), 0);
+#if CUDA_AVAILABLE
+    if (t.device_type() == aoti_host::device_code::kCUDA) {
+      copy_any(*c, t);
+      *ret = to_handle(c.release());
+      return;
+    }
+#endif
     if (n > 0) std::memcpy(c->data_ptr(), t.data_ptr(), n);
     *ret = to_handle(c.release());
   });
@@ -434,17 +461,20 @@ AOTI_HOST_API AOTITorchError aoti_torch_clone_preserve_strides(AtenTensorHandle 
 
 AOTI_HOST_API AOTITorchError aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src, int32_t non_blocking) {
   (void)non_blocking;  // CPU copies are always synchronous
-  return guarded("aoti_torch_copy_", [&] { aoti_host::cpu::copy(tensor_arg(self, "self"), tensor_arg(src, "src")); });
+  return guarded("aoti_torch_copy_", [&] { copy_any(tensor_arg(self, "self"), tensor_arg(src, "src")); });
 }
 
 AOTI_HOST_API AOTITorchError aoti_torch_tensor_copy_(AtenTensorHandle src, AtenTensorHandle dst) {
-  return guarded("aoti_torch_tensor_copy_", [&] { aoti_host::cpu::copy(tensor_arg(dst, "dst"), tensor_arg(src, "src")); });
+  return guarded("aoti_torch_tensor_copy_", [&] { copy_any(tensor_arg(dst, "dst"), tensor_arg(src, "src")); });
 }
 
 // All-zero bytes are zero in every dtype the runtime stores.
 AOTI_HOST_API AOTITorchError aoti_torch_zero_(AtenTensorHandle self) {
   return guarded("aoti_torch_zero_", [&] {
     Tensor& t = tensor_arg(self, "self");
+#if CUDA_AVAILABLE
+    if (t.device_type() == aoti_host::device_code::kCUDA) return aoti_host::cuda::zero(t);
+#endif
     std::unique_ptr<Tensor> z(Tensor::empty_strided(t.dtype(), {}, {}));
     std::memset(z->data_ptr(), 0, t.itemsize());
     aoti_host::cpu::copy(t, *z);

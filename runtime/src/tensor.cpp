@@ -6,6 +6,9 @@
 #include <string>
 
 #include "aoti_host/error.h"
+#if CUDA_AVAILABLE
+#include "aoti_host/cuda/cuda.h"
+#endif
 
 namespace aoti_host {
 
@@ -71,6 +74,9 @@ void check_geometry(const char* what, const std::vector<int64_t>& sizes, const s
 }
 
 void check_device(const char* what, int32_t device_type, int32_t device_index) {
+#if CUDA_AVAILABLE
+  if (device_type == device_code::kCUDA) return cuda::require_device(device_index, what);
+#endif
   if (device_type == device_code::kCUDA) {
     throw Error(std::string(what) + ": cannot create a cuda tensor: this runtime was built without CUDA");
   }
@@ -140,7 +146,9 @@ class Storage {
   Storage(void* data, size_t nbytes, bool owning, void (*deleter)(void*), void* ctx)
       : data_(data), nbytes_(nbytes), owning_(owning), deleter_(deleter), ctx_(ctx) {}
   ~Storage() {
-    if (owning_) {
+    if (owning_ && deleter_ != nullptr) {
+      deleter_(ctx_);  // device memory: its allocator's release
+    } else if (owning_) {
       std::free(data_);
     } else if (deleter_ != nullptr) {
       deleter_(ctx_);
@@ -188,6 +196,15 @@ Tensor* Tensor::empty_strided(int32_t dtype, std::vector<int64_t> sizes, std::ve
   check_geometry("empty_strided", sizes, strides, 0);
   check_device("empty_strided", device_type, device_index);
   const size_t nbytes = compute_storage_nbytes(sizes, strides, itemsize, 0);
+#if CUDA_AVAILABLE
+  if (device_type == device_code::kCUDA) {
+    void (*deleter)(void*) = nullptr;
+    void* ctx = nullptr;
+    void* dev = cuda::allocate_for_tensor(nbytes, device_index, &deleter, &ctx);
+    auto storage = std::make_shared<Storage>(dev, nbytes, true, deleter, ctx);
+    return new Tensor(std::move(storage), dtype, std::move(sizes), std::move(strides), 0, device_type, device_index);
+  }
+#endif
   // aligned_alloc needs a multiple of the alignment; never hand out a null pointer for 0 bytes.
   const size_t alloc = ((nbytes + 63) / 64) * 64 + (nbytes == 0 ? 64 : 0);
   void* data = std::aligned_alloc(64, alloc);
@@ -256,6 +273,9 @@ Tensor* Tensor::alias_as(int32_t dtype, std::vector<int64_t> sizes, std::vector<
 }
 
 Tensor* Tensor::clone_contiguous() const {
+#if CUDA_AVAILABLE
+  if (device_type_ == device_code::kCUDA) return cuda::clone_contiguous(*this);
+#endif
   Tensor* out = empty_strided(dtype_, sizes_, contiguous_strides(sizes_), device_type_, device_index_);
   const int64_t n = numel();
   if (n == 0) return out;

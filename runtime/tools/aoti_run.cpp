@@ -39,6 +39,10 @@ int32_t aoti_torch_get_dim(AtenTensorHandle tensor, int64_t* ret);
 int32_t aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t** ret);
 int32_t aoti_torch_get_strides(AtenTensorHandle tensor, int64_t** ret);
 int32_t aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
+int32_t aoti_torch_get_device_type(AtenTensorHandle tensor, int32_t* ret);
+int32_t aoti_torch_create_tensor_from_blob(void* data, int64_t ndim, const int64_t* sizes_ptr,
+                                           const int64_t* strides_ptr, int64_t storage_offset, int32_t dtype,
+                                           int32_t device_type, int32_t device_index, AtenTensorHandle* ret);
 }
 
 namespace {
@@ -47,7 +51,8 @@ enum ExitCode { kOk = 0, kUnexpected = 1, kUsage = 2, kBadInput = 3, kLoadFailed
 
 const char kUsageLine[] =
     "usage: aoti-run MODEL.pt2|PLUGIN.so|METHODS_DIR|methods.json [--method NAME] [--weights BLOB] "
-    "-i IN0.npy[:LAYOUT] [-i IN1.npy ...] -o OUTDIR [--strict] [--repeat N] [--quiet]";
+    "-i IN0.npy[:LAYOUT] [-i IN1.npy ...] -o OUTDIR [--strict] [--repeat N] [--device cpu|cuda[:N]] [--cuda-graphs] "
+    "[--device-inputs] [--quiet]";
 
 const char kHelp[] =
     "\n"
@@ -65,6 +70,11 @@ const char kHelp[] =
     "  -o, --output DIR      where output_<k>.npy go (created if missing; also --output-dir)\n"
     "  --repeat N            after the first run, run N more times and print\n"
     "                        'latency_us: median=.. p10=.. p90=.. n=N'\n"
+    "  --device DEV          cpu (default), cuda or cuda:N (a CUDA plugin, CUDA build of the runtime)\n"
+    "  --device-inputs       with --device cuda: upload the inputs once and pass device memory (what a\n"
+    "                        GPU server does; --repeat then times Run alone, not the input upload)\n"
+    "  --cuda-graphs         with --device cuda: capture Run into a CUDA graph after warm-up, replay it\n"
+    "                        (prints 'cuda_graphs: captures=.. replays=..' at the end)\n"
     "  -q, --quiet           do not print one line per output\n"
     "  -h, --help            this text\n"
     "\n"
@@ -92,6 +102,9 @@ struct Args {
   long long repeat = 0;
   bool quiet = false;
   bool help = false;
+  std::string device = "cpu";
+  bool cuda_graphs = false;
+  bool device_inputs = false;
 };
 
 long long parse_repeat(const std::string& text) {
@@ -162,6 +175,14 @@ Args parse_args(int argc, char** argv) {
       if (a.method.empty()) usage_error("--method needs a name, got ''");
     } else if (arg == "--repeat") {
       a.repeat = parse_repeat(take("--repeat"));
+    } else if (arg == "--device") {
+      a.device = take("--device");
+    } else if (arg == "--device-inputs") {
+      no_value("--device-inputs");
+      a.device_inputs = true;
+    } else if (arg == "--cuda-graphs") {
+      no_value("--cuda-graphs");
+      a.cuda_graphs = true;
     } else if (arg == "-q" || arg == "--quiet") {
       no_value("--quiet");
       a.quiet = true;
@@ -177,6 +198,8 @@ Args parse_args(int argc, char** argv) {
   }
   if (!has_model) usage_error("no model given (a .pt2 package or a plugin .so)");
   if (!a.has_outdir) usage_error("no output directory given (-o OUTDIR)");
+  if (a.cuda_graphs && a.device.rfind("cuda", 0) != 0) usage_error("--cuda-graphs needs --device cuda");
+  if (a.device_inputs && a.device.rfind("cuda", 0) != 0) usage_error("--device-inputs needs --device cuda");
   return a;
 }
 
@@ -314,6 +337,16 @@ std::vector<float> bf16_to_f32(const void* data, const std::vector<int64_t>& siz
 }
 
 void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool quiet) {
+  int32_t device_type = 0;
+  check_shim(aoti_torch_get_device_type(h, &device_type), "aoti_torch_get_device_type", k);
+  if (device_type != 0) {  // a device output: write its host copy
+    AtenTensorHandle host = nullptr;
+    const int st = aoti_host_tensor_to_cpu(h, &host);
+    if (st != AOTI_HOST_OK) throw Failure{kRunFailed, "cannot copy output_" + std::to_string(k) + " to the host: " + last_error_or(st)};
+    Outputs keep(1);
+    keep.data()[0] = host;
+    return write_output(host, k, outdir, quiet);
+  }
   int32_t dtype = -1;
   int64_t dim = 0;
   int64_t* sizes_p = nullptr;
@@ -424,6 +457,7 @@ int run(const Args& args) {
 
   aoti_host_load_options options{};
   options.weights_path = args.has_weights ? args.weights.c_str() : nullptr;
+  options.device = args.device.c_str();
   aoti_host_program* raw = nullptr;
   const int load_status = aoti_host_program_load(args.model.c_str(), &options, &raw);
   ProgramPtr program(raw);
@@ -436,6 +470,10 @@ int run(const Args& args) {
     throw Failure{kLoadFailed, "cannot load " + args.model + ": " + why};
   }
   if (!program) throw Failure{kLoadFailed, "cannot load " + args.model + ": the runtime returned no program"};
+  if (args.cuda_graphs) {
+    const int st = aoti_host_program_set_cuda_graphs(program.get(), true);
+    if (st != AOTI_HOST_OK) throw Failure{kLoadFailed, args.model + ": --cuda-graphs: " + last_error_or(st)};
+  }
 
   size_t method = 0;
   if (!args.method.empty()) {
@@ -479,6 +517,25 @@ int run(const Args& args) {
     views[k].device_type = 0;
     views[k].device_index = 0;
   }
+  Outputs device_copies(args.device_inputs ? views.size() : 0);
+  if (args.device_inputs) {
+    const int32_t index = args.device.size() > 5 ? std::atoi(args.device.c_str() + 5) : 0;
+    for (size_t k = 0; k < views.size(); ++k) {
+      AtenTensorHandle host = nullptr;
+      if (aoti_torch_create_tensor_from_blob(views[k].data, views[k].ndim, views[k].sizes, views[k].strides, 0,
+                                             views[k].dtype, 0, 0, &host) != 0)
+        throw Failure{kBadInput, "input " + std::to_string(k) + ": " + last_error_or(AOTI_HOST_INVALID_ARGUMENT)};
+      Outputs host_keep(1);
+      host_keep.data()[0] = host;
+      const int st = aoti_host_tensor_to_cuda(host, index, &device_copies.data()[k]);
+      if (st != AOTI_HOST_OK) throw Failure{kLoadFailed, "--device-inputs: " + last_error_or(st)};
+      void* dptr = nullptr;
+      check_shim(aoti_torch_get_data_ptr(device_copies[k], &dptr), "aoti_torch_get_data_ptr", k);
+      views[k].data = dptr;
+      views[k].device_type = 1;
+      views[k].device_index = index;
+    }
+  }
 
   {
     Outputs outputs(num_outputs);
@@ -500,6 +557,7 @@ int run(const Args& args) {
       const auto t0 = std::chrono::steady_clock::now();
       run_once(program.get(), method, args.model, views, outputs);
       outputs.reset();
+      aoti_host_program_synchronize(program.get());  // per call: until the device is done
       const auto t1 = std::chrono::steady_clock::now();
       us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }
@@ -507,6 +565,16 @@ int run(const Args& args) {
     std::printf("latency_us: median=%.1f p10=%.1f p90=%.1f n=%lld\n", percentile(us, 0.5), percentile(us, 0.1),
                 percentile(us, 0.9), args.repeat);
     std::fflush(stdout);
+  }
+  if (args.cuda_graphs) {
+    aoti_host_cuda_stats st{};
+    if (aoti_host_program_cuda_stats(program.get(), &st) == AOTI_HOST_OK) {
+      std::printf("cuda_graphs: captures=%llu replays=%llu eager_runs=%llu%s%s\n",
+                  static_cast<unsigned long long>(st.graph_captures), static_cast<unsigned long long>(st.graph_replays),
+                  static_cast<unsigned long long>(st.eager_runs), *st.graphs_disabled_reason ? " off: " : "",
+                  st.graphs_disabled_reason);
+      std::fflush(stdout);
+    }
   }
   return kOk;
 }

@@ -154,3 +154,20 @@ def test_cuda_variant_compiles_and_links_here(tmp_path):
     needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
     assert "libcudart.so" in needed and "libcublas.so" in needed, needed
     assert {r.defines["CUDA_AVAILABLE"] for r in read_config_records(lib)} == {"1"}
+    recorded = {Path(r.object_name).name for r in read_config_records(lib)}
+    assert {s.name for s in cuda_sources} <= recorded, recorded
+    # compile_commands.json lists the .cu compiles too, with the nvcc command.
+    import json
+
+    db = json.loads((variant / "compile_commands.json").read_text())
+    cu = [e for e in db if e["file"].endswith(".cu")]
+    assert len(cu) == len([s for s in cuda_sources if s.suffix == ".cu"]) and all("nvcc" in e["command"] for e in cu)
+
+
+def test_cuda_with_libcxx_is_refused_clearly(tmp_path):
+    proc = _scons(REPO_ROOT, "cuda=on", "cxx=clang++", "stdlib=libc++", f"build_dir={tmp_path}", "-n")
+    if NVCC is None:
+        assert proc.returncode == 2 and "cuda=on but nvcc" in proc.stdout
+        return
+    assert proc.returncode == 2
+    assert "nvcc does not support libc++ on x86-64" in proc.stdout and "stdlib=libstdc++" in proc.stdout

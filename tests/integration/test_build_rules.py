@@ -152,6 +152,16 @@ def test_plugin_loads_from_hosts_exporting_either_way_and_not_from_neither(host_
                             str(obj / "lib" / "libaoti_host_shims.a"), "-Wl,--no-whole-archive", "-ldl",
                             "-lopenblas", "-lsleef", "-fopenmp", "-pthread"], check=True)
         hosts[mode] = sub / "aoti-run"
+    def other_exports(exe: Path) -> set[str]:
+        nm = subprocess.run(["nm", "-D", "--defined-only", str(exe)], capture_output=True, text=True).stdout
+        names = {ln.split()[-1] for ln in nm.splitlines() if ln.strip()}
+        return {n for n in names if not n.startswith(("aoti_torch_", "aoti_host_"))}
+
+    # shims (default): the dynamic list exports the shims and the C API (ld adds only the odd weak template
+    # instance a linked shared library also defines); export=all exports every global symbol of the program.
+    assert "_IO_stdin_used" not in other_exports(hosts["shims"])
+    assert "_IO_stdin_used" in other_exports(hosts["all"])
+    assert len(other_exports(hosts["shims"])) < len(other_exports(hosts["all"]))
     for mode, exe in hosts.items():
         proc = subprocess.run([str(exe), str(pt2), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / f"out-{mode}")],
                               capture_output=True, text=True)
@@ -163,3 +173,18 @@ def test_plugin_loads_from_hosts_exporting_either_way_and_not_from_neither(host_
         else:
             assert proc.returncode == 0, (mode, proc.stderr)
             assert (tmp_path / f"out-{mode}" / "output_0.npy").exists()
+
+
+def test_post_link_hook_runs_and_fails_the_build(host_build, tmp_path):
+    """The hook the integrator connects `aoti-toolchain verify` to: env["AOTI_POST_LINK_HOOKS"]."""
+    (tmp_path / "main.c").write_text(MAIN_C)
+    _project(tmp_path, host_build, """
+def refuse(path, env):
+    print(f"hook saw {path.name}")
+    return 3
+env["AOTI_POST_LINK_HOOKS"] = [refuse]
+env.AotiHostProgram("prog", ["main.c"], libs=[runtime])
+""")
+    proc = _scons(tmp_path)
+    assert proc.returncode != 0 and "hook saw prog" in proc.stdout, proc.stdout + proc.stderr
+    assert not (tmp_path / "prog").exists()

@@ -9,6 +9,12 @@
     with prog.session() as s:        # its own copy of the model's mutable buffers
         s.run([x]); s.reset(); t = s.clone()
 
+    gpu = runtime.load("model_cuda.pt2", device="cuda", cuda_graphs=True)
+    outs = gpu.run([x_numpy_or_device_buffer], device_outputs=True)   # DeviceArray outputs
+
+CUDA programs need the CUDA build of the library (scons cuda=on) and, for device buffers,
+cuda-python; see toolchain/runtime/cuda.py. CPU programs need neither.
+
 The library is opened RTLD_GLOBAL before any plugin: plugins bind their `aoti_torch_*` imports from
 the global scope, and ctypes' default (RTLD_LOCAL) would hide them.
 """
@@ -20,6 +26,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,12 +72,14 @@ class TensorSpec:
     shape: tuple[int | None, ...] | None  # None marks a dynamic dimension
 
 
-def default_library() -> Path:
-    """$AOTI_HOST_LIBRARY, else the CPU release build of this checkout."""
+def default_library(device: str = "cpu") -> Path:
+    """$AOTI_HOST_LIBRARY, else the release build of this checkout (the CUDA one for device cuda)."""
     env = os.environ.get(LIBRARY_ENV)
     if env:
         return Path(env)
-    for variant in ("cpu-gcc-release", "cpu-clang-release", "cpu-gcc-debug"):
+    cpu = ("cpu-gcc-release", "cpu-clang-release", "cpu-gcc-debug")
+    cuda = ("cuda-gcc-release", "cuda-clang-release", "cuda-gcc-debug")
+    for variant in (cuda + cpu if device.startswith("cuda") else cpu + cuda):
         cand = REPO_ROOT / "build" / variant / "dist" / "lib" / "libaoti_host.so"
         if cand.exists():
             return cand
@@ -124,6 +133,9 @@ class Library:
         lib.aoti_torch_get_sizes.argtypes = [vp, ctypes.POINTER(i64p)]
         lib.aoti_torch_get_strides.argtypes = [vp, ctypes.POINTER(i64p)]
         lib.aoti_torch_delete_tensor_object.argtypes = [vp]
+        from toolchain.runtime import cuda as _cuda  # ctypes only; cuda-python is imported when used
+
+        _cuda.bind(lib)
 
     @property
     def version(self) -> str:
@@ -137,6 +149,15 @@ class Library:
     def take_output(self, handle: int) -> np.ndarray:
         """Copy an output tensor into a numpy array (its own layout kept) and free the handle."""
         lib = self.lib
+        device_type = ctypes.c_int32()
+        self.check(lib.aoti_torch_get_device_type(handle, ctypes.byref(device_type)), "reading an output tensor")
+        if device_type.value != 0:  # a device output: its host copy, then free both
+            host = ctypes.c_void_p()
+            try:
+                self.check(lib.aoti_host_tensor_to_cpu(handle, ctypes.byref(host)), "copying an output to the host")
+            finally:
+                lib.aoti_torch_delete_tensor_object(handle)
+            return self.take_output(host.value or 0)
         try:
             data, code, ndim = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_int64()
             sizes, strides = ctypes.POINTER(ctypes.c_int64)(), ctypes.POINTER(ctypes.c_int64)()
@@ -169,10 +190,11 @@ class Library:
 class Program:
     """A plugin loaded in the host runtime. Use `load()`."""
 
-    def __init__(self, library: Library, handle: int, path: Path) -> None:
+    def __init__(self, library: Library, handle: int, path: Path, device: str = "cpu") -> None:
         self._lib = library
         self._handle = ctypes.c_void_p(handle)
         self.path = path
+        self.device = device
         n = ctypes.c_size_t()
         library.check(library.lib.aoti_host_program_num_inputs(self._handle, ctypes.byref(n)), "num_inputs")
         self.num_inputs = n.value
@@ -252,9 +274,13 @@ class Program:
                                                               len(strides))
         self._lib.check(rc, "set_input_layout")
 
-    def run(self, inputs: Sequence[np.ndarray], *, method: str | None = None,
-            session: Session | None = None) -> list[np.ndarray]:
-        """Run `method` (default: the first, "forward" when present) in `session` (default: the program's state)."""
+    def run(self, inputs: Sequence[Any], *, method: str | None = None, session: Session | None = None,
+            device_outputs: bool = False) -> list[Any]:
+        """Run `method` (default: the first, "forward" when present) in `session` (default: the program's state).
+
+        Inputs: numpy arrays, or for a CUDA program device buffers (anything with `__cuda_array_interface__`,
+        such as `cuda.DeviceArray`, torch or cupy arrays, used without a copy). Returns numpy arrays; with
+        device_outputs=True a CUDA program returns `cuda.DeviceArray`s."""
         handle = self._live()
         index = self._method_index(method)
         num_inputs, num_outputs = self._arity[index]
@@ -267,7 +293,27 @@ class Program:
             raise InputError(msg)
         views = (_View * max(1, len(inputs)))()
         keep = []
+        on_cuda = self.device.startswith("cuda")
+        if device_outputs and not on_cuda:
+            msg = f"{self.path}: device_outputs=True needs a program loaded with device='cuda'"
+            raise InputError(msg)
         for i, arr in enumerate(inputs):
+            if hasattr(arr, "__cuda_array_interface__"):
+                if not on_cuda:
+                    msg = f"input {i}: a device buffer, but {self.path} was loaded on the CPU; load(..., device='cuda')"
+                    raise InputError(msg)
+                from toolchain.runtime import cuda as _cuda
+
+                ptr, dt, shape, st, dev = _cuda.device_view(arr, i)
+                code = _TO_CODE.get(dt)
+                if code is None:
+                    msg = f"input {i}: dtype {dt} is not supported"
+                    raise InputError(msg)
+                sizes = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+                strides = (ctypes.c_int64 * max(1, len(shape)))(*st)
+                keep.append((arr, sizes, strides))
+                views[i] = _View(ptr, code, len(shape), sizes, strides, _cuda.CUDA_DEVICE_TYPE, dev)
+                continue
             a = np.asarray(arr)
             code = _TO_CODE.get(a.dtype)
             if code is None or not a.dtype.isnative:
@@ -283,7 +329,21 @@ class Program:
         rc = self._lib.lib.aoti_host_program_run_method(handle, index, session._handle if session else None, views,
                                                         len(inputs), outs, num_outputs)
         self._lib.check(rc, "run")
+        if device_outputs:
+            from toolchain.runtime import cuda as _cuda
+
+            return [_cuda.wrap_output(self._lib, outs[k], _FROM_CODE) for k in range(num_outputs)]
         return [self._lib.take_output(outs[k]) for k in range(num_outputs)]
+
+    def synchronize(self) -> None:
+        """Wait for this program's device work (a no-op on the CPU)."""
+        self._lib.check(self._lib.lib.aoti_host_program_synchronize(self._handle), "synchronize")
+
+    def cuda_stats(self) -> Any:
+        """Graph captures/replays, eager runs, why graphs are off, weight upload times (CUDA programs)."""
+        from toolchain.runtime import cuda as _cuda
+
+        return _cuda.stats(self._lib, self._handle)
 
     def close(self) -> None:
         if self._handle.value is not None:
@@ -397,23 +457,36 @@ class Session:
 _LIBRARIES: dict[Path, Library] = {}
 
 
-def library(path: Path | None = None) -> Library:
-    resolved = (Path(path) if path is not None else default_library()).resolve()
+def library(path: Path | None = None, device: str = "cpu") -> Library:
+    resolved = (Path(path) if path is not None else default_library(device)).resolve()
     if resolved not in _LIBRARIES:
         _LIBRARIES[resolved] = Library(resolved)
     return _LIBRARIES[resolved]
 
 
 def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None = None,
-         library_path: Path | None = None, share_weights: bool = True, strict: bool = False) -> Program:
+         library_path: Path | None = None, share_weights: bool = True, device: str = "cpu",
+         cuda_graphs: bool = False, strict: bool = False) -> Program:
     """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin), or a program of several
     methods: a directory of `.pt2` (or its `methods.json`). `share_weights=False` keeps a copy per method.
+
+    device: "cpu", "cuda" or "cuda:N" (a CUDA plugin; needs the CUDA build of the library).
+    cuda_graphs: capture Run into a CUDA graph after warm-up and replay it (see `cuda_stats()`).
     strict: refuse inputs in another layout than the plugin's instead of converting them."""
-    lib = library(library_path)
-    opts = _Options(os.fsencode(weights) if weights is not None else None, b"cpu", 1, 0 if share_weights else 1)
+    if device != "cpu" and not device.startswith("cuda"):
+        msg = f"device={device!r}: use cpu, cuda or cuda:N"
+        raise InputError(msg)
+    if cuda_graphs and device == "cpu":
+        msg = "cuda_graphs=True needs device='cuda'"
+        raise InputError(msg)
+    lib = library(library_path, device)
+    opts = _Options(os.fsencode(weights) if weights is not None else None, device.encode(), 1,
+                    0 if share_weights else 1)
     handle = ctypes.c_void_p()
     lib.check(lib.lib.aoti_host_program_load(os.fsencode(path), ctypes.byref(opts), ctypes.byref(handle)), "load")
-    prog = Program(lib, handle.value or 0, Path(path))
+    program = Program(lib, handle.value or 0, Path(path), device)
+    if cuda_graphs:
+        lib.check(lib.lib.aoti_host_program_set_cuda_graphs(program._handle, True), "set_cuda_graphs")
     if strict:
-        prog.set_strict(True)
-    return prog
+        program.set_strict(True)
+    return program

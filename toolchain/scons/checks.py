@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import SCons.Action
 
@@ -57,7 +58,7 @@ def check_exports(path: Path, env) -> int:
     )
 
 
-def _linked_objects(target, source, env) -> list[tuple[str, object]]:
+def _linked_objects(target, source, env) -> list[tuple[str, Any]]:
     """(source file or object path, object node) of every object our link put into the binary."""
     nodes = list(source)
     for archive in env.Flatten(env.get("AOTI_WHOLE_ARCHIVE_NODES", [])):

@@ -16,8 +16,9 @@ import SCons.Script
 from SCons.Variables import EnumVariable, PathVariable
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Found through -Iruntime/include: a relative name keeps command lines (and CacheDir keys) machine-neutral.
-CONFIG_HEADER = "aoti_host/config.h"
+# Relative to the top directory (where SCons runs every command): command lines and CacheDir keys stay
+# machine-neutral, and configure checks (which see no usage requirements) find it too.
+CONFIG_HEADER = "runtime/include/aoti_host/config.h"
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,10 @@ def configure(env) -> Variant:
               "libc++abi-dev")
     nvcc = _resolve_cuda(env)
     cuda = nvcc is not None
+    if cuda and env["stdlib"] == "libc++":
+        # Measured with nvcc 13.0: crt/host_defines.h stops with "libc++ is not supported on x86 system".
+        _fail("cuda=on with stdlib=libc++: nvcc does not support libc++ on x86-64 (its crt/host_defines.h "
+              "refuses it); build the CUDA variant with stdlib=libstdc++, or the libc++ variant with cuda=off")
     if cuda:
         try:
             name = _variant_name(env, cuda, family)
@@ -220,7 +225,7 @@ def configure(env) -> Variant:
         "CPPPATH": [os.path.join(REPO_ROOT, "runtime", "include"), os.path.join(vdir, "gen", "include")],
         "CPPDEFINES": [*env["AOTI_FEATURE_DEFINES"].items()],
     }
-    if cuda:
+    if nvcc is not None:
         _configure_cuda(env, nvcc)
         for key, values in env["AOTI_CUDA_USAGE"].items():
             usage[key] = [*usage.get(key, []), *values]

@@ -80,6 +80,33 @@ AOTI_HOST_API int aoti_host_program_run(aoti_host_program* program, const aoti_h
                                         size_t num_inputs, struct AtenTensorOpaque** outputs,
                                         size_t num_outputs);
 
+/* A host (cpu) copy of a tensor handle, contiguous; the input handle stays the caller's. Works for
+ * cpu and cuda tensors (outputs of a program loaded on "cuda" live on the device). */
+AOTI_HOST_API int aoti_host_tensor_to_cpu(struct AtenTensorOpaque* tensor, struct AtenTensorOpaque** out);
+
+/* A device (cuda:device_index) copy of a tensor handle, same strides; AOTI_HOST_NOT_SUPPORTED in a
+ * runtime built without CUDA. */
+AOTI_HOST_API int aoti_host_tensor_to_cuda(struct AtenTensorOpaque* tensor, int32_t device_index,
+                                           struct AtenTensorOpaque** out);
+
+/* CUDA programs (loaded with device "cuda" or "cuda:N"); AOTI_HOST_NOT_SUPPORTED otherwise. */
+typedef struct aoti_host_cuda_stats {
+  uint64_t graph_captures, graph_replays, eager_runs;
+  const char* graphs_disabled_reason; /* "" while graphs are on or not asked for; valid until the next call */
+  uint64_t weight_upload_bytes;       /* blob-mode weights uploaded at load (0: embedded weights) */
+  double weight_stage_seconds;        /* copying them into pinned memory */
+  double weight_upload_seconds;       /* AOTInductorModelUpdateConstantsFromBlob (host-to-device) */
+} aoti_host_cuda_stats;
+
+/* Capture Run into a CUDA graph after warm-up and replay it; choose before the first run. Graphs stay
+ * off (with a logged reason, see stats) when a constant is not device-resident or capture fails. */
+AOTI_HOST_API int aoti_host_program_set_cuda_graphs(aoti_host_program* program, bool enable);
+AOTI_HOST_API int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cuda_stats* out);
+/* Waits until the program's device work is done (a no-op for cpu programs). */
+AOTI_HOST_API int aoti_host_program_synchronize(const aoti_host_program* program);
+/* The cudaStream_t the program runs on (blocking: it orders with the legacy default stream). */
+AOTI_HOST_API int aoti_host_program_cuda_stream(const aoti_host_program* program, void** out);
+
 /* Programs with several methods. aoti_host_program_load also takes a directory (its methods.json, else
  * every *.pt2 in it, named by file stem) or a methods.json manifest ({"methods": [{"name": "forward",
  * "package": "forward.pt2"}, ...]}): each package is one method. Weights are shared across methods by

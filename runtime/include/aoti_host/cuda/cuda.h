@@ -1,0 +1,93 @@
+// The CUDA side of the host runtime, as the rest of the runtime sees it. No CUDA header here: the
+// CPU translation units include this only under `#if CUDA_AVAILABLE`, and streams travel as void*.
+//
+// Memory: device tensors come from a stream-ordered allocator (cudaMallocAsync on the calling
+// thread's current stream, from the device's default pool with its release threshold raised, so freed
+// blocks are reused without going back to the driver). While a CUDA graph is being captured on a
+// thread, that thread's allocations come from the graph's arena instead (fixed addresses for the
+// graph's lifetime; freed when the graph is).
+//
+// Streams: each thread has a current stream per device (the legacy default stream until a stream
+// guard sets another); the shims launch on it, as torch's getCurrentCUDAStream does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aoti_host/tensor.h"
+
+namespace aoti_host {
+namespace cuda {
+
+// Throws Error with the CUDA error string and the call that failed.
+void check(int code, const char* what);
+
+int device_count();
+void require_device(int32_t device_index, const char* what);  // throws if the index is out of range
+int current_device();
+void set_device(int device);
+
+void* current_stream(int device);  // cudaStream_t of this thread's current stream on `device`
+void set_current_stream(int device, void* stream);
+
+// Stream-ordered device memory. `free` runs on the thread's current stream of `device` at free time.
+void* allocate(size_t nbytes, int device);
+void release(void* ptr, int device);
+
+// Owned device storage for Tensor::empty_strided: returns the pointer and sets the deleter to call.
+void* allocate_for_tensor(size_t nbytes, int device, void (**deleter)(void*), void** ctx);
+
+// Copies src into dst (same sizes; same dtype), any strides, either side on the host or the device.
+// Runs on the current stream of the device involved; host<->device copies are synchronous.
+void copy(Tensor& dst, const Tensor& src);
+// A contiguous copy of t on its device.
+Tensor* clone_contiguous(const Tensor& t);
+// A host copy of a tensor (contiguous), synchronous.
+Tensor* to_host(const Tensor& t);
+// Fills with zero bytes on t's device.
+void zero(Tensor& t);
+
+// Per-thread capture arena for CUDA graphs (see graph.cpp).
+class Arena;
+void set_thread_arena(Arena* arena);
+
+// Pinned-host staging for weight uploads: a copy of [data, data+size) in page-locked memory, so the
+// plugin's cudaMemcpy of it runs at the pinned host-to-device bandwidth. Null when pinning fails.
+struct PinnedBuffer {
+  void* data = nullptr;
+  size_t size = 0;
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+};
+std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size);
+
+// Page-locks [data, data+size) where it is (cudaHostRegister, read-only), for the time of the upload:
+// no copy, only the pinning. Null when the driver refuses (the caller then uploads from pageable memory).
+struct HostRegistration {
+  void* base = nullptr;
+  HostRegistration() = default;
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+  ~HostRegistration();
+};
+std::unique_ptr<HostRegistration> pin_in_place(const void* data, size_t size);
+
+// How blob weights reach the device: AOTI_HOST_WEIGHT_UPLOAD=stage (default: copy into new pinned
+// memory first), register (pin the blob in place) or pageable (let the plugin copy from where it is).
+enum class UploadMode { Register, Stage, Pageable };
+UploadMode upload_mode();
+
+// Everything a CUDA program keeps beyond its container: its stream, its graph, its counters.
+class ProgramState;
+struct GraphStats {
+  uint64_t captures = 0, replays = 0, eager_runs = 0;
+  std::string disabled_reason;  // why graphs are off, empty while they are on or not asked for
+};
+
+}  // namespace cuda
+}  // namespace aoti_host

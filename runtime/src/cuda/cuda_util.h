@@ -1,0 +1,47 @@
+// Shared by the CUDA translation units: error checks, the per-thread stream, kernel entry points.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "aoti_host/cuda/cuda.h"
+#include "aoti_host/error.h"
+#include "aoti_host/tensor.h"
+
+#define AOTI_CUDA_CHECK(expr) ::aoti_host::cuda::check(static_cast<int>(expr), #expr)
+
+namespace aoti_host {
+namespace cuda {
+
+inline cudaStream_t stream_of(int device) { return static_cast<cudaStream_t>(current_stream(device)); }
+
+// Up to this many dimensions in device kernels (copies and convolutions); more is refused by name.
+constexpr int kMaxDims = 12;
+
+struct StridedSpec {
+  int ndim;
+  int64_t sizes[kMaxDims];
+  int64_t dst_strides[kMaxDims];
+  int64_t src_strides[kMaxDims];
+};
+
+// dst[i] = src[i] over a strided index space, elementwise of `itemsize` bytes (1, 2, 4, 8 or 16).
+void launch_strided_copy(void* dst, const void* src, const StridedSpec& spec, int64_t numel, size_t itemsize,
+                         cudaStream_t stream);
+
+struct ConvSpec {
+  int64_t n, c_in, c_out, groups;
+  int64_t in_size[3], out_size[3], kernel[3], stride[3], padding[3], dilation[3];
+  int64_t in_strides[5], w_strides[5], out_strides[5];  // n, c, d, h, w
+  bool has_bias;
+  int64_t bias_stride;
+};
+
+// Direct convolution (one thread per output element), accumulation in float (double for float64).
+void launch_convolution(int32_t dtype, void* out, const void* in, const void* weight, const void* bias,
+                        const ConvSpec& spec, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace aoti_host

@@ -1,0 +1,428 @@
+// Devices, per-thread current streams, the stream-ordered allocator, device copies and the
+// guard shims (aoti_torch_create_cuda_guard, ..._stream_guard, get_current_cuda_stream).
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../cpu_kernels.h"
+#include "../shim_util.h"
+#include "aoti_host/cuda/cuda.h"
+#include "aoti_host/error.h"
+#include "aoti_host/log.h"
+#include "aoti_host/shims.h"
+#include "arena.h"
+#include "cuda_util.h"
+
+namespace aoti_host {
+namespace cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+thread_local std::array<void*, kMaxDevices> t_current_stream{};  // nullptr: the legacy default stream
+thread_local Arena* t_arena = nullptr;
+
+std::once_flag g_pool_once[kMaxDevices];
+
+// The device's default pool keeps what is freed (release threshold: never), so steady-state
+// allocations are served from the pool in stream order without going back to the driver.
+void configure_pool(int device) {
+  std::call_once(g_pool_once[device], [device] {
+    cudaMemPool_t pool = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) {
+      cudaGetLastError();
+      log(LogLevel::Warning, "cuda: device %d has no default memory pool; cudaMallocAsync falls back to the driver",
+          device);
+      return;
+    }
+    uint64_t threshold = std::numeric_limits<uint64_t>::max();
+    if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold) != cudaSuccess) cudaGetLastError();
+  });
+}
+
+struct DeviceBlock {
+  void* ptr;
+  int device;
+};
+
+void free_block(void* ctx) {
+  std::unique_ptr<DeviceBlock> b(static_cast<DeviceBlock*>(ctx));
+  release(b->ptr, b->device);
+}
+
+void free_nothing(void*) {}  // arena memory lives as long as its graph
+
+std::vector<int64_t> contiguous(const std::vector<int64_t>& sizes) { return Tensor::contiguous_strides(sizes); }
+
+StridedSpec make_spec(const Tensor& dst, const Tensor& src) {
+  const auto& ds = dst.sizes();
+  const auto& ss = src.sizes();
+  if (ds.size() > static_cast<size_t>(kMaxDims))
+    throw Error("device copy of a " + std::to_string(ds.size()) + "-d tensor: at most " + std::to_string(kMaxDims) +
+                " dimensions are supported");
+  if (ss.size() > ds.size())
+    throw Error("copy_: source of shape " + list_str(ss) + " does not broadcast to " + list_str(ds));
+  StridedSpec spec{};
+  spec.ndim = static_cast<int>(ds.size());
+  const size_t lead = ds.size() - ss.size();
+  for (size_t d = 0; d < ds.size(); ++d) {
+    spec.sizes[d] = ds[d];
+    spec.dst_strides[d] = dst.strides()[d];
+    if (d < lead) {
+      spec.src_strides[d] = 0;
+    } else {
+      const int64_t s = ss[d - lead];
+      if (s != ds[d] && s != 1)
+        throw Error("copy_: source of shape " + list_str(ss) + " does not broadcast to " + list_str(ds));
+      spec.src_strides[d] = s == 1 && ds[d] != 1 ? 0 : src.strides()[d - lead];
+    }
+  }
+  return spec;
+}
+
+bool same_dense_layout(const Tensor& a, const Tensor& b) {
+  return a.sizes() == b.sizes() && a.is_contiguous() && b.is_contiguous();
+}
+
+// Device-side copy where both live on the device (or src is pinned/host memory the kernel can't read:
+// never here; host sides are staged by copy()).
+void device_to_device(Tensor& dst, const Tensor& src, cudaStream_t stream) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  if (same_dense_layout(dst, src)) {
+    AOTI_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(n) * dst.itemsize(),
+                                    cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  launch_strided_copy(dst.data_ptr(), src.data_ptr(), make_spec(dst, src), n, dst.itemsize(), stream);
+}
+
+}  // namespace
+
+void check(int code, const char* what) {
+  if (code == cudaSuccess) return;
+  const auto err = static_cast<cudaError_t>(code);
+  cudaGetLastError();  // clear a sticky-free error so the next call starts clean
+  throw Error(std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+void require_device(int32_t device_index, const char* what) {
+  const int n = device_count();
+  if (device_index < 0 || device_index >= n || device_index >= kMaxDevices)
+    throw Error(std::string(what) + ": cuda device " + std::to_string(device_index) + " does not exist (" +
+                std::to_string(n) + " visible; check CUDA_VISIBLE_DEVICES)");
+}
+
+int current_device() {
+  int d = 0;
+  AOTI_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+void set_device(int device) { AOTI_CUDA_CHECK(cudaSetDevice(device)); }
+
+void* current_stream(int device) {
+  if (device < 0) device = current_device();
+  return t_current_stream.at(static_cast<size_t>(device));
+}
+
+void set_current_stream(int device, void* stream) {
+  if (device < 0) device = current_device();
+  t_current_stream.at(static_cast<size_t>(device)) = stream;
+}
+
+void set_thread_arena(Arena* arena) { t_arena = arena; }
+
+void* allocate(size_t nbytes, int device) {
+  if (t_arena != nullptr) return t_arena->allocate(nbytes);
+  configure_pool(device);
+  const size_t n = nbytes == 0 ? 1 : nbytes;  // a distinct non-null pointer for empty tensors
+  int prev = current_device();
+  if (prev != device) set_device(device);
+  void* p = nullptr;
+  const cudaError_t rc = cudaMallocAsync(&p, n, stream_of(device));
+  if (prev != device) cudaSetDevice(prev);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw Error("cuda: cannot allocate " + std::to_string(nbytes) + " bytes on device " + std::to_string(device) +
+                ": " + cudaGetErrorString(rc) + " (" + std::to_string(free_b >> 20) + " MiB free of " +
+                std::to_string(total_b >> 20) + ")");
+  }
+  return p;
+}
+
+void release(void* ptr, int device) {
+  if (ptr == nullptr) return;
+  if (t_arena != nullptr && t_arena->defer_free(ptr, device)) return;
+  // Ordered after the work queued so far on this thread's current stream (the stream that used it).
+  const cudaError_t rc = cudaFreeAsync(ptr, stream_of(device));
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    log(LogLevel::Error, "cuda: cudaFreeAsync(%p) on device %d failed: %s", ptr, device, cudaGetErrorString(rc));
+  }
+}
+
+void* allocate_for_tensor(size_t nbytes, int device, void (**deleter)(void*), void** ctx) {
+  if (t_arena != nullptr) {
+    *deleter = free_nothing;
+    *ctx = nullptr;
+    return t_arena->allocate(nbytes);
+  }
+  void* p = allocate(nbytes, device);
+  *deleter = free_block;
+  *ctx = new DeviceBlock{p, device};
+  return p;
+}
+
+void copy(Tensor& dst, const Tensor& src) {
+  if (dst.dtype() != src.dtype())
+    throw Error(std::string("copy_ involving a cuda tensor from ") + dtype_name(src.dtype()) + " to " +
+                dtype_name(dst.dtype()) + " is not supported (same dtype only)");
+  const bool dst_dev = dst.device_type() == device_code::kCUDA;
+  const bool src_dev = src.device_type() == device_code::kCUDA;
+  const int device = dst_dev ? dst.device_index() : src.device_index();
+  cudaStream_t stream = stream_of(device);
+  if (dst_dev && src_dev) {
+    if (dst.device_index() != src.device_index())
+      throw Error("copy_ between cuda devices " + std::to_string(src.device_index()) + " and " +
+                  std::to_string(dst.device_index()) + " is not supported");
+    device_to_device(dst, src, stream);
+    return;
+  }
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  if (src.sizes() != dst.sizes())
+    throw Error("copy_ between host and device needs equal shapes, got " + list_str(src.sizes()) + " -> " +
+                list_str(dst.sizes()));
+  const size_t bytes = static_cast<size_t>(n) * dst.itemsize();
+  if (dst_dev) {  // host -> device
+    std::unique_ptr<Tensor> host_c;
+    const Tensor* s = &src;
+    if (!src.is_contiguous()) s = (host_c.reset(src.clone_contiguous()), host_c.get());
+    if (dst.is_contiguous()) {
+      AOTI_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), s->data_ptr(), bytes, cudaMemcpyHostToDevice, stream));
+    } else {
+      std::unique_ptr<Tensor> dev_c(Tensor::empty_strided(dst.dtype(), dst.sizes(), contiguous(dst.sizes()),
+                                                          device_code::kCUDA, device));
+      AOTI_CUDA_CHECK(cudaMemcpyAsync(dev_c->data_ptr(), s->data_ptr(), bytes, cudaMemcpyHostToDevice, stream));
+      device_to_device(dst, *dev_c, stream);
+    }
+    // The host buffer may go away when we return: a pageable source has already been staged by the
+    // driver when cudaMemcpyAsync returns, a pinned one has not, so wait for that one only.
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, s->data_ptr()) != cudaSuccess) {
+      cudaGetLastError();
+      attr.type = cudaMemoryTypeHost;
+    }
+    if (attr.type != cudaMemoryTypeUnregistered) AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+  // device -> host
+  std::unique_ptr<Tensor> dev_c;
+  const Tensor* s = &src;
+  if (!src.is_contiguous()) {
+    dev_c.reset(Tensor::empty_strided(src.dtype(), src.sizes(), contiguous(src.sizes()), device_code::kCUDA, device));
+    device_to_device(*dev_c, src, stream);
+    s = dev_c.get();
+  }
+  if (dst.is_contiguous()) {
+    AOTI_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), s->data_ptr(), bytes, cudaMemcpyDeviceToHost, stream));
+    AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } else {
+    std::unique_ptr<Tensor> host_c(Tensor::empty_strided(dst.dtype(), dst.sizes(), contiguous(dst.sizes())));
+    AOTI_CUDA_CHECK(cudaMemcpyAsync(host_c->data_ptr(), s->data_ptr(), bytes, cudaMemcpyDeviceToHost, stream));
+    AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    aoti_host::cpu::copy(dst, *host_c);
+  }
+}
+
+Tensor* clone_contiguous(const Tensor& t) {
+  std::unique_ptr<Tensor> out(
+      Tensor::empty_strided(t.dtype(), t.sizes(), contiguous(t.sizes()), t.device_type(), t.device_index()));
+  copy(*out, t);
+  return out.release();
+}
+
+Tensor* to_host(const Tensor& t) {
+  std::unique_ptr<Tensor> out(Tensor::empty_strided(t.dtype(), t.sizes(), contiguous(t.sizes())));
+  copy(*out, t);
+  return out.release();
+}
+
+void zero(Tensor& t) {
+  const size_t n = compute_storage_nbytes(t.sizes(), t.strides(), t.itemsize(), 0);
+  if (n == 0) return;
+  if (t.is_contiguous()) {
+    AOTI_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, n, stream_of(t.device_index())));
+    return;
+  }
+  std::unique_ptr<Tensor> z(Tensor::empty_strided(t.dtype(), t.sizes(), contiguous(t.sizes()), t.device_type(),
+                                                  t.device_index()));
+  AOTI_CUDA_CHECK(cudaMemsetAsync(z->data_ptr(), 0, static_cast<size_t>(t.numel()) * t.itemsize(),
+                                  stream_of(t.device_index())));
+  copy(t, *z);
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data != nullptr) cudaFreeHost(data);
+}
+
+std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size) {
+  auto buf = std::make_unique<PinnedBuffer>();
+  if (cudaHostAlloc(&buf->data, size == 0 ? 1 : size, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    buf->data = nullptr;
+    return nullptr;
+  }
+  buf->size = size;
+  std::memcpy(buf->data, data, size);
+  return buf;
+}
+
+HostRegistration::~HostRegistration() {
+  if (base != nullptr && cudaHostUnregister(base) != cudaSuccess) cudaGetLastError();
+}
+
+std::unique_ptr<HostRegistration> pin_in_place(const void* data, size_t size) {
+  if (size == 0) return nullptr;
+  const uintptr_t page = 4096;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(page - 1);
+  auto reg = std::make_unique<HostRegistration>();
+  void* base = reinterpret_cast<void*>(start);
+  // The blob usually lies in a read-only mapping of the package: register it read-only.
+  cudaError_t rc = cudaHostRegister(base, end - start, cudaHostRegisterReadOnly);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    rc = cudaHostRegister(base, end - start, cudaHostRegisterDefault);
+  }
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    log(LogLevel::Info, "cuda: cannot page-lock the weights in place (%s); uploading from pageable memory",
+        cudaGetErrorString(rc));
+    return nullptr;
+  }
+  reg->base = base;
+  return reg;
+}
+
+// Default: stage, the mode measured working on the H200 (bench/RESULTS.md). register was the default of
+// the third GPU run, in which a 134 MB blob did not finish uploading within 120 s (cause not isolated).
+UploadMode upload_mode() {
+  const char* v = std::getenv("AOTI_HOST_WEIGHT_UPLOAD");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "stage") == 0) return UploadMode::Stage;
+  if (std::strcmp(v, "register") == 0) return UploadMode::Register;
+  if (std::strcmp(v, "pageable") == 0) return UploadMode::Pageable;
+  log(LogLevel::Warning, "AOTI_HOST_WEIGHT_UPLOAD=%s: use stage, register or pageable; using stage", v);
+  return UploadMode::Stage;
+}
+
+}  // namespace cuda
+}  // namespace aoti_host
+
+// ---- guard shims ----
+namespace {
+
+using aoti_host::shim::guarded;
+
+struct DeviceGuard {
+  int original;
+  int current;
+};
+
+struct StreamGuard {
+  int device;
+  int original_device;
+  void* original_stream;
+};
+
+}  // namespace
+
+struct CUDAGuardOpaque;
+
+extern "C" {
+
+// Sets the current device; the guard restores the one it found.
+AOTI_HOST_API AOTITorchError aoti_torch_create_cuda_guard(int32_t device_index, CUDAGuardHandle* ret_guard) {
+  return guarded("aoti_torch_create_cuda_guard", [&] {
+    if (ret_guard == nullptr) throw aoti_host::Error("output pointer 'ret_guard' is null");
+    aoti_host::cuda::require_device(device_index, "aoti_torch_create_cuda_guard");
+    auto g = std::make_unique<DeviceGuard>();
+    g->original = aoti_host::cuda::current_device();
+    g->current = device_index;
+    if (device_index != g->original) aoti_host::cuda::set_device(device_index);
+    *ret_guard = reinterpret_cast<CUDAGuardHandle>(g.release());
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_delete_cuda_guard(CUDAGuardHandle guard) {
+  return guarded("aoti_torch_delete_cuda_guard", [&] {
+    if (guard == nullptr) throw aoti_host::Error("argument 'guard' is null");
+    std::unique_ptr<DeviceGuard> g(reinterpret_cast<DeviceGuard*>(guard));
+    if (g->current != g->original) aoti_host::cuda::set_device(g->original);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_guard_set_index(CUDAGuardHandle guard, int32_t device_index) {
+  return guarded("aoti_torch_cuda_guard_set_index", [&] {
+    if (guard == nullptr) throw aoti_host::Error("argument 'guard' is null");
+    aoti_host::cuda::require_device(device_index, "aoti_torch_cuda_guard_set_index");
+    auto* g = reinterpret_cast<DeviceGuard*>(guard);
+    aoti_host::cuda::set_device(device_index);
+    g->current = device_index;
+  });
+}
+
+// Makes `stream` the thread's current stream of `device_index` (and that device current), as
+// c10::cuda::CUDAStreamGuard does; deleting the guard restores both.
+AOTI_HOST_API AOTITorchError aoti_torch_create_cuda_stream_guard(void* stream, int32_t device_index,
+                                                                 CUDAStreamGuardHandle* ret_guard) {
+  return guarded("aoti_torch_create_cuda_stream_guard", [&] {
+    if (ret_guard == nullptr) throw aoti_host::Error("output pointer 'ret_guard' is null");
+    aoti_host::cuda::require_device(device_index, "aoti_torch_create_cuda_stream_guard");
+    auto g = std::make_unique<StreamGuard>();
+    g->device = device_index;
+    g->original_device = aoti_host::cuda::current_device();
+    g->original_stream = aoti_host::cuda::current_stream(device_index);
+    if (device_index != g->original_device) aoti_host::cuda::set_device(device_index);
+    aoti_host::cuda::set_current_stream(device_index, stream);
+    *ret_guard = reinterpret_cast<CUDAStreamGuardHandle>(g.release());
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_delete_cuda_stream_guard(CUDAStreamGuardHandle guard) {
+  return guarded("aoti_torch_delete_cuda_stream_guard", [&] {
+    if (guard == nullptr) throw aoti_host::Error("argument 'guard' is null");
+    std::unique_ptr<StreamGuard> g(reinterpret_cast<StreamGuard*>(guard));
+    aoti_host::cuda::set_current_stream(g->device, g->original_stream);
+    if (g->device != g->original_device) aoti_host::cuda::set_device(g->original_device);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_get_current_cuda_stream(int32_t device_index, void** ret_stream) {
+  return guarded("aoti_torch_get_current_cuda_stream", [&] {
+    if (ret_stream == nullptr) throw aoti_host::Error("output pointer 'ret_stream' is null");
+    aoti_host::cuda::require_device(device_index, "aoti_torch_get_current_cuda_stream");
+    *ret_stream = aoti_host::cuda::current_stream(device_index);
+  });
+}
+
+}  // extern "C"

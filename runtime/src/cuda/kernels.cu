@@ -1,0 +1,172 @@
+// Device kernels of the runtime itself (the plugin brings its own): strided copies for copy_/clone
+// and a direct convolution for aoti_torch_cuda_convolution.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda_util.h"
+
+namespace aoti_host {
+namespace cuda {
+namespace {
+
+struct alignas(16) Bytes16 {
+  uint64_t lo, hi;
+};
+
+template <class T>
+__global__ void strided_copy_kernel(T* dst, const T* src, StridedSpec spec, int64_t numel) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rem = i, d_off = 0, s_off = 0;
+    for (int d = spec.ndim - 1; d >= 0; --d) {
+      const int64_t idx = rem % spec.sizes[d];
+      rem /= spec.sizes[d];
+      d_off += idx * spec.dst_strides[d];
+      s_off += idx * spec.src_strides[d];
+    }
+    dst[d_off] = src[s_off];
+  }
+}
+
+unsigned grid_for(int64_t numel, unsigned block) {
+  int64_t g = (numel + block - 1) / block;
+  return static_cast<unsigned>(g > 65535 * 8 ? 65535 * 8 : (g < 1 ? 1 : g));
+}
+
+template <class T>
+struct Acc {
+  using type = float;
+};
+template <>
+struct Acc<double> {
+  using type = double;
+};
+
+template <class T>
+__device__ typename Acc<T>::type load(const T* p) {
+  return static_cast<typename Acc<T>::type>(*p);
+}
+template <>
+__device__ float load<__half>(const __half* p) {
+  return __half2float(*p);
+}
+template <>
+__device__ float load<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+template <class T>
+__device__ T store(typename Acc<T>::type v) {
+  return static_cast<T>(v);
+}
+template <>
+__device__ __half store<__half>(float v) {
+  return __float2half(v);
+}
+template <>
+__device__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
+
+// One thread per output element (n, co, od, oh, ow); sums over the group's input channels and the kernel window.
+template <class T>
+__global__ void conv_kernel(T* out, const T* in, const T* w, const T* bias, ConvSpec s, int64_t numel) {
+  using A = typename Acc<T>::type;
+  const int64_t cin_g = s.c_in / s.groups, cout_g = s.c_out / s.groups;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rem = i;
+    const int64_t ow = rem % s.out_size[2];
+    rem /= s.out_size[2];
+    const int64_t oh = rem % s.out_size[1];
+    rem /= s.out_size[1];
+    const int64_t od = rem % s.out_size[0];
+    rem /= s.out_size[0];
+    const int64_t co = rem % s.c_out;
+    const int64_t n = rem / s.c_out;
+    const int64_t g = co / cout_g;
+    A acc = s.has_bias ? load(bias + co * s.bias_stride) : A(0);
+    for (int64_t ci = 0; ci < cin_g; ++ci) {
+      const int64_t c = g * cin_g + ci;
+      for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+        const int64_t id = od * s.stride[0] - s.padding[0] + kd * s.dilation[0];
+        if (id < 0 || id >= s.in_size[0]) continue;
+        for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+          const int64_t ih = oh * s.stride[1] - s.padding[1] + kh * s.dilation[1];
+          if (ih < 0 || ih >= s.in_size[1]) continue;
+          for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
+            const int64_t iw = ow * s.stride[2] - s.padding[2] + kw * s.dilation[2];
+            if (iw < 0 || iw >= s.in_size[2]) continue;
+            const A x = load(in + n * s.in_strides[0] + c * s.in_strides[1] + id * s.in_strides[2] +
+                             ih * s.in_strides[3] + iw * s.in_strides[4]);
+            const A k = load(w + co * s.w_strides[0] + ci * s.w_strides[1] + kd * s.w_strides[2] +
+                             kh * s.w_strides[3] + kw * s.w_strides[4]);
+            acc += x * k;
+          }
+        }
+      }
+    }
+    out[n * s.out_strides[0] + co * s.out_strides[1] + od * s.out_strides[2] + oh * s.out_strides[3] +
+        ow * s.out_strides[4]] = store<T>(acc);
+  }
+}
+
+template <class T>
+void conv_launch(void* out, const void* in, const void* w, const void* bias, const ConvSpec& s, cudaStream_t st) {
+  const int64_t numel = s.n * s.c_out * s.out_size[0] * s.out_size[1] * s.out_size[2];
+  if (numel == 0) return;
+  const unsigned block = 256;
+  conv_kernel<T><<<grid_for(numel, block), block, 0, st>>>(static_cast<T*>(out), static_cast<const T*>(in),
+                                                            static_cast<const T*>(w), static_cast<const T*>(bias), s,
+                                                            numel);
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_strided_copy(void* dst, const void* src, const StridedSpec& spec, int64_t numel, size_t itemsize,
+                         cudaStream_t stream) {
+  if (numel == 0) return;
+  const unsigned block = 256;
+  const unsigned grid = grid_for(numel, block);
+  switch (itemsize) {
+    case 1:
+      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
+                                                      spec, numel);
+      break;
+    case 2:
+      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<uint16_t*>(dst),
+                                                      static_cast<const uint16_t*>(src), spec, numel);
+      break;
+    case 4:
+      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<uint32_t*>(dst),
+                                                      static_cast<const uint32_t*>(src), spec, numel);
+      break;
+    case 8:
+      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<uint64_t*>(dst),
+                                                      static_cast<const uint64_t*>(src), spec, numel);
+      break;
+    case 16:
+      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<Bytes16*>(dst), static_cast<const Bytes16*>(src),
+                                                      spec, numel);
+      break;
+    default:
+      throw Error("device copy: element size " + std::to_string(itemsize) + " is not supported");
+  }
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_convolution(int32_t dtype, void* out, const void* in, const void* weight, const void* bias,
+                        const ConvSpec& spec, cudaStream_t stream) {
+  switch (dtype) {
+    case dtype_code::kFloat32: return conv_launch<float>(out, in, weight, bias, spec, stream);
+    case dtype_code::kFloat64: return conv_launch<double>(out, in, weight, bias, spec, stream);
+    case dtype_code::kFloat16: return conv_launch<__half>(out, in, weight, bias, spec, stream);
+    case dtype_code::kBFloat16: return conv_launch<__nv_bfloat16>(out, in, weight, bias, spec, stream);
+    default:
+      throw Error(std::string("convolution on cuda: dtype ") + dtype_name(dtype) +
+                  " is not supported (float32, float64, float16, bfloat16)");
+  }
+}
+
+}  // namespace cuda
+}  // namespace aoti_host

@@ -1,0 +1,329 @@
+// aoti_torch_cuda_* fallback ops: mm/addmm/bmm through cuBLAS (cublasGemmEx, no TF32: float32 results
+// match eager torch with its default allow_tf32=False), and a direct convolution kernel (no cuDNN).
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../shim_util.h"
+#include "aoti_host/cuda/cuda.h"
+#include "aoti_host/error.h"
+#include "aoti_host/shims.h"
+#include "cuda_util.h"
+
+using aoti_host::Error;
+using aoti_host::from_handle;
+using aoti_host::list_str;
+using aoti_host::Tensor;
+using aoti_host::to_handle;
+namespace dc = aoti_host::dtype_code;
+
+namespace {
+
+using aoti_host::shim::guarded;
+using aoti_host::shim::tensor_arg;
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+const char* cublas_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_(other)";
+  }
+}
+
+void cublas_check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + " failed: " + cublas_name(s));
+}
+
+// One handle per thread and device, with a fixed workspace, so no call allocates (graph capture
+// forbids it) and handles are never shared between threads.
+struct Handle {
+  cublasHandle_t h = nullptr;
+  void* workspace = nullptr;
+  ~Handle() {
+    if (h != nullptr) cublasDestroy(h);
+    if (workspace != nullptr) cudaFree(workspace);
+  }
+};
+
+cublasHandle_t handle_for(int device) {
+  thread_local std::array<std::unique_ptr<Handle>, 64> handles;
+  auto& slot = handles.at(static_cast<size_t>(device));
+  if (!slot) {
+    auto h = std::make_unique<Handle>();
+    cublas_check(cublasCreate(&h->h), "cublasCreate");
+    AOTI_CUDA_CHECK(cudaMalloc(&h->workspace, kWorkspaceBytes));
+    cublas_check(cublasSetWorkspace(h->h, h->workspace, kWorkspaceBytes), "cublasSetWorkspace");
+    cublas_check(cublasSetMathMode(h->h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    slot = std::move(h);
+  }
+  cublas_check(cublasSetStream(slot->h, aoti_host::cuda::stream_of(device)), "cublasSetStream");
+  return slot->h;
+}
+
+struct GemmType {
+  cudaDataType_t data;
+  cublasComputeType_t compute;
+};
+
+GemmType gemm_type(int32_t dtype, const char* op) {
+  switch (dtype) {
+    case dc::kFloat32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case dc::kFloat64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case dc::kFloat16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    case dc::kBFloat16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+    default:
+      throw Error(std::string(op) + " on cuda: dtype " + aoti_host::dtype_name(dtype) +
+                  " is not supported (float32, float64, float16, bfloat16)");
+  }
+}
+
+// How cuBLAS (column-major) sees a row-major-indexed matrix view [rows, cols] with strides (s0, s1):
+// rowmajor -> its transpose is column-major with ld s0 (op N in the C^T = B^T A^T formulation);
+// colmajor -> op T with ld s1. Anything else must be copied first.
+struct Operand {
+  bool ok;
+  cublasOperation_t op;
+  int64_t ld;
+};
+
+Operand operand(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+  const int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
+  if ((cols == 1 || s1 == 1) && (rows == 1 || s0 >= c1)) return {true, CUBLAS_OP_N, rows > 1 ? s0 : c1};
+  if ((rows == 1 || s0 == 1) && (cols == 1 || s1 >= r1)) return {true, CUBLAS_OP_T, cols > 1 ? s1 : r1};
+  return {false, CUBLAS_OP_N, 0};
+}
+
+// A contiguous copy when the view can't be handed to cuBLAS as it is.
+const Tensor& gemm_ready(const Tensor& t, std::unique_ptr<Tensor>& keep) {
+  const size_t nd = t.sizes().size();
+  const Operand o = operand(t.sizes()[nd - 2], t.sizes()[nd - 1], t.strides()[nd - 2], t.strides()[nd - 1]);
+  if (o.ok) return t;
+  keep.reset(aoti_host::cuda::clone_contiguous(t));
+  return *keep;
+}
+
+void require_cuda(const Tensor& t, const char* name, const char* op, int device) {
+  if (t.device_type() != aoti_host::device_code::kCUDA || t.device_index() != device)
+    throw Error(std::string(op) + ": '" + name + "' is on " + aoti_host::device_type_name(t.device_type()) + ":" +
+                std::to_string(t.device_index()) + ", expected cuda:" + std::to_string(device));
+}
+
+// out[b] = alpha * a[b] @ m[b] + beta * out[b] for b < batch (batch 0: plain 2-d).
+void gemm(Tensor& out, const Tensor& a_in, const Tensor& b_in, double alpha, double beta, const char* op) {
+  const bool batched = out.dim() == 3;
+  const size_t nd = batched ? 3 : 2;
+  if (a_in.dim() != static_cast<int64_t>(nd) || b_in.dim() != static_cast<int64_t>(nd) ||
+      out.dim() != static_cast<int64_t>(nd))
+    throw Error(std::string(op) + ": expected " + std::to_string(nd) + "-d tensors, got " + list_str(a_in.sizes()) +
+                ", " + list_str(b_in.sizes()) + " -> " + list_str(out.sizes()));
+  const int64_t batch = batched ? out.sizes()[0] : 1;
+  const int64_t m = a_in.sizes()[nd - 2], k = a_in.sizes()[nd - 1], n = b_in.sizes()[nd - 1];
+  if (b_in.sizes()[nd - 2] != k || out.sizes()[nd - 2] != m || out.sizes()[nd - 1] != n ||
+      (batched && (a_in.sizes()[0] != batch || b_in.sizes()[0] != batch)))
+    throw Error(std::string(op) + ": shapes " + list_str(a_in.sizes()) + " @ " + list_str(b_in.sizes()) +
+                " do not give " + list_str(out.sizes()));
+  if (a_in.dtype() != out.dtype() || b_in.dtype() != out.dtype())
+    throw Error(std::string(op) + ": mixed dtypes " + aoti_host::dtype_name(a_in.dtype()) + ", " +
+                aoti_host::dtype_name(b_in.dtype()) + " -> " + aoti_host::dtype_name(out.dtype()));
+  const int device = out.device_index();
+  require_cuda(out, "out", op, device);
+  require_cuda(a_in, "mat1", op, device);
+  require_cuda(b_in, "mat2", op, device);
+  if (m == 0 || n == 0 || batch == 0) return;
+  std::unique_ptr<Tensor> ka, kb, kout;
+  const Tensor& a = gemm_ready(a_in, ka);
+  const Tensor& b = gemm_ready(b_in, kb);
+  Tensor* c = &out;
+  const Operand oc = operand(m, n, out.strides()[nd - 2], out.strides()[nd - 1]);
+  if (!oc.ok || oc.op != CUBLAS_OP_N) {
+    kout.reset(aoti_host::cuda::clone_contiguous(out));  // keeps out's values for beta != 0
+    c = kout.get();
+  }
+  const Operand oa = operand(m, k, a.strides()[nd - 2], a.strides()[nd - 1]);
+  const Operand ob = operand(k, n, b.strides()[nd - 2], b.strides()[nd - 1]);
+  const Operand occ = operand(m, n, c->strides()[nd - 2], c->strides()[nd - 1]);
+  const GemmType t = gemm_type(out.dtype(), op);
+  cublasHandle_t h = handle_for(device);
+  const float af = static_cast<float>(alpha), bf = static_cast<float>(beta);
+  const void* pa = t.compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha) : &af;
+  const void* pb = t.compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta) : &bf;
+  const int ki = static_cast<int>(k);
+  // C^T (n x m, column-major) = B^T (n x k) * A^T (k x m)
+  if (!batched) {
+    cublas_check(cublasGemmEx(h, ob.op, oa.op, static_cast<int>(n), static_cast<int>(m), ki, pa, b.data_ptr(), t.data,
+                              static_cast<int>(ob.ld), a.data_ptr(), t.data, static_cast<int>(oa.ld), pb,
+                              c->data_ptr(), t.data, static_cast<int>(occ.ld), t.compute, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+  } else {
+    cublas_check(cublasGemmStridedBatchedEx(h, ob.op, oa.op, static_cast<int>(n), static_cast<int>(m), ki, pa,
+                                            b.data_ptr(), t.data, static_cast<int>(ob.ld), b.strides()[0],
+                                            a.data_ptr(), t.data, static_cast<int>(oa.ld), a.strides()[0], pb,
+                                            c->data_ptr(), t.data, static_cast<int>(occ.ld), c->strides()[0],
+                                            static_cast<int>(batch), t.compute, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx");
+  }
+  if (kout) aoti_host::cuda::copy(out, *kout);
+}
+
+std::vector<int64_t> int_list(const int64_t* p, int64_t n, const char* name) {
+  if (n < 0) throw Error(std::string(name) + " has negative length " + std::to_string(n));
+  if (n > 0 && p == nullptr) throw Error(std::string(name) + " is null but its length is " + std::to_string(n));
+  return std::vector<int64_t>(p, p + n);
+}
+
+// ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is.
+bool is_channels_last(const Tensor& t) {
+  const auto& s = t.sizes();
+  if (s.size() != 4 && s.size() != 5) return false;
+  if (t.is_contiguous() && s[1] > 1) {
+    // contiguous and channels-last at once only when the spatial extent is 1
+    int64_t spatial = 1;
+    for (size_t d = 2; d < s.size(); ++d) spatial *= s[d];
+    if (spatial > 1) return false;
+  }
+  // expected channels-last strides: C innermost, then W, H, (D), N
+  std::vector<int64_t> want(s.size());
+  int64_t st = 1;
+  want[1] = st, st *= std::max<int64_t>(s[1], 1);
+  for (size_t d = s.size(); d-- > 2;) want[d] = st, st *= std::max<int64_t>(s[d], 1);
+  want[0] = st;
+  for (size_t d = 0; d < s.size(); ++d)
+    if (s[d] > 1 && t.strides()[d] != want[d]) return false;
+  return true;
+}
+
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& s) {
+  std::vector<int64_t> out(s.size());
+  int64_t st = 1;
+  out[1] = st, st *= std::max<int64_t>(s[1], 1);
+  for (size_t d = s.size(); d-- > 2;) out[d] = st, st *= std::max<int64_t>(s[d], 1);
+  out[0] = st;
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_mm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                    AtenTensorHandle mat2) {
+  return guarded("aoti_torch_cuda_mm_out", [&] {
+    gemm(tensor_arg(out, "out"), tensor_arg(self, "self"), tensor_arg(mat2, "mat2"), 1.0, 0.0, "mm");
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_bmm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                     AtenTensorHandle mat2) {
+  return guarded("aoti_torch_cuda_bmm_out", [&] {
+    Tensor& o = tensor_arg(out, "out");
+    if (o.dim() != 3) throw Error("bmm: out must be 3-d, got " + list_str(o.sizes()));
+    gemm(o, tensor_arg(self, "self"), tensor_arg(mat2, "mat2"), 1.0, 0.0, "bmm");
+  });
+}
+
+// out = beta * self + alpha * (mat1 @ mat2); self broadcasts to out (a bias row, usually). With
+// beta == 0 self is not read, as in ATen.
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_addmm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                       AtenTensorHandle mat1, AtenTensorHandle mat2, double beta,
+                                                       double alpha) {
+  return guarded("aoti_torch_cuda_addmm_out", [&] {
+    Tensor& o = tensor_arg(out, "out");
+    const Tensor& s = tensor_arg(self, "self");
+    if (o.dim() != 2) throw Error("addmm: out must be 2-d, got " + list_str(o.sizes()));
+    if (beta != 0.0 && o.data_ptr() != s.data_ptr()) aoti_host::cuda::copy(o, s);
+    gemm(o, tensor_arg(mat1, "mat1"), tensor_arg(mat2, "mat2"), alpha, beta, "addmm");
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_convolution(AtenTensorHandle input, AtenTensorHandle weight,
+                                                         AtenTensorHandle* bias, const int64_t* stride,
+                                                         int64_t stride_len_, const int64_t* padding,
+                                                         int64_t padding_len_, const int64_t* dilation,
+                                                         int64_t dilation_len_, int32_t transposed,
+                                                         const int64_t* output_padding, int64_t output_padding_len_,
+                                                         int64_t groups, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_convolution", [&] {
+    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    const Tensor& in = tensor_arg(input, "input");
+    const Tensor& w = tensor_arg(weight, "weight");
+    const Tensor* b = (bias != nullptr && *bias != nullptr) ? from_handle(*bias) : nullptr;
+    (void)int_list(output_padding, output_padding_len_, "output_padding");
+    if (transposed != 0)
+      throw Error("transposed convolution is not implemented on cuda in this runtime; export with "
+                  "max_autotune_conv_backends='TRITON' (aoti-toolchain export --device cuda --triton-only)");
+    const int64_t nd = in.dim();
+    if (nd < 3 || nd > 5 || w.dim() != nd)
+      throw Error("convolution: input " + list_str(in.sizes()) + " and weight " + list_str(w.sizes()) +
+                  " must both be 3-d, 4-d or 5-d");
+    const int spatial = static_cast<int>(nd - 2);
+    auto st = int_list(stride, stride_len_, "stride");
+    auto pad = int_list(padding, padding_len_, "padding");
+    auto dil = int_list(dilation, dilation_len_, "dilation");
+    auto expand = [&](std::vector<int64_t>& v, const char* name, int64_t dflt) {
+      if (v.size() == 1) v.assign(static_cast<size_t>(spatial), v[0]);
+      if (v.empty()) v.assign(static_cast<size_t>(spatial), dflt);
+      if (v.size() != static_cast<size_t>(spatial))
+        throw Error(std::string("convolution: ") + name + " has " + std::to_string(v.size()) + " entries for " +
+                    std::to_string(spatial) + " spatial dims");
+    };
+    expand(st, "stride", 1), expand(pad, "padding", 0), expand(dil, "dilation", 1);
+    const int device = in.device_index();
+    require_cuda(in, "input", "convolution", device);
+    require_cuda(w, "weight", "convolution", device);
+    if (b != nullptr) require_cuda(*b, "bias", "convolution", device);
+    if (w.dtype() != in.dtype() || (b != nullptr && b->dtype() != in.dtype()))
+      throw Error("convolution: input, weight and bias must share a dtype");
+    if (groups < 1 || in.sizes()[1] % groups != 0 || w.sizes()[0] % groups != 0 ||
+        w.sizes()[1] * groups != in.sizes()[1])
+      throw Error("convolution: input channels " + std::to_string(in.sizes()[1]) + ", weight " + list_str(w.sizes()) +
+                  " and groups " + std::to_string(groups) + " do not fit");
+    aoti_host::cuda::ConvSpec s{};
+    s.n = in.sizes()[0], s.c_in = in.sizes()[1], s.c_out = w.sizes()[0], s.groups = groups;
+    std::vector<int64_t> out_sizes{s.n, s.c_out};
+    const int off = 3 - spatial;  // spatial dims are right-aligned in the 3-d spec
+    for (int d = 0; d < 3; ++d) {
+      s.in_size[d] = s.out_size[d] = s.kernel[d] = s.stride[d] = s.dilation[d] = 1;
+      s.padding[d] = 0;
+    }
+    for (int d = 0; d < spatial; ++d) {
+      const int e = d + off;
+      s.in_size[e] = in.sizes()[2 + d];
+      s.kernel[e] = w.sizes()[2 + d];
+      s.stride[e] = st[d], s.padding[e] = pad[d], s.dilation[e] = dil[d];
+      const int64_t o = (s.in_size[e] + 2 * pad[d] - dil[d] * (s.kernel[e] - 1) - 1) / st[d] + 1;
+      if (o <= 0 || st[d] <= 0 || dil[d] <= 0)
+        throw Error("convolution: input " + list_str(in.sizes()) + " is too small for weight " + list_str(w.sizes()));
+      s.out_size[e] = o;
+      out_sizes.push_back(o);
+    }
+    const bool cl = is_channels_last(in) || is_channels_last(w);
+    std::vector<int64_t> out_strides = cl ? channels_last_strides(out_sizes) : Tensor::contiguous_strides(out_sizes);
+    std::unique_ptr<Tensor> out(
+        Tensor::empty_strided(in.dtype(), out_sizes, out_strides, aoti_host::device_code::kCUDA, device));
+    auto fill = [&](int64_t* dst, const Tensor& t) {
+      dst[0] = t.strides()[0], dst[1] = t.strides()[1];
+      for (int d = 0; d < 3; ++d) dst[2 + d] = 0;
+      for (int d = 0; d < spatial; ++d) dst[2 + d + off] = t.strides()[2 + d];
+    };
+    fill(s.in_strides, in), fill(s.w_strides, w), fill(s.out_strides, *out);
+    s.has_bias = b != nullptr;
+    s.bias_stride = b != nullptr && b->dim() == 1 ? b->strides()[0] : 1;
+    aoti_host::cuda::launch_convolution(in.dtype(), out->data_ptr(), in.data_ptr(), w.data_ptr(),
+                                        b != nullptr ? b->data_ptr() : nullptr, s,
+                                        aoti_host::cuda::stream_of(device));
+    *ret0 = to_handle(out.release());
+  });
+}
+
+}  // extern "C"

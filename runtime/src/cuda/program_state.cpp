@@ -1,0 +1,259 @@
+#include "program_state.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "aoti_host/c_api.h"
+#include "aoti_host/error.h"
+#include "aoti_host/log.h"
+#include "arena.h"
+#include "cuda_util.h"
+
+namespace aoti_host {
+namespace cuda {
+namespace {
+
+void delete_handles(std::vector<AtenTensorHandle>& hs) {
+  for (auto h : hs) delete from_handle(h);
+  hs.clear();
+}
+
+std::string describe(const Tensor& t) {
+  return std::string(dtype_name(t.dtype())) + list_str(t.sizes()) + " strides " + list_str(t.strides()) + " on " +
+         device_type_name(t.device_type());
+}
+
+// A device copy of t with the same strides (the span from its first element).
+Tensor* same_layout_copy(const Tensor& t, int device, cudaStream_t stream) {
+  std::unique_ptr<Tensor> out(Tensor::empty_strided(t.dtype(), t.sizes(), t.strides(), device_code::kCUDA, device));
+  const size_t n = compute_storage_nbytes(t.sizes(), t.strides(), t.itemsize(), 0);
+  if (n > 0) AOTI_CUDA_CHECK(cudaMemcpyAsync(out->data_ptr(), t.data_ptr(), n, cudaMemcpyDeviceToDevice, stream));
+  return out.release();
+}
+
+}  // namespace
+
+ProgramState::Scope::Scope(const ProgramState& s) : device_(s.device_) {
+  prev_device_ = current_device();
+  if (prev_device_ != device_) set_device(device_);
+  prev_stream_ = current_stream(device_);
+  set_current_stream(device_, s.stream_);
+}
+
+ProgramState::Scope::~Scope() {
+  set_current_stream(device_, prev_stream_);
+  if (prev_device_ != device_) cudaSetDevice(prev_device_);
+}
+
+ProgramState::ProgramState(int device) : device_(device) {
+  require_device(device, "load");
+  const int prev = current_device();
+  if (prev != device) set_device(device);
+  cudaStream_t s = nullptr;
+  // A blocking stream: work on the legacy default stream (a caller's copies) orders with it.
+  const cudaError_t rc = cudaStreamCreateWithFlags(&s, cudaStreamDefault);
+  if (prev != device) cudaSetDevice(prev);
+  check(rc, "cudaStreamCreateWithFlags");
+  stream_ = s;
+}
+
+ProgramState::~ProgramState() {
+  if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  drop_graph();
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void ProgramState::synchronize() const {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
+}
+
+void ProgramState::drop_graph() {
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+  if (graph_ != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  graph_exec_ = graph_ = nullptr;
+  graph_outputs_.clear();  // arena-backed: their deleters do nothing
+  static_inputs_.clear();
+  if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  arena_.reset();
+}
+
+void ProgramState::enable_graphs(bool on, bool plugin_has_single_threaded_run) {
+  if (stats_.captures + stats_.replays + stats_.eager_runs > 0)
+    throw Error("CUDA graphs must be chosen before the first run", AOTI_HOST_INVALID_ARGUMENT);
+  graphs_ = on;
+  single_threaded_ = on && plugin_has_single_threaded_run;
+  stats_.disabled_reason.clear();
+  if (on && !plugin_has_single_threaded_run)
+    disable("the plugin does not export AOTInductorModelContainerRunSingleThreaded (torch < 2.6), and Run "
+            "records and waits on events that capture would invalidate");
+}
+
+void ProgramState::disable(const std::string& why) {
+  graphs_ = false;
+  stats_.disabled_reason = why;
+  log(LogLevel::Warning, "cuda graphs off: %s", why.c_str());
+}
+
+Tensor* ProgramState::to_device(Tensor* t) {
+  std::unique_ptr<Tensor> owned(t);
+  if (t->device_type() == device_code::kCUDA) {
+    if (t->device_index() != device_)
+      throw Error("input on cuda:" + std::to_string(t->device_index()) + ", the program runs on cuda:" +
+                  std::to_string(device_), AOTI_HOST_INVALID_ARGUMENT);
+    return owned.release();
+  }
+  std::unique_ptr<Tensor> d(
+      Tensor::empty_strided(t->dtype(), t->sizes(), t->strides(), device_code::kCUDA, device_));
+  copy(*d, *t);
+  return d.release();
+}
+
+std::string ProgramState::constants_not_on_device(const AotiEntryPoints& fns,
+                                                  AOTInductorModelContainerHandle container) const {
+  if (fns.AOTInductorModelContainerExtractConstantsMapEntries == nullptr) {
+    log(LogLevel::Info,
+        "cuda graphs: the plugin has no AOTInductorModelContainerExtractConstantsMapEntries (torch < 2.13); its "
+        "constants were uploaded by the plugin itself into its device blob at Create, so they are device-resident");
+    return "";
+  }
+  const AOTInductorConstantMapEntry* entries = nullptr;
+  size_t n = 0;
+  if (fns.AOTInductorModelContainerExtractConstantsMapEntries(container, &entries, &n, false) != AOTI_RUNTIME_SUCCESS)
+    return "AOTInductorModelContainerExtractConstantsMapEntries failed, so device residency cannot be checked";
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor* t = entries[i].handle != nullptr ? from_handle(entries[i].handle) : nullptr;
+    if (t == nullptr) continue;
+    if (t->device_type() != device_code::kCUDA)
+      return std::string("constant '") + (entries[i].name ? entries[i].name : "?") + "' (" + describe(*t) +
+             ") is not in device memory";
+  }
+  log(LogLevel::Debug, "cuda graphs: all %zu constants are device-resident (entries call)", n);
+  return "";
+}
+
+void ProgramState::run_eager(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
+                             std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs,
+                             const ErrorText& error_text) {
+  auto fn = single_threaded_ ? fns.AOTInductorModelContainerRunSingleThreaded : fns.AOTInductorModelContainerRun;
+  const char* name = single_threaded_ ? "AOTInductorModelContainerRunSingleThreaded" : "AOTInductorModelContainerRun";
+  clear_last_error();
+  const AOTIRuntimeError rc = fn(container, inputs.data(), inputs.size(), outputs, num_outputs,
+                                 reinterpret_cast<AOTInductorStreamHandle>(stream_), nullptr);
+  inputs.clear();  // the plugin owns (and has deleted) them now
+  ++stats_.eager_runs;
+  if (rc != AOTI_RUNTIME_SUCCESS) throw Error(error_text(name), AOTI_HOST_RUN_FAILED);
+}
+
+bool ProgramState::capture(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
+                           const std::vector<AtenTensorHandle>& inputs, size_t num_outputs,
+                           const ErrorText& error_text) {
+  const std::string why = constants_not_on_device(fns, container);
+  if (!why.empty()) {
+    disable(why);
+    return false;
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  // Inputs sit at fixed addresses: the graph reads these buffers; each replay copies the caller's inputs in.
+  static_inputs_.clear();
+  for (auto h : inputs) static_inputs_.emplace_back(same_layout_copy(*from_handle(h), device_, s));
+  std::vector<AtenTensorHandle> cap_in;
+  for (auto& t : static_inputs_)
+    cap_in.push_back(to_handle(t->alias(t->sizes(), t->strides(), t->storage_offset())));
+  AOTI_CUDA_CHECK(cudaStreamSynchronize(s));
+
+  arena_ = std::make_unique<Arena>(device_);
+  std::vector<AtenTensorHandle> outs(num_outputs, nullptr);
+  cudaGraph_t graph = nullptr;
+  clear_last_error();
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  set_thread_arena(arena_.get());
+  const AOTIRuntimeError rc = fns.AOTInductorModelContainerRunSingleThreaded(
+      container, cap_in.data(), cap_in.size(), outs.data(), num_outputs, reinterpret_cast<AOTInductorStreamHandle>(s),
+      nullptr);
+  set_thread_arena(nullptr);
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  arena_->release_deferred();
+  std::string failure;
+  if (rc != AOTI_RUNTIME_SUCCESS) failure = error_text("AOTInductorModelContainerRunSingleThreaded under capture");
+  if (failure.empty() && end != cudaSuccess)
+    failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+  cudaGraphExec_t exec = nullptr;
+  if (failure.empty()) {
+    const cudaError_t inst = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+    if (inst != cudaSuccess) failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
+  }
+  if (!failure.empty()) {
+    cudaGetLastError();
+    for (auto h : outs)
+      if (h != nullptr) delete from_handle(h);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    graph_ = nullptr;
+    drop_graph();
+    disable("capture failed: " + failure);
+    return false;
+  }
+  graph_ = graph;
+  graph_exec_ = exec;
+  graph_outputs_.clear();
+  for (auto h : outs) graph_outputs_.emplace_back(from_handle(h));
+  ++stats_.captures;
+  log(LogLevel::Info, "cuda graphs: captured Run (%zu inputs, %zu outputs, %zu bytes of graph memory)",
+      inputs.size(), num_outputs, arena_->bytes_used());
+  return true;
+}
+
+bool ProgramState::inputs_match(const std::vector<AtenTensorHandle>& inputs, std::string* why) const {
+  if (inputs.size() != static_inputs_.size()) return false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& a = *from_handle(inputs[i]);
+    const Tensor& b = *static_inputs_[i];
+    if (a.dtype() != b.dtype() || a.sizes() != b.sizes() || a.strides() != b.strides()) {
+      *why = "input " + std::to_string(i) + " is " + describe(a) + ", the graph was captured for " + describe(b);
+      return false;
+    }
+  }
+  return true;
+}
+
+void ProgramState::replay(std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& src = *from_handle(inputs[i]);
+    Tensor& dst = *static_inputs_[i];
+    if (src.data_ptr() == dst.data_ptr()) continue;  // already at the captured address
+    const size_t n = compute_storage_nbytes(src.sizes(), src.strides(), src.itemsize(), 0);
+    if (n > 0) AOTI_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToDevice, s));
+  }
+  // The caller's buffers may be freed as soon as we return: their frees are stream-ordered after the copy.
+  delete_handles(inputs);
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph_exec_), s), "cudaGraphLaunch");
+  // Graph memory is overwritten by the next replay: hand out copies.
+  for (size_t k = 0; k < num_outputs; ++k) outputs[k] = to_handle(same_layout_copy(*graph_outputs_[k], device_, s));
+  ++stats_.replays;
+}
+
+void ProgramState::run(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
+                       std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs,
+                       const ErrorText& error_text) {
+  Scope scope(*this);
+  if (!graphs_) return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
+  if (graph_exec_ == nullptr && warmup_left_ > 0) {
+    --warmup_left_;
+    return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
+  }
+  if (graph_exec_ == nullptr && !capture(fns, container, inputs, num_outputs, error_text))
+    return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
+  std::string why;
+  if (!inputs_match(inputs, &why)) {
+    if (!logged_mismatch_) {
+      log(LogLevel::Warning, "cuda graphs: %s; running without the graph", why.c_str());
+      logged_mismatch_ = true;
+    }
+    return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
+  }
+  replay(inputs, outputs, num_outputs);
+}
+
+}  // namespace cuda
+}  // namespace aoti_host

@@ -1,0 +1,98 @@
+// What a program loaded on a CUDA device keeps beyond its container: its stream, its CUDA graph
+// (capture after warm-up, replay after), the graph's memory and static inputs, and its counters.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aoti_host/cuda/cuda.h"
+#include "aoti_host/entry_points.h"
+#include "aoti_host/tensor.h"
+
+namespace aoti_host {
+namespace cuda {
+
+class Arena;
+
+class ProgramState {
+ public:
+  using ErrorText = std::function<std::string(const char* call)>;
+
+  explicit ProgramState(int device);
+  ~ProgramState();
+  ProgramState(const ProgramState&) = delete;
+  ProgramState& operator=(const ProgramState&) = delete;
+
+  int device() const { return device_; }
+  void* stream() const { return stream_; }
+  void synchronize() const;
+
+  // Graphs must be chosen before the first run: a graph-mode program runs through
+  // RunSingleThreaded from its first call (Run and RunSingleThreaded share model slots unsafely).
+  void enable_graphs(bool on, bool plugin_has_single_threaded_run);
+  const GraphStats& stats() const { return stats_; }
+
+  // Weight upload of a blob-mode plugin: bytes, seconds staging into pinned memory, seconds in
+  // AOTInductorModelUpdateConstantsFromBlob (the host-to-device copy).
+  void record_upload(size_t bytes, double stage_s, double upload_s) {
+    upload_bytes_ = bytes, upload_stage_s_ = stage_s, upload_s_ = upload_s;
+  }
+  size_t upload_bytes() const { return upload_bytes_; }
+  double upload_stage_seconds() const { return upload_stage_s_; }
+  double upload_seconds() const { return upload_s_; }
+
+  // A device tensor for `t` (consumed): t itself when it already lives on this device, else a copy.
+  Tensor* to_device(Tensor* t);
+
+  // Runs the container on this program's stream; takes the input handles (as Run does) and fills
+  // `outputs` with device tensors owned by the caller. Throws Error(AOTI_HOST_RUN_FAILED) with the
+  // plugin's message on failure.
+  void run(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container, std::vector<AtenTensorHandle>& inputs,
+           AtenTensorHandle* outputs, size_t num_outputs, const ErrorText& error_text);
+
+  // Makes this program's stream (and device) current on the calling thread for the scope's life.
+  class Scope {
+   public:
+    explicit Scope(const ProgramState& s);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    int device_, prev_device_;
+    void* prev_stream_;
+  };
+
+ private:
+  void run_eager(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
+                 std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs,
+                 const ErrorText& error_text);
+  bool capture(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
+               const std::vector<AtenTensorHandle>& inputs, size_t num_outputs, const ErrorText& error_text);
+  bool inputs_match(const std::vector<AtenTensorHandle>& inputs, std::string* why) const;
+  void replay(std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs);
+  std::string constants_not_on_device(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container) const;
+  void disable(const std::string& why);
+  void drop_graph();
+
+  int device_;
+  void* stream_ = nullptr;
+  bool graphs_ = false;
+  bool single_threaded_ = false;
+  int warmup_left_ = 2;
+  GraphStats stats_;
+  void* graph_ = nullptr;       // cudaGraph_t
+  void* graph_exec_ = nullptr;  // cudaGraphExec_t
+  std::unique_ptr<Arena> arena_;
+  std::vector<std::unique_ptr<Tensor>> static_inputs_;
+  std::vector<std::unique_ptr<Tensor>> graph_outputs_;
+  bool logged_mismatch_ = false;
+  size_t upload_bytes_ = 0;
+  double upload_stage_s_ = 0, upload_s_ = 0;
+};
+
+}  // namespace cuda
+}  // namespace aoti_host

@@ -1,0 +1,186 @@
+"""CUDA plugins on the GPU, through aoti-run and the Python module, against eager torch.
+
+Needs the GPU machine: tests/gpu/run.sh builds the CUDA runtime, exports the models with that
+machine's torch (tests/gpu/prepare.py) and runs this file with AOTI_GPU_ARTIFACTS, AOTI_HOST_LIBRARY
+and AOTI_RUN set. Anywhere else every test skips, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.gpu.models import CHECKED, MUTATED_CALLS
+
+pytestmark = pytest.mark.gpu
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _skip_reason() -> str | None:
+    from toolchain.runtime import cuda
+
+    if cuda.device_count() == 0:
+        return "no CUDA device visible (or cuda-python missing): GPU tests run on the GPU machine via tests/gpu/run.sh"
+    for var in ("AOTI_GPU_ARTIFACTS", "AOTI_HOST_LIBRARY", "AOTI_RUN"):
+        if not os.environ.get(var):
+            return f"{var} is not set: run tests/gpu/run.sh, which builds, exports and sets it"
+    return None
+
+
+_REASON = _skip_reason()
+if _REASON:
+    pytest.skip(_REASON, allow_module_level=True)
+
+ART = Path(os.environ["AOTI_GPU_ARTIFACTS"])
+AOTI_RUN = os.environ["AOTI_RUN"]
+MANIFEST = json.loads((ART / "manifest.json").read_text())
+
+
+def inputs(name: str) -> list[np.ndarray]:
+    return [np.load(ART / f"{name}.in{k}.npy") for k in range(MANIFEST[name]["inputs"])]
+
+
+def refs(name: str, call: int | None = None) -> list[np.ndarray]:
+    prefix = f"{name}.call{call}" if call is not None else name
+    out, k = [], 0
+    while (ART / f"{prefix}.ref{k}.npy").exists():
+        out.append(np.load(ART / f"{prefix}.ref{k}.npy"))
+        k += 1
+    assert out, f"no reference outputs for {prefix} in {ART}"
+    return out
+
+
+def assert_close(got: list[np.ndarray], want: list[np.ndarray], what: str) -> None:
+    assert len(got) == len(want), f"{what}: {len(got)} outputs, eager has {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{what} output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"{what} output {k}")
+
+
+def available(name: str) -> None:
+    if name not in MANIFEST:
+        pytest.fail(f"{name} was not exported (see prepare.py's output in the run log)")
+
+
+@pytest.mark.parametrize("name", [n for n in CHECKED if n != "mutated_buffer"])
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_aoti_run_matches_eager(name: str, graphs: bool, tmp_path: Path) -> None:
+    available(name)
+    args = [AOTI_RUN, str(ART / f"{name}.pt2"), "--device", "cuda", "-o", str(tmp_path), "--quiet"]
+    for k in range(MANIFEST[name]["inputs"]):
+        args += ["-i", str(ART / f"{name}.in{k}.npy")]
+    if graphs:
+        args += ["--cuda-graphs", "--device-inputs", "--repeat", "5"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"aoti-run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    got = [np.load(tmp_path / f"output_{k}.npy") for k in range(len(refs(name)))]
+    assert_close(got, refs(name), f"aoti-run {name}")
+    if graphs:  # the written outputs came from the first (eager) call; the counters prove the replays ran
+        assert "cuda_graphs: captures=1 replays=4 eager_runs=2" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", [n for n in CHECKED if n != "mutated_buffer"])
+def test_python_module_host_and_device_buffers(name: str) -> None:
+    from toolchain import runtime
+    from toolchain.runtime import cuda
+
+    available(name)
+    prog = runtime.load(ART / f"{name}.pt2", device="cuda")
+    xs = inputs(name)
+    assert_close(prog.run(xs), refs(name), f"python {name} (numpy in/out)")
+    dev_in = [cuda.DeviceArray.from_numpy(x) for x in xs]
+    outs = prog.run(dev_in, device_outputs=True)
+    assert all(isinstance(o, cuda.DeviceArray) for o in outs)
+    assert_close([o.numpy() for o in outs], refs(name), f"python {name} (device in/out)")
+    stats = prog.cuda_stats()
+    assert stats.eager_runs == 2 and stats.graph_replays == 0
+    prog.close()
+
+
+@pytest.mark.parametrize("name", [n for n in CHECKED if n != "mutated_buffer"])
+def test_graph_replay_equals_eager(name: str) -> None:
+    """Same inputs through a graph-mode program and an eager one: equal outputs on every call, and
+    the counters show that capture and replay really happened (equal outputs alone would also pass
+    with graphs silently off)."""
+    from toolchain import runtime
+    from toolchain.runtime import cuda
+
+    available(name)
+    eager = runtime.load(ART / f"{name}.pt2", device="cuda")
+    graphed = runtime.load(ART / f"{name}.pt2", device="cuda", cuda_graphs=True)
+    rng = np.random.default_rng(0)
+    base = inputs(name)
+    for call in range(6):
+        xs = [x if call == 0 else (x + rng.standard_normal(x.shape).astype(x.dtype) * 0.1) for x in base]
+        dev = [cuda.DeviceArray.from_numpy(x) for x in xs]  # new addresses each call: copied into the graph's inputs
+        a = [o.numpy() for o in eager.run(dev, device_outputs=True)]
+        b = [o.numpy() for o in graphed.run(dev, device_outputs=True)]
+        for k, (u, v) in enumerate(zip(a, b, strict=True)):
+            np.testing.assert_array_equal(u, v, err_msg=f"{name} call {call} output {k}: replay differs from eager")
+    st = graphed.cuda_stats()
+    assert st.graphs_disabled_reason == "", st.graphs_disabled_reason
+    assert (st.graph_captures, st.graph_replays, st.eager_runs) == (1, 4, 2)
+
+
+def test_mutated_buffer_state_across_calls_with_and_without_graphs() -> None:
+    from toolchain import runtime
+
+    available("mutated_buffer")
+    xs = inputs("mutated_buffer")
+    for graphs in (False, True):
+        prog = runtime.load(ART / "mutated_buffer.pt2", device="cuda", cuda_graphs=graphs)
+        for call in range(MUTATED_CALLS):
+            assert_close(prog.run(xs), refs("mutated_buffer", call), f"mutated_buffer call {call} graphs={graphs}")
+        st = prog.cuda_stats()
+        if graphs:
+            assert (st.graph_captures, st.graph_replays) == (1, MUTATED_CALLS - 2), st
+
+
+def test_graph_inputs_at_new_addresses_are_copied_in() -> None:
+    """Each call passes a freshly allocated device buffer: the graph reads its own fixed input buffers,
+    so replay must copy the caller's data in (a stale input would give the first call's result)."""
+    from toolchain import runtime
+    from toolchain.runtime import cuda
+
+    prog = runtime.load(ART / "mlp.pt2", device="cuda", cuda_graphs=True)
+    ref = runtime.load(ART / "mlp.pt2", device="cuda")
+    x = inputs("mlp")[0]
+    for i in range(5):
+        xi = (x * (i + 1)).astype(x.dtype)
+        got = prog.run([cuda.DeviceArray.from_numpy(xi)])
+        want = ref.run([xi])
+        np.testing.assert_array_equal(got[0], want[0], err_msg=f"call {i}")
+    assert prog.cuda_stats().graph_replays == 3
+
+
+def test_blob_weights_are_uploaded_from_pinned_memory() -> None:
+    from toolchain import runtime
+
+    available("mlp_blob")
+    prog = runtime.load(ART / "mlp_blob.pt2", device="cuda")
+    st = prog.cuda_stats()
+    assert st.weight_upload_bytes > 0 and st.weight_upload_seconds > 0
+    assert_close(prog.run(inputs("mlp_blob")), refs("mlp_blob"), "mlp_blob")
+
+
+def test_cpu_program_rejects_device_buffers_and_cuda_options() -> None:
+    from toolchain import runtime
+    from toolchain.errors import InputError
+
+    with pytest.raises(InputError, match="needs device='cuda'"):
+        runtime.load(ART / "mlp.pt2", cuda_graphs=True)
+
+
+def test_graphs_must_be_chosen_before_the_first_run() -> None:
+    from toolchain import runtime
+    from toolchain.errors import ToolchainError
+
+    prog = runtime.load(ART / "mlp.pt2", device="cuda")
+    prog.run(inputs("mlp"))
+    with pytest.raises(ToolchainError, match="before the first run"):
+        prog._lib.check(prog._lib.lib.aoti_host_program_set_cuda_graphs(prog._handle, True), "set_cuda_graphs")

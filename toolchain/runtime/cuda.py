@@ -1,0 +1,218 @@
+"""GPU side of the bundled runtime: device buffers in and out of CUDA programs.
+
+Only imported for programs loaded on "cuda" (or when a device buffer is passed), so CPU plugins run
+without cuda-python installed. Allocations, copies and synchronisation go through cuda-python's
+`cuda.bindings` (the CUDA runtime API); device outputs are `DeviceArray`s, which other libraries take
+without a copy through `__cuda_array_interface__` (torch.as_tensor, cupy.asarray, numba).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import InputError, LoadError, RunError
+
+CUDA_DEVICE_TYPE = 1
+
+
+def _cudart() -> Any:
+    try:
+        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+    except ImportError:
+        try:
+            from cuda import cudart  # type: ignore[no-redef]  # older cuda-python
+        except ImportError as exc:
+            msg = "device buffers need cuda-python (the cuda.bindings module), which is not installed"
+            raise LoadError(msg, fix="pip install cuda-python (CPU programs do not need it)") from exc
+    return cudart
+
+
+def _check(result: Any, what: str) -> Any:
+    """cuda.bindings calls return (err, *values): raise on err, return the values."""
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        cudart = _cudart()
+        name = cudart.cudaGetErrorName(err)[1].decode(errors="replace")
+        text = cudart.cudaGetErrorString(err)[1].decode(errors="replace")
+        msg = f"{what} failed: {name}: {text}"
+        raise RunError(msg)
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+def device_count() -> int:
+    """Visible CUDA devices; 0 when cuda-python or a driver is missing."""
+    try:
+        cudart = _cudart()
+        err, n = cudart.cudaGetDeviceCount()
+    except Exception:
+        return 0
+    return int(n) if int(err) == 0 else 0
+
+
+def synchronize() -> None:
+    _check(_cudart().cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [("graph_captures", ctypes.c_uint64), ("graph_replays", ctypes.c_uint64),
+                ("eager_runs", ctypes.c_uint64), ("graphs_disabled_reason", ctypes.c_char_p),
+                ("weight_upload_bytes", ctypes.c_uint64), ("weight_stage_seconds", ctypes.c_double),
+                ("weight_upload_seconds", ctypes.c_double)]
+
+
+@dataclass(frozen=True)
+class CudaStats:
+    graph_captures: int
+    graph_replays: int
+    eager_runs: int
+    graphs_disabled_reason: str
+    weight_upload_bytes: int
+    weight_stage_seconds: float
+    weight_upload_seconds: float
+
+
+def bind(lib: ctypes.CDLL) -> None:
+    """Argument types of the CUDA entry points of libaoti_host.so (present in CPU builds too)."""
+    vp = ctypes.c_void_p
+    lib.aoti_host_program_set_cuda_graphs.argtypes = [vp, ctypes.c_bool]
+    lib.aoti_host_program_cuda_stats.argtypes = [vp, ctypes.POINTER(_Stats)]
+    lib.aoti_host_program_cuda_stream.argtypes = [vp, ctypes.POINTER(vp)]
+    lib.aoti_host_program_synchronize.argtypes = [vp]
+    lib.aoti_host_tensor_to_cpu.argtypes = [vp, ctypes.POINTER(vp)]
+    lib.aoti_torch_get_device_type.argtypes = [vp, ctypes.POINTER(ctypes.c_int32)]
+    lib.aoti_torch_get_device_index.argtypes = [vp, ctypes.POINTER(ctypes.c_int32)]
+
+
+def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:
+    s = _Stats()
+    library.check(library.lib.aoti_host_program_cuda_stats(handle, ctypes.byref(s)), "cuda_stats")
+    return CudaStats(s.graph_captures, s.graph_replays, s.eager_runs, (s.graphs_disabled_reason or b"").decode(),
+                     s.weight_upload_bytes, s.weight_stage_seconds, s.weight_upload_seconds)
+
+
+class DeviceArray:
+    """A strided array in device memory: one we allocated (`from_numpy`, `empty`) or a program output
+    (owned tensor handle, freed with the array)."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...] | None = None,
+                 device: int = 0, *, _free: Any = None) -> None:
+        self.ptr = int(ptr)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.strides = tuple(strides) if strides is not None else _contiguous(self.shape)  # in elements
+        self.device = device
+        self._free = _free
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...], dtype: Any, device: int = 0) -> DeviceArray:
+        cudart = _cudart()
+        nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        _check(cudart.cudaSetDevice(device), "cudaSetDevice")
+        ptr = _check(cudart.cudaMalloc(nbytes), "cudaMalloc")
+        return cls(int(ptr), shape, np.dtype(dtype), None, device, _free=lambda: cudart.cudaFree(ptr))
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, device: int = 0) -> DeviceArray:
+        a = np.ascontiguousarray(array)
+        out = cls.empty(a.shape, a.dtype, device)
+        cudart = _cudart()
+        if a.nbytes:
+            _check(cudart.cudaMemcpy(out.ptr, a.ctypes.data, a.nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice),
+                   "cudaMemcpy (host to device)")
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def _span(self) -> int:
+        if any(s == 0 for s in self.shape):
+            return 0
+        return (1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides, strict=True))) * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (synchronous; waits for the work queued before it on the legacy stream)."""
+        cudart = _cudart()
+        span = self._span()
+        flat = np.empty(max(1, span // self.dtype.itemsize), self.dtype)
+        if span:
+            _check(cudart.cudaMemcpy(flat.ctypes.data, self.ptr, span, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost),
+                   "cudaMemcpy (device to host)")
+        if span == 0:
+            return np.empty(self.shape, self.dtype)
+        view = np.lib.stride_tricks.as_strided(flat, self.shape, [s * self.dtype.itemsize for s in self.strides])
+        return np.array(view, copy=True)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": tuple(s * self.dtype.itemsize for s in self.strides), "stream": None}
+
+    def free(self) -> None:
+        if self._free is not None:
+            self._free()
+            self._free = None
+            self.ptr = 0
+
+    def __del__(self) -> None:
+        try:
+            self.free()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def device_view(obj: Any, index: int) -> tuple[int, np.dtype, tuple[int, ...], tuple[int, ...], int]:
+    """(pointer, dtype, shape, element strides, device index) of an object with __cuda_array_interface__."""
+    cai = obj.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
+    shape = tuple(int(s) for s in cai["shape"])
+    if cai.get("strides") is None:
+        strides = _contiguous(shape)
+    else:
+        byte_strides = cai["strides"]
+        if any(s % dtype.itemsize for s in byte_strides):
+            msg = f"input {index}: device strides {byte_strides} are not multiples of the {dtype.itemsize}-byte element"
+            raise InputError(msg)
+        strides = tuple(s // dtype.itemsize for s in byte_strides)
+    ptr = int(cai["data"][0])
+    device = getattr(obj, "device", 0)
+    device = device if isinstance(device, int) else int(getattr(device, "index", 0) or 0)
+    return ptr, dtype, shape, strides, device
+
+
+def wrap_output(library: Any, handle: int, from_code: dict[int, np.dtype]) -> DeviceArray:
+    """A program's device output as a DeviceArray that frees the tensor handle with it."""
+    lib = library.lib
+    data, code, ndim, dev = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_int64(), ctypes.c_int32()
+    sizes, strides = ctypes.POINTER(ctypes.c_int64)(), ctypes.POINTER(ctypes.c_int64)()
+    for rc in (lib.aoti_torch_get_data_ptr(handle, ctypes.byref(data)),
+               lib.aoti_torch_get_dtype(handle, ctypes.byref(code)),
+               lib.aoti_torch_get_dim(handle, ctypes.byref(ndim)),
+               lib.aoti_torch_get_sizes(handle, ctypes.byref(sizes)),
+               lib.aoti_torch_get_strides(handle, ctypes.byref(strides)),
+               lib.aoti_torch_get_device_index(handle, ctypes.byref(dev))):
+        library.check(rc, "reading an output tensor")
+    dtype = from_code.get(code.value)
+    if dtype is None:
+        lib.aoti_torch_delete_tensor_object(handle)
+        msg = f"output dtype code {code.value} has no numpy equivalent"
+        raise RunError(msg)
+    shape = tuple(sizes[i] for i in range(ndim.value))
+    st = tuple(strides[i] for i in range(ndim.value))
+    h = ctypes.c_void_p(handle)
+    return DeviceArray(data.value or 0, shape, dtype, st, dev.value, _free=lambda: lib.aoti_torch_delete_tensor_object(h))
