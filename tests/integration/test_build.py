@@ -99,6 +99,17 @@ def test_unknown_option_is_refused_with_a_suggestion(tmp_path):
     assert "unknown option mdoe=debug" in proc.stdout and "did you mean mode" in proc.stdout
 
 
+@pytest.mark.parametrize("driver, fix", [("gcc", "g++"), ("clang", "clang++")])
+def test_c_driver_as_cxx_is_refused_before_any_compile(tmp_path, driver, fix):
+    """cxx=clang compiles C++ but links without the C++ runtime; say so instead of failing at link time."""
+    if not shutil.which(driver):
+        pytest.skip(f"{driver} not installed")
+    proc = scons("-Q", f"cxx={driver}", f"build_dir={tmp_path}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"cxx={driver} is a C compiler driver; pass cxx={fix}" in proc.stdout + proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
 def _compiled_objects(output: str) -> set[str]:
     return {Path(m).name for m in re.findall(r"-o (\S+\.os) -c", output)}
 
