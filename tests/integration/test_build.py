@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -72,13 +71,12 @@ env.AotiCheckExports(prog)
     assert "does not load" in run.stderr
 
 
-def test_null_build_does_nothing_fast(host_build):
+def test_null_build_does_nothing(host_build):
+    """Behaviour only: nothing is out of date after a build. Its speed (<= 2 s for the CPU and CUDA variants
+    together) is measured by bench/bench_build.py, not asserted here (a loaded CI machine is not a clock)."""
     scons("-Q", check=True)
-    start = time.monotonic()
     q = scons("-q")
-    elapsed = time.monotonic() - start
     assert q.returncode == 0, "scons -q says something is out of date after a full build"
-    assert elapsed < 2.0, f"null build took {elapsed:.2f}s"
     dry = scons("-n", "-Q")
     # FACTS.md: `scons -n -Q` still prints "scons: `X' is up to date." lines; no command may appear.
     commands = [ln for ln in dry.stdout.splitlines() if ln and not re.match(r"scons: `.*' is up to date\.", ln)]
