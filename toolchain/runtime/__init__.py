@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from toolchain.errors import InputError, LoadError, RunError, ToolchainError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LIBRARY_ENV = "AOTI_HOST_LIBRARY"
+_Self = TypeVar("_Self", bound="_Owned")
 
 # torch ScalarType codes <-> numpy dtypes
 _TO_CODE: dict[np.dtype[Any], int] = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
@@ -187,7 +188,26 @@ class Library:
             lib.aoti_torch_delete_tensor_object(handle)
 
 
-class Program:
+class _Owned:
+    """A native handle freed by close(): explicitly, at the end of a with-block, or when collected."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Program(_Owned):
     """A plugin loaded in the host runtime. Use `load()`."""
 
     def __init__(self, library: Library, handle: int, path: Path, device: str = "cpu") -> None:
@@ -351,18 +371,6 @@ class Program:
             self._lib.lib.aoti_host_program_free(self._handle)
             self._handle = ctypes.c_void_p()
 
-    def __enter__(self) -> Program:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
 
 LAYOUTS = ("contiguous", "channels_last", "channels_last_3d")
 
@@ -411,7 +419,7 @@ def layout_strides(layout: str, shape: Sequence[int]) -> list[int]:
     raise InputError(msg)
 
 
-class Session:
+class Session(_Owned):
     """Mutable state of one conversation/stream: runs in it see only its own buffers. Use Program.session()."""
 
     def __init__(self, program: Program, handle: int) -> None:
@@ -442,18 +450,6 @@ class Session:
         if self._handle.value is not None:
             self.program._lib.lib.aoti_host_session_free(self._handle)
             self._handle = ctypes.c_void_p()
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 _LIBRARIES: dict[Path, Library] = {}
