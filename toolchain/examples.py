@@ -18,14 +18,14 @@ def _torch():
 
 def mlp() -> tuple[Any, tuple[Any, ...]]:
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
     return model.eval(), (torch.randn(4, 16),)
 
 
 def convnet(channels_last: bool = False) -> tuple[Any, tuple[Any, ...]]:
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
     model = nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
         nn.Conv2d(8, 4, 3, stride=2, groups=2), nn.ReLU(),
@@ -47,7 +47,7 @@ def convnet_channels_last() -> tuple[Any, tuple[Any, ...]]:
 
 def embedding() -> tuple[Any, tuple[Any, ...]]:
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
 
     class EmbedBag(nn.Module):
         def __init__(self) -> None:
@@ -63,7 +63,7 @@ def embedding() -> tuple[Any, tuple[Any, ...]]:
 
 def two_outputs() -> tuple[Any, tuple[Any, ...]]:
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
 
     class TwoHeads(nn.Module):
         def __init__(self) -> None:
@@ -81,7 +81,7 @@ def two_outputs() -> tuple[Any, tuple[Any, ...]]:
 
 def mutated_buffer() -> tuple[Any, tuple[Any, ...]]:
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
 
     class Counter(nn.Module):
         def __init__(self) -> None:
@@ -100,7 +100,7 @@ def attention() -> tuple[Any, tuple[Any, ...]]:
     """A pre-norm transformer block (dim 64, 4 heads, sequence 32): inductor fuses its hand-written
     matmul-softmax-matmul into the flash-attention op, which a link_libtorch=False plugin imports."""
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
 
     class Block(nn.Module):
         def __init__(self, dim: int = 64, heads: int = 4) -> None:
@@ -125,7 +125,7 @@ def convnet_bench() -> tuple[Any, tuple[Any, ...]]:
     """A small image classifier (3x32x32, conv-bn-relu x3, pooling, linear), channels-last as torch
     recommends on CPU: the benchmark's conv net."""
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
 
     def block(cin: int, cout: int, stride: int) -> list[Any]:
         return [nn.Conv2d(cin, cout, 3, stride=stride, padding=1), nn.BatchNorm2d(cout), nn.ReLU()]
@@ -139,7 +139,7 @@ def convnet_bench() -> tuple[Any, tuple[Any, ...]]:
 def mlp_bench() -> tuple[Any, tuple[Any, ...]]:
     """The benchmark's MLP: 256 -> 512 -> 512 -> 10 with GELU, batch 32."""
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
     model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 10))
     return model.eval(), (torch.randn(32, 256),)
 
@@ -173,7 +173,7 @@ def get(name: str) -> tuple[Any, tuple[Any, ...]]:
 def two_methods(width: int = 32) -> tuple[Any, tuple[Any, ...]]:
     """A module with `forward` and `embed` sharing `fc1`/`fc2` (export both with export.export_methods)."""
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
 
     class TwoMethods(nn.Module):
         def __init__(self) -> None:
@@ -197,7 +197,7 @@ METHODS: dict[str, tuple[str, ...]] = {"two_methods": ("forward", "embed")}
 def stateful_methods() -> tuple[Any, tuple[Any, ...]]:
     """`forward` accumulates into the buffer `total`; `peek` reads it: one state seen by both methods."""
     torch = _torch()
-    nn = torch.nn
+    nn: Any = torch.nn
 
     class Accumulator(nn.Module):
         def __init__(self) -> None:

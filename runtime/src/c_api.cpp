@@ -289,6 +289,7 @@ int aoti_host_tensor_to_cuda(struct AtenTensorOpaque* tensor, int32_t device_ind
 }
 
 #if CUDA_AVAILABLE
+}  // extern "C": C++ helpers below return C++ types
 namespace {
 aoti_host::cuda::ProgramState& cuda_of(const aoti_host_program* program) {
   require(program, "program");
@@ -299,6 +300,7 @@ aoti_host::cuda::ProgramState& cuda_of(const aoti_host_program* program) {
   return *s;
 }
 }  // namespace
+extern "C" {
 
 int aoti_host_program_set_cuda_graphs(aoti_host_program* program, bool enable) {
   return guarded([&] {

@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -72,13 +71,12 @@ env.AotiCheckExports(prog)
     assert "does not load" in run.stderr
 
 
-def test_null_build_does_nothing_fast(host_build):
+def test_null_build_does_nothing(host_build):
+    """Behaviour only: nothing is out of date after a build. Its speed (<= 2 s for the CPU and CUDA variants
+    together) is measured by bench/bench_build.py, not asserted here (a loaded CI machine is not a clock)."""
     scons("-Q", check=True)
-    start = time.monotonic()
     q = scons("-q")
-    elapsed = time.monotonic() - start
     assert q.returncode == 0, "scons -q says something is out of date after a full build"
-    assert elapsed < 2.0, f"null build took {elapsed:.2f}s"
     dry = scons("-n", "-Q")
     # FACTS.md: `scons -n -Q` still prints "scons: `X' is up to date." lines; no command may appear.
     commands = [ln for ln in dry.stdout.splitlines() if ln and not re.match(r"scons: `.*' is up to date\.", ln)]
@@ -97,6 +95,17 @@ def test_unknown_option_is_refused_with_a_suggestion(tmp_path):
     proc = scons("-Q", "mdoe=debug", f"build_dir={tmp_path}")
     assert proc.returncode == 2
     assert "unknown option mdoe=debug" in proc.stdout and "did you mean mode" in proc.stdout
+
+
+@pytest.mark.parametrize("driver, fix", [("gcc", "g++"), ("clang", "clang++")])
+def test_c_driver_as_cxx_is_refused_before_any_compile(tmp_path, driver, fix):
+    """cxx=clang compiles C++ but links without the C++ runtime; say so instead of failing at link time."""
+    if not shutil.which(driver):
+        pytest.skip(f"{driver} not installed")
+    proc = scons("-Q", f"cxx={driver}", f"build_dir={tmp_path}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"cxx={driver} is a C compiler driver; pass cxx={fix}" in proc.stdout + proc.stderr
+    assert not any(tmp_path.iterdir())
 
 
 def _compiled_objects(output: str) -> set[str]:

@@ -53,8 +53,13 @@ def version_definitions(path: Path) -> list[str]:
     out = []
     for d in binary.symbols_version_definition:
         for aux in d.auxiliary_symbols:
-            out.append(aux.name)
+            out.append(_text(aux.name))
     return out
+
+
+def _text(value: str | bytes) -> str:
+    """lief gives bytes for names that are not valid UTF-8; keep them round-trippable."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def read_dynamic(path: Path) -> DynamicInfo:
@@ -75,12 +80,13 @@ def read_dynamic(path: Path) -> DynamicInfo:
         version = None
         hidden = False
         sv = sym.symbol_version if sym.has_version else None
-        if sv is not None and sv.has_auxiliary_version:
-            version = sv.symbol_version_auxiliary.name
+        aux_version = sv.symbol_version_auxiliary if sv is not None and sv.has_auxiliary_version else None
+        if sv is not None and aux_version is not None:
+            version = _text(aux_version.name)
             hidden = bool(sv.value & 0x8000)
         symbols.append(
             DynamicSymbol(
-                name=sym.name,
+                name=_text(sym.name),
                 defined=sym.shndx != 0,
                 binding=_enum_name(sym.binding),
                 visibility=_enum_name(sym.visibility),
@@ -93,6 +99,6 @@ def read_dynamic(path: Path) -> DynamicInfo:
         path=path,
         machine=_enum_name(binary.header.machine_type),
         is_pie_or_shared=_enum_name(binary.header.file_type) == "DYN",
-        needed=tuple(lib for lib in binary.libraries),
+        needed=tuple(_text(lib) for lib in binary.libraries),
         symbols=tuple(symbols),
     )

@@ -36,10 +36,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 LIBRARY_ENV = "AOTI_HOST_LIBRARY"
 
 # torch ScalarType codes <-> numpy dtypes
-_TO_CODE = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
+_TO_CODE: dict[np.dtype[Any], int] = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
             np.dtype(np.int64): 4, np.dtype(np.float16): 5, np.dtype(np.float32): 6, np.dtype(np.float64): 7,
             np.dtype(np.bool_): 11}
-_FROM_CODE = {v: k for k, v in _TO_CODE.items()}
+_FROM_CODE: dict[int, np.dtype[Any]] = {v: k for k, v in _TO_CODE.items()}
 _STATUS = {1: InputError, 2: InputError, 3: LoadError, 4: LoadError, 5: RunError, 6: LoadError, 7: ToolchainError}
 
 
@@ -329,11 +329,12 @@ class Program:
         rc = self._lib.lib.aoti_host_program_run_method(handle, index, session._handle if session else None, views,
                                                         len(inputs), outs, num_outputs)
         self._lib.check(rc, "run")
+        handles = [int(outs[k] or 0) for k in range(num_outputs)]
         if device_outputs:
             from toolchain.runtime import cuda as _cuda
 
-            return [_cuda.wrap_output(self._lib, outs[k], _FROM_CODE) for k in range(num_outputs)]
-        return [self._lib.take_output(outs[k]) for k in range(num_outputs)]
+            return [_cuda.wrap_output(self._lib, h, _FROM_CODE) for h in handles]
+        return [self._lib.take_output(h) for h in handles]
 
     def synchronize(self) -> None:
         """Wait for this program's device work (a no-op on the CPU)."""
@@ -378,7 +379,8 @@ def layout_strides(layout: str, shape: Sequence[int]) -> list[int]:
     """Element strides of `layout` (a name in LAYOUTS or `strides=S0,S1,...`) for an array of `shape`."""
     dims = [max(int(n), 1) for n in shape]
     if layout == "contiguous":
-        out, acc = [], 1
+        out: list[int] = []
+        acc = 1
         for n in reversed(dims):
             out.insert(0, acc)
             acc *= n

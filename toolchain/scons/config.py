@@ -152,8 +152,16 @@ def _configure_cuda(env, nvcc: str) -> None:
         return
     # The CUDA runtime is linked shared (-lcudart, not nvcc's static default): plugins import cuda*
     # unversioned without listing libcudart, so the host must put the one shared runtime in global scope.
-    env["AOTI_CUDA_USAGE"] = {"CPPPATH": include, "LIBPATH": libdirs, "RPATH": libdirs,
+    env["AOTI_CUDA_USAGE"] = {"AOTI_SYSTEM_CPPPATH": include, "LIBPATH": libdirs, "RPATH": libdirs,
                               "LIBS": ["cudart", *cublas_libs]}
+
+
+def _system_include_flags(target, source, env, for_signature) -> list[str]:
+    """``-isystem DIR`` (two arguments: nvcc refuses the joined form) for each AOTI_SYSTEM_CPPPATH entry."""
+    # Dir().path is relative to the top directory for paths inside the checkout: the command line (part of
+    # each object's signature) stays the same in every checkout, so cache_dir= keeps hitting.
+    dirs = env.Flatten(env.get("AOTI_SYSTEM_CPPPATH", []))
+    return [arg for d in dirs for arg in ("-isystem", env.Dir(d).path)]
 
 
 def _variant_name(env, cuda: bool, family: str) -> str:
@@ -176,6 +184,12 @@ def configure(env) -> Variant:
     cxx = env["cxx"]
     if not shutil.which(cxx):
         _fail(f"cxx={cxx}: compiler not found on PATH; install it or pass cxx=/path/to/compiler")
+    c_drivers = {"gcc": "g++", "clang": "clang++", "cc": "c++"}
+    base = os.path.basename(cxx)
+    stem = base.split("-")[0]
+    if stem in c_drivers:
+        # A C driver compiles C++ but links without the C++ runtime: undefined std:: symbols at link time.
+        _fail(f"cxx={cxx} is a C compiler driver; pass cxx={c_drivers[stem]}{base[len(stem):]}")
     family = _compiler_family(cxx)
     if env["stdlib"] == "libc++" and family != "clang":
         _fail(f"stdlib=libc++ needs cxx=clang++ (got cxx={cxx}); install Debian's clang, libc++-dev and "
@@ -209,6 +223,11 @@ def configure(env) -> Variant:
     # The feature defines: every translation unit of the variant gets them, and records them in its object
     # (the force-included config.h); the post-link check compares every object's record with these.
     env["AOTI_FEATURE_DEFINES"] = {"CUDA_AVAILABLE": str(int(cuda))}
+    # Third-party headers (the CUDA toolkit, cuBLAS) are system includes: -Werror is for our code, and
+    # clang flags unused static functions in cuda_fp16.hpp when it is reached through a plain -I.
+    env["AOTI_SYSTEM_CPPPATH"] = []
+    env["_AOTI_SYSINCFLAGS"] = _system_include_flags
+    env["_CPPINCFLAGS"] = env["_CPPINCFLAGS"] + " $_AOTI_SYSINCFLAGS"
     env.Append(
         CPPDEFINES=[*env["AOTI_FEATURE_DEFINES"].items()] + ([] if env["mode"] == "debug" else ["NDEBUG"]),
         CCFLAGS=["-include", CONFIG_HEADER, '-DAOTI_CONFIG_SOURCE_NAME=\\"$SOURCE\\"', *opt, "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",

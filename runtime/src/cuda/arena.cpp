@@ -11,14 +11,27 @@ namespace cuda {
 constexpr size_t kAlign = 256;  // what cudaMalloc guarantees; kernels may vectorise on it
 constexpr size_t kMinBlock = size_t{2} << 20;
 
+namespace {
+// Blocks belong to the arena's device, whatever device is current on the calling thread.
+void* malloc_on(int device, size_t bytes) {
+  int current = 0;
+  AOTI_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) AOTI_CUDA_CHECK(cudaSetDevice(device));
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (current != device) cudaSetDevice(current);
+  AOTI_CUDA_CHECK(err);
+  return p;
+}
+}  // namespace
+
 Arena::~Arena() {
   for (auto& b : blocks_) cudaFree(b.base);
 }
 
 void Arena::reserve(size_t bytes) {
   if (bytes == 0) return;
-  char* p = nullptr;
-  AOTI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), bytes));
+  auto* p = static_cast<char*>(malloc_on(device_, bytes));
   blocks_.push_back(Block{p, bytes, 0});
 }
 
@@ -34,8 +47,7 @@ void* Arena::allocate(size_t bytes) {
   }
   // Capture runs in relaxed mode, where cudaMalloc is allowed; it is not recorded in the graph.
   const size_t size = n > kMinBlock ? n : kMinBlock;
-  char* p = nullptr;
-  AOTI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), size));
+  auto* p = static_cast<char*>(malloc_on(device_, size));
   blocks_.push_back(Block{p, size, n});
   used_ += n;
   return p;
