@@ -86,7 +86,7 @@ def test_null_build_does_nothing(host_build):
 def test_help_documents_options():
     out = scons("-h").stdout
     for opt in ("cuda:", "cuda_arch:", "nvcc:", "cxx:", "stdlib:", "mode:", "export:", "build_dir:", "cache_dir:",
-                "spec_dir:"):
+                "spec_dir:", "deps_prefix:"):
         assert opt in out, opt
     assert "auto" in out and "debug" in out
 
@@ -106,6 +106,28 @@ def test_c_driver_as_cxx_is_refused_before_any_compile(tmp_path, driver, fix):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"cxx={driver} is a C compiler driver; pass cxx={fix}" in proc.stdout + proc.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_deps_prefix_reaches_compiles_and_links(tmp_path):
+    """deps_prefix=DIR (libraries unpacked outside the system paths, e.g. from .debs on a machine without
+    apt): DIR/include on every compile, DIR/lib on every link, the runtime's consumers included."""
+    prefix = tmp_path / "prefix"
+    (prefix / "include").mkdir(parents=True)
+    (prefix / "lib").mkdir()
+    proc = scons("-n", "-Q", f"deps_prefix={prefix}", f"build_dir={tmp_path / 'build'}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    compiles = [ln for ln in proc.stdout.splitlines() if " -c " in ln and ln.split()[-1].endswith(".cpp")]
+    links = [ln for ln in proc.stdout.splitlines() if " -o " in ln and " -c " not in ln and "-lopenblas" in ln]
+    assert compiles and all(f"-I{prefix}/include" in ln for ln in compiles)
+    assert any("libaoti_host.so" in ln for ln in links) and any("aoti-run" in ln for ln in links)
+    assert all(f"-L{prefix}/lib" in ln for ln in links)
+
+
+def test_deps_prefix_that_is_not_a_directory_is_refused(tmp_path):
+    proc = scons("-Q", f"deps_prefix={tmp_path / 'nope'}", f"build_dir={tmp_path / 'build'}")
+    assert proc.returncode == 2
+    assert "deps_prefix:" in proc.stdout and "is not a directory" in proc.stdout
+    assert not (tmp_path / "build").exists()
 
 
 def _compiled_objects(output: str) -> set[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 
 import SCons.Script
@@ -46,6 +47,10 @@ def add_variables(vars) -> None:
         PathVariable("build_dir", "where variant directories go", "build", PathVariable.PathAccept),
         PathVariable("cache_dir", "SCons CacheDir shared between builds and machines (empty: no cache)", "",
                      PathVariable.PathAccept),
+        ("deps_prefix", "prefixes (colon-separated) of libraries installed outside the system paths, e.g. "
+         "OpenBLAS/Sleef unpacked from .debs: PREFIX/include is searched for headers, PREFIX/lib and "
+         "PREFIX/lib/<multiarch> for libraries; at run time the loader must find them too (ldconfig or "
+         "LD_LIBRARY_PATH: no build-machine RUNPATH is written)", ""),
         PathVariable("spec_dir", "the spec (TOML) the shim lists are generated from",
                      os.path.join(REPO_ROOT, "toolchain", "spec"), PathVariable.PathIsDir),
     )
@@ -164,6 +169,31 @@ def _system_include_flags(target, source, env, for_signature) -> list[str]:
     return [arg for d in dirs for arg in ("-isystem", env.Dir(d).path)]
 
 
+def _add_deps_prefixes(env, usage: dict) -> None:
+    """deps_prefix=P1:P2: headers and libraries of dependencies unpacked outside the system paths."""
+    prefixes = [p for p in env["deps_prefix"].split(":") if p]
+    if not prefixes:
+        return
+    multiarch = subprocess.run([env["CC"], "-print-multiarch"], capture_output=True, text=True).stdout.strip()
+    for prefix in prefixes:
+        if not os.path.isdir(prefix):
+            _fail(f"deps_prefix: {prefix} is not a directory; pass the directory that holds include/ and lib/")
+            return
+        prefix = os.path.abspath(prefix)
+        include = os.path.join(prefix, "include")
+        libdirs = [d for d in (os.path.join(prefix, "lib", multiarch) if multiarch else "", os.path.join(prefix, "lib"))
+                   if d and os.path.isdir(d)]
+        if not os.path.isdir(include) and not libdirs:
+            _fail(f"deps_prefix: {prefix} has neither include/ nor lib/; pass the directory that holds them "
+                  "(for a .deb: `dpkg -x PKG.deb DIR`, then deps_prefix=DIR/usr)")
+            return
+        if os.path.isdir(include):
+            env.Append(CPPPATH=[include])
+            usage["CPPPATH"] = [*usage.get("CPPPATH", []), include]
+        env.Append(LIBPATH=libdirs)
+        usage["LIBPATH"] = [*usage.get("LIBPATH", []), *libdirs]
+
+
 def _variant_name(env, cuda: bool, family: str) -> str:
     from toolchain.scons.nvcc import DEFAULT_ARCH, parse_arch
 
@@ -248,6 +278,7 @@ def configure(env) -> Variant:
         _configure_cuda(env, nvcc)
         for key, values in env["AOTI_CUDA_USAGE"].items():
             usage[key] = [*usage.get(key, []), *values]
+    _add_deps_prefixes(env, usage)
     env["AOTI_RUNTIME_USAGE"] = usage
     if env["cache_dir"]:
         env.CacheDir(os.path.abspath(env["cache_dir"]))

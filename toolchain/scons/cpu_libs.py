@@ -59,7 +59,8 @@ def configure_cpu_libs(env) -> None:
         conf.Finish()
         if missing:
             print("scons: error: libraries the host runtime needs were not found:\n" + "\n".join(missing) +
-                  f"\n  fix: {_APT} (as root), or point CPPPATH/LIBPATH at them; details in {vdir}/config.log")
+                  f"\n  fix: {_APT} (as root); for libraries unpacked elsewhere (e.g. `dpkg -x PKG.deb DIR`), "
+                  f"pass deps_prefix=DIR/usr; details in {vdir}/config.log")
             SCons.Script.Exit(2)
     # Usage requirements of the runtime: whatever links it links these too.
     usage = env["AOTI_RUNTIME_USAGE"]
