@@ -7,9 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from toolchain.atomic import replacing
 from toolchain.errors import CompareError, InputError, ToolchainError, UsageError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,15 +36,8 @@ def _load_npy(path: Path):
 def _save_npy(path: Path, array) -> None:
     import numpy as np
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npy", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(array))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(path, suffix=".npy") as tmp, tmp.open("wb") as f:
+        np.save(f, np.ascontiguousarray(array))
 
 
 def compare(outputs, refs, atol: float, rtol: float) -> list[str]:

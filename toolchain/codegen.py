@@ -8,11 +8,10 @@ so a spec edit that doesn't change a file doesn't rebuild what depends on it.
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.atomic import write_text
 from toolchain.errors import ToolchainError
 from toolchain.spec import Spec, load_spec
 
@@ -94,15 +93,7 @@ def write_if_changed(path: Path, text: str) -> bool:
             return False
     except (FileNotFoundError, UnicodeDecodeError):
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, text)
     return True
 
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toolchain.atomic import replacing, write_text
 from toolchain.errors import InputError, ToolchainError
 
 CONTRACT_ENTRY = "extra/aoti_toolchain_contract.json"
@@ -277,21 +278,16 @@ def export(
     except Exception as exc:  # torch raises many types; the message is what the user needs
         msg = f"torch.export failed: {type(exc).__name__}: {exc}"
         raise ExportError(msg) from exc
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".pt2", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     # inductor caches its list of working ISAs per process, computed with the configs of the first
     # compile that asked: start from a fresh list and leave one for the next build to compute anew.
     cpu_vec_isa.valid_vec_isa_list.cache_clear()
     try:
-        torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
-        add_contract(tmp, contract_of(ep, example_inputs))
-        os.replace(tmp, out)
+        with replacing(out, suffix=".pt2") as tmp:
+            torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
+            add_contract(tmp, contract_of(ep, example_inputs))
     except ToolchainError:
-        tmp.unlink(missing_ok=True)
         raise
     except Exception as exc:
-        tmp.unlink(missing_ok=True)
         msg = f"AOTInductor compilation failed: {type(exc).__name__}: {exc}"
         raise ExportError(msg) from exc
     finally:
@@ -353,8 +349,5 @@ def export_methods(
                extra_configs=extra_configs)
         entries.append({"name": name, "package": pkg.name})
     manifest = out_dir / MANIFEST_NAME
-    fd, tmp_name = tempfile.mkstemp(prefix=".methods.", suffix=".json", dir=out_dir)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"schema": MANIFEST_SCHEMA, "methods": entries}, f, indent=1)
-    os.replace(tmp_name, manifest)
+    write_text(manifest, json.dumps({"schema": MANIFEST_SCHEMA, "methods": entries}, indent=1))
     return manifest

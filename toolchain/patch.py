@@ -12,10 +12,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.atomic import replacing
 from toolchain.elf.reader import ElfError, read_elf
 from toolchain.elf.resolve import Resolver
 from toolchain.errors import InputError, LoadError, UsageError
@@ -164,11 +164,8 @@ def patch_file(path: Path, ops: list[Op], *, out: Path | None, in_place: bool, h
             _atomic_copy(path, out)
             return [], out
         return [], None
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".patch", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    tmp.unlink()
-    try:
+    with replacing(dest, suffix=".patch") as tmp:
+        tmp.unlink()  # apply() writes a new file there
         apply(path, tmp, steps)
         os.chmod(tmp, os.stat(path).st_mode & 0o7777)
         report = verify_paths([tmp], host=host, profile=profile)
@@ -186,9 +183,6 @@ def patch_file(path: Path, ops: list[Op], *, out: Path | None, in_place: bool, h
             orig = path.with_name(path.name + ".orig")
             if not orig.exists():
                 os.link(path, orig) if _same_fs(path, orig) else shutil.copy2(path, orig)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     return steps, dest
 
 
@@ -197,13 +191,8 @@ def _same_fs(a: Path, b: Path) -> bool:
 
 
 def _atomic_copy(src: Path, dst: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
-    os.close(fd)
-    try:
+    with replacing(dst) as tmp:
         shutil.copy2(src, tmp)
-        os.replace(tmp, dst)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def cmd_patch(args) -> int:

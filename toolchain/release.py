@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from toolchain.atomic import write_text
 from toolchain.errors import InputError, ToolchainError, UsageError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -114,17 +115,6 @@ def export_examples(names: list[str], out: Path, build_dir: Path) -> list[Path]:
     return plugins
 
 
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str, jobs: int,
             work: Path | None = None) -> int:
     from toolchain.verify import verify_paths
@@ -181,12 +171,12 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
         print(f"[release] error: {exc}", file=sys.stderr)
     report["verdict"] = "pass" if verdict_ok else "fail"
     report["seconds"] = round(time.time() - started, 1)
-    write_atomic(out / "release-report.json", json.dumps(report, indent=2) + "\n")
+    write_text(out / "release-report.json", json.dumps(report, indent=2) + "\n")
     if not verdict_ok:
         print(f"[release] FAILED; report: {out / 'release-report.json'} (no SHA256SUMS written)", file=sys.stderr)
         return 3 if "error" in report else 1
     sums = "".join(f"{a['sha256']}  {a['file']}\n" for a in report["artifacts"])
-    write_atomic(out / "SHA256SUMS", sums)
+    write_text(out / "SHA256SUMS", sums)
     print(f"[release] OK: {len(report['artifacts'])} artifacts, {out / 'SHA256SUMS'}, {out / 'release-report.json'}")
     return 0
 

@@ -8,8 +8,8 @@ Command whose only source is a Value holding the JSON text: it is rewritten exac
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+
+from toolchain.atomic import write_text
 
 
 def _entries_text(env) -> str:
@@ -28,11 +28,7 @@ def _entries_text(env) -> str:
 
 
 def _write(target, source, env):
-    path = target[0].abspath
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".compile_commands.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(source[0].read())
-    os.replace(tmp, path)  # atomic: an editor never reads half a database
+    write_text(target[0].abspath, source[0].read())  # atomic: an editor never reads half a database
     return 0
 
 

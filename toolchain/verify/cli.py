@@ -14,13 +14,14 @@ EXIT_CODES = ("exit codes: 0 pass (warnings allowed unless --strict); 1 failed (
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from toolchain.atomic import write_text
     from toolchain.verify import verify_paths
-    from toolchain.verify.formats import render, write_atomic
+    from toolchain.verify.formats import render
 
     report = verify_paths(args.files, host=args.host, profile=args.profile, strict=args.strict, kind=args.kind)
     text = render(report, args.format)
     if args.output:
-        write_atomic(Path(args.output), text)
+        write_text(Path(args.output), text)
         print(f"{report.verdict.upper()}: {report.count('error')} error(s), {report.count('warning')} warning(s) "
               f"in {len(report.files)} file(s); {args.format} report -> {args.output}", file=sys.stderr)
     else:
