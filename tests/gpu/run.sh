@@ -20,20 +20,24 @@ $PY -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torc
 $PY -c 'from cuda.bindings import runtime as r; print("cuda.bindings ok, devices:", r.cudaGetDeviceCount()[1])' \
   || echo "cuda-python missing: the Python device-buffer tests will skip"
 
-step "build (scons cuda=on, else the direct fallback build)"
-BUILD_VARIANT=""
-# AOTI_GPU_BUILD=direct forces the fallback (to compare it with the SCons build; see bench/RESULTS.md).
-if [ "${AOTI_GPU_BUILD:-scons}" = scons ] && command -v scons >/dev/null && scons -Q cuda=on -j"$NPROC" >"$OUT/build.log" 2>&1; then
-  BUILD_VARIANT=$(ls -d build/cuda-*-release 2>/dev/null | head -1)
-  echo "scons cuda=on: built $BUILD_VARIANT"
-else
-  echo "scons cuda=on unavailable or failed (tail of its log below); using tests/gpu/build_cuda.py"
-  tail -3 "$OUT/build.log" 2>/dev/null
-  $PY tests/gpu/build_cuda.py build/cuda-direct -j "$NPROC" >>"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 2; }
-  BUILD_VARIANT=build/cuda-direct
+step "build (scons cuda=on with this machine's nvcc)"
+# OpenBLAS and Sleef (the CPU fallbacks and vectorised plugins need them) are not installed on the GPU
+# machine and it has no network: take them along unpacked from the .debs (`.deps`, README "GPU run").
+DEPS_ARG=""
+if [ -d "$REPO/.deps/lib/x86_64-linux-gnu" ]; then
+  ( cd "$REPO/.deps/lib/x86_64-linux-gnu" && ln -sf libopenblas.so.0 libopenblas.so && ln -sf libsleef.so.3 libsleef.so )
+  DEPS_ARG="deps_prefix=$REPO/.deps"
+  export LD_LIBRARY_PATH="$REPO/.deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+command -v scons >/dev/null || { echo "scons not found: install the scons wheel (README \"GPU run\")"; exit 2; }
+if ! scons -Q cuda=on $DEPS_ARG -j"$NPROC" >"$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"; exit 2
+fi
+BUILD_VARIANT=$(ls -d build/cuda-*-release | head -1)
+echo "scons cuda=on: built $BUILD_VARIANT"
 export AOTI_HOST_LIBRARY=$REPO/$BUILD_VARIANT/dist/lib/libaoti_host.so AOTI_RUN=$REPO/$BUILD_VARIANT/dist/bin/aoti-run
 ls -la "$AOTI_HOST_LIBRARY" "$AOTI_RUN" || exit 2
+cp "$AOTI_HOST_LIBRARY" "$OUT/" 2>/dev/null || true   # for addr2line on a crash trace
 
 step "export CUDA plugins with this machine's torch"
 export AOTI_GPU_ARTIFACTS=$REPO/build/gpu-artifacts AOTI_HOST_CACHE_DIR=$REPO/build/plugin-cache
@@ -66,17 +70,13 @@ print(f"union of aoti_torch_ imports ({len(union)}):", " ".join(sorted(union)))
 PYEOF
 rm -f "$OUT/plugin.so"
 
-step "Python module smoke test (in-process load of a CUDA plugin; backtrace and the other build if it crashes)"
-SMOKE='import numpy as np, os; from toolchain import runtime; a=os.environ["AOTI_GPU_ARTIFACTS"]
-p = runtime.load(a + "/mlp.pt2", device="cuda"); print("smoke ok:", p.run([np.load(a + "/mlp.in0.npy")])[0].shape)'
-if ! $PY -c "$SMOKE"; then
-  echo "the Python module failed with $AOTI_HOST_LIBRARY; backtrace (cuda-gdb):"
-  cuda-gdb -batch -ex run -ex bt --args $PY -c "$SMOKE" 2>&1 | grep -E "^#|signal|Error" | head -30
-  if [ "$BUILD_VARIANT" != build/cuda-direct ]; then
-    $PY tests/gpu/build_cuda.py build/cuda-direct -j "$NPROC" >>"$OUT/build.log" 2>&1 && \
-      AOTI_HOST_LIBRARY=$REPO/build/cuda-direct/dist/lib/libaoti_host.so $PY -c "$SMOKE" && echo "(with the direct build)"
-  fi
-fi
+step "Python module smoke test (in-process load of a CUDA plugin, every fault traced to library+offset)"
+TRACE=""
+if gcc -shared -fPIC -O1 -o "$OUT/segv_trace.so" tests/gpu/segv_trace.c -ldl 2>>"$OUT/build.log"; then TRACE="$OUT/segv_trace.so"; fi
+for variant in "" --torch-first; do
+  LD_PRELOAD=$TRACE $PY tests/gpu/smoke.py "$AOTI_GPU_ARTIFACTS" --device-buffers $variant 2>&1 | grep -v "^W[0-9]" | tail -40
+  echo "smoke ${variant:-plain}: exit ${PIPESTATUS[0]}"
+done
 
 step "GPU tests"
 $PY -m pytest tests/gpu/test_cuda.py -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60

@@ -2,7 +2,8 @@
 whether `dlopen(plugin, RTLD_NOW)` succeeds).
 
 Search order for a DT_NEEDED name without a slash (ld.so(8)): the requester's DT_RPATH (only when it has
-no DT_RUNPATH), then its DT_RUNPATH (not transitive), then the directories of /etc/ld.so.conf, then the
+no DT_RUNPATH), then LD_LIBRARY_PATH (as the loader in this environment would; `ldd` does the same), then
+its DT_RUNPATH (not transitive), then the directories of /etc/ld.so.conf, then the
 default directories. `$ORIGIN` expands to the requester's directory. A SONAME already in the scope
 satisfies a DT_NEEDED without a search. A library of another class or machine is skipped, as the loader
 skips it.
@@ -75,8 +76,11 @@ class Scope:
 class Resolver:
     """Caches parsed libraries; one per verify run (no global state)."""
 
-    def __init__(self, extra_dirs: tuple[str, ...] = ()) -> None:
+    def __init__(self, extra_dirs: tuple[str, ...] = (), env_path: str | None = None) -> None:
         self.search_dirs = list(dict.fromkeys([*extra_dirs, *ld_so_conf_dirs(), *DEFAULT_DIRS]))
+        env_path = os.environ.get("LD_LIBRARY_PATH", "") if env_path is None else env_path
+        # empty entries mean the current directory to the loader; a verifier should not depend on it
+        self.env_dirs = [d for d in env_path.replace(";", ":").split(":") if d]
         self._cache: dict[str, ElfFile | None] = {}
         self._defs: dict[str, dict[str, list[Symbol]]] = {}
         self._tables: dict[str, DynSymTable] = {}
@@ -123,6 +127,7 @@ class Resolver:
             return name if self._compatible(name, requester) else None
         origin = os.path.dirname(os.path.abspath(requester_path))
         dirs = [] if requester.runpath else [expand_origin(d, origin) for d in requester.rpath]
+        dirs += self.env_dirs
         dirs += [expand_origin(d, origin) for d in requester.runpath]
         dirs += self.search_dirs
         for d in dirs:
