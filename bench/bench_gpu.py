@@ -130,6 +130,7 @@ def child_upload(art: Path) -> dict:
     load_s = time.perf_counter() - t0
     st = prog.cuda_stats()
     return {"bytes": st.weight_upload_bytes, "stage_s": st.weight_stage_seconds, "upload_s": st.weight_upload_seconds,
+            "weight_load_s": st.weight_load_seconds,
             "load_s": load_s}
 
 
@@ -270,18 +271,21 @@ def main() -> int:
                              "torch_exec_to_result_s": torch_wall, "ratio": ours_cold / torch_wall,
                              "ratio_vs_import_torch_alone": ours_cold / import_torch}
     print(f"  cold start: {json.dumps(results['cold_start'])}")
-    progress("weight upload (each mode of AOTI_HOST_WEIGHT_UPLOAD, new process each)")
+    progress("weight upload (each mode of AOTI_HOST_WEIGHT_UPLOAD, new process each, 3 each)")
     bw = _child("--child", "pinned")
     results["weight_upload"] = {"bandwidth": bw}
-    for mode in ("register", "stage", "pageable"):
+    for mode in ("host", "stage", "pageable"):
         os.environ["AOTI_HOST_WEIGHT_UPLOAD"] = mode
-        up = _child("--child", "upload", str(art))
-        if "bytes" in up and "pinned_GBps" in bw and up["upload_s"]:
-            prep_and_copy = up["upload_s"] + up["stage_s"]
-            up["copy_GBps"] = up["bytes"] / up["upload_s"] / 1e9
-            up["incl_pinning_GBps"] = up["bytes"] / prep_and_copy / 1e9
-            up["copy_ratio_vs_pinned"] = up["copy_GBps"] / bw["pinned_GBps"]
-            up["incl_pinning_ratio_vs_pinned"] = up["incl_pinning_GBps"] / bw["pinned_GBps"]
+        runs = [_child("--child", "upload", str(art)) for _ in range(3)]
+        ok = [r for r in runs if r.get("upload_s")]
+        up: dict = {"runs": runs}
+        if ok and "pinned_GBps" in bw:
+            # copy: host-to-device copy time (the copy engine's, from CUDA events, when the host uploads;
+            # the plugin's UpdateConstantsFromBlob call when it does); all: the whole weight load.
+            copy = statistics.median(r["bytes"] / r["upload_s"] / 1e9 for r in ok)
+            whole = statistics.median(r["bytes"] / r["weight_load_s"] / 1e9 for r in ok)
+            up.update(copy_GBps=copy, all_GBps=whole, copy_ratio_vs_pinned=copy / bw["pinned_GBps"],
+                      all_ratio_vs_pinned=whole / bw["pinned_GBps"])
         results["weight_upload"][mode] = up
     os.environ.pop("AOTI_HOST_WEIGHT_UPLOAD", None)
     print(f"  weight upload: {json.dumps(results['weight_upload'])}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ from toolchain.atomic import replacing, write_text
 from toolchain.errors import InputError, ToolchainError
 
 CONTRACT_ENTRY = "extra/aoti_toolchain_contract.json"
+CONSTANTS_ENTRY = "extra/aoti_toolchain_constants.json"  # blob-mode constant layouts (runtime/src/weights.h)
 CONTRACT_SCHEMA = 1
 WEIGHTS_MODES = ("embedded", "blob")
 
@@ -226,6 +228,66 @@ def add_contract(package: Path, contract: dict[str, Any]) -> None:
         zf.writestr(f"{prefix}/{CONTRACT_ENTRY}", json.dumps(contract, indent=1, sort_keys=True))
 
 
+_CONSTANT_FIELD = re.compile(r"^\s*constants_info_\[(\d+)\]\.(\w+) = (.*);\s*$")
+
+
+def constant_layouts(wrapper_cpp: str) -> list[dict[str, Any]] | None:
+    """Each constant's layout as the generated wrapper sets it in its constructor (`constants_info_[i].shape
+    = {...};` ...), for the host to place blob weights itself (runtime/src/weights.h). None when the wrapper
+    has no such block or a constant isn't a plain strided tensor: the plugin then loads its blob itself."""
+    fields: dict[int, dict[str, str]] = {}
+    for line in wrapper_cpp.splitlines():
+        m = _CONSTANT_FIELD.match(line)
+        if m:
+            fields.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3).strip()
+    if not fields or sorted(fields) != list(range(len(fields))):
+        return None
+
+    def ints(text: str) -> list[int] | None:
+        if not (text.startswith("{") and text.endswith("}")):
+            return None
+        body = text[1:-1].strip()
+        try:
+            return [int(v) for v in body.split(",")] if body else []
+        except ValueError:
+            return None
+
+    out = []
+    for i in range(len(fields)):
+        f = fields[i]
+        name = f.get("name", "")
+        shape, stride = ints(f.get("shape", "")), ints(f.get("stride", ""))
+        if (not (name.startswith('"') and name.endswith('"')) or shape is None or stride is None
+                or len(shape) != len(stride) or "layout_strided" not in f.get("layout", "")
+                or not f.get("offset", "").isdigit() or not f.get("data_size", "").isdigit()):
+            return None
+        device = f.get("device_type", "").rsplit("device_type_", 1)[-1]
+        out.append({"name": name[1:-1], "shape": shape, "stride": stride, "offset": int(f["offset"]),
+                    "data_size": int(f["data_size"]), "device": device,
+                    "dtype": f.get("dtype", "").rsplit("dtype_", 1)[-1],
+                    "from_folded": f.get("from_folded") == "true"})
+    return out
+
+
+def add_constant_layouts(package: Path) -> bool:
+    """Records the constant layouts of a blob-mode package (CONSTANTS_ENTRY); False when there are none."""
+    prefix = _package_prefix(package)
+    with zipfile.ZipFile(package) as zf:
+        wrappers = [n for n in zf.namelist() if n.endswith(".wrapper.cpp") and "/data/aotinductor/" in n]
+        blobs = [n for n in zf.namelist() if n.endswith("_weights.blob")]
+        if len(wrappers) != 1 or not blobs:
+            return False
+        layouts = constant_layouts(zf.read(wrappers[0]).decode(errors="replace"))
+    if layouts is None:
+        print(f"aoti-toolchain: note: {package.name}: constant layouts not understood; the plugin will load its "
+              "weights blob itself", file=sys.stderr)
+        return False
+    doc = {"schema": 1, "source": wrappers[0].rsplit("/", 1)[-1], "constants": layouts}
+    with zipfile.ZipFile(package, "a", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr(f"{prefix}/{CONSTANTS_ENTRY}", json.dumps(doc, indent=1))
+    return True
+
+
 def export(
     module: Any,
     example_inputs: Sequence[Any],
@@ -285,6 +347,8 @@ def export(
         with replacing(out, suffix=".pt2") as tmp:
             torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
             add_contract(tmp, contract_of(ep, example_inputs))
+            if weights == "blob":
+                add_constant_layouts(tmp)
     except ToolchainError:
         raise
     except Exception as exc:

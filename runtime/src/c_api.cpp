@@ -319,6 +319,7 @@ int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cud
     out->weight_upload_bytes = s.upload_bytes();
     out->weight_stage_seconds = s.upload_stage_seconds();
     out->weight_upload_seconds = s.upload_seconds();
+    out->weight_load_seconds = s.upload_load_seconds();
   });
 }
 

@@ -255,6 +255,16 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
                     AOTI_HOST_INVALID_PROGRAM);
       }
     }
+    if (const ZipEntry* c = blob != nullptr ? zip->find(prefix + kConstantsEntry) : nullptr) {
+      const unsigned char* bytes = zip->data(*c);
+      try {
+        p->constant_layouts_ = parse_constant_layouts(std::string(reinterpret_cast<const char*>(bytes), c->size),
+                                                      path + ":" + c->name);
+      } catch (const Error& e) {
+        throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export",
+                    AOTI_HOST_INVALID_PROGRAM);
+      }
+    }
   }
 
   p->plugin_ = open_plugin(so_path);
@@ -392,16 +402,14 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
                     std::to_string(expected) + "; pass the blob exported with this plugin",
                 AOTI_HOST_INVALID_ARGUMENT);
   }
+  if (place_weights(blob, size, from)) return;
   clear_last_error();
 #if CUDA_AVAILABLE
   // The plugin copies the blob to the device with cudaMemcpy: from pageable memory that runs at a
   // fraction of the pinned bandwidth, so page-lock it first (a pinned copy by default; see upload_mode()).
   std::unique_ptr<cuda::PinnedBuffer> pinned;
-  std::unique_ptr<cuda::HostRegistration> registered;
   const auto t0 = std::chrono::steady_clock::now();
-  if (cuda_ && cuda::upload_mode() == cuda::UploadMode::Register) {
-    registered = cuda::pin_in_place(blob, size);
-  } else if (cuda_ && cuda::upload_mode() == cuda::UploadMode::Stage) {
+  if (cuda_ && cuda::upload_mode() != cuda::UploadMode::Pageable) {
     pinned = cuda::pinned_copy(blob, size);
     if (pinned) blob = static_cast<const unsigned char*>(pinned->data);
     else log(LogLevel::Warning, "%s: cannot allocate %zu bytes of pinned memory; uploading weights from pageable memory",
@@ -415,10 +423,52 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
   if (cuda_) {
     const auto t2 = std::chrono::steady_clock::now();
     cuda_->record_upload(size, std::chrono::duration<double>(t1 - t0).count(),
-                         std::chrono::duration<double>(t2 - t1).count());
+                         std::chrono::duration<double>(t2 - t1).count(),
+                         std::chrono::duration<double>(t2 - t0).count());
   }
 #endif
   log(LogLevel::Debug, "%s: loaded %zu bytes of weights from %s", path_.c_str(), size, from.c_str());
+}
+
+bool Program::place_weights(const unsigned char* blob, size_t size, const std::string& from) {
+  if (constant_layouts_.empty()) return false;  // a package without layouts: the plugin's loader
+  const char* device = "cpu";
+#if CUDA_AVAILABLE
+  if (cuda_) device = "cuda";
+#endif
+  BlobPlan plan;
+  std::string why;
+  if (!plan_blob(*plugin_, container_, constant_layouts_, size, device, &plan, &why)) {
+    log(LogLevel::Info, "%s: weights loaded by the plugin itself: %s", path_.c_str(), why.c_str());
+    return false;
+  }
+  std::unique_ptr<PlacedWeights> placed;
+#if CUDA_AVAILABLE
+  if (cuda_ && cuda::upload_mode() != cuda::UploadMode::Host) {
+    log(LogLevel::Info, "%s: AOTI_HOST_WEIGHT_UPLOAD=%s: the plugin loads its weights itself", path_.c_str(),
+        cuda::upload_mode_name(cuda::upload_mode()));
+    return false;
+  }
+  if (cuda_) {
+    cuda::UploadTimes t;
+    void* mem = cuda::upload_to_device(blob, plan.total, cuda_->device(), cuda_->stream(), &t);
+    placed = std::make_unique<PlacedWeights>(mem, &cuda::device_free);
+    placed->hand_over(*plugin_, container_, plan, device_code::kCUDA, cuda_->device());
+    cuda_->record_upload(plan.total, t.wall_s - t.dma_s, t.dma_s, t.wall_s);
+    log(LogLevel::Info, "%s: %zu constants (%llu bytes) from %s uploaded by the host in %zu chunks: %.2f ms copy "
+        "engine (%.1f GB/s), %.2f ms in all (%.1f GB/s)", path_.c_str(), plan.items.size(),
+        static_cast<unsigned long long>(plan.total), from.c_str(), t.chunks, t.dma_s * 1e3,
+        t.dma_s > 0 ? plan.total / t.dma_s / 1e9 : 0.0, t.wall_s * 1e3, t.wall_s > 0 ? plan.total / t.wall_s / 1e9 : 0.0);
+  }
+#endif
+  if (!placed) {
+    placed = place_on_host(blob, plan);
+    placed->hand_over(*plugin_, container_, plan, device_code::kCPU, 0);
+    log(LogLevel::Debug, "%s: %zu constants (%llu bytes) from %s placed by the host", path_.c_str(), plan.items.size(),
+        static_cast<unsigned long long>(plan.total), from.c_str());
+  }
+  placed_weights_ = std::move(placed);
+  return true;
 }
 
 Program::~Program() {

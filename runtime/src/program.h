@@ -9,6 +9,7 @@
 #include "aoti_host/c_api.h"
 #include "aoti_host/entry_points.h"
 #include "plugin.h"
+#include "weights.h"
 #include "zip.h"
 
 namespace aoti_host {
@@ -85,6 +86,11 @@ class Program {
     void operator()(cuda::ProgramState* s) const;
   };
   std::unique_ptr<cuda::ProgramState, CudaStateDeleter> cuda_;
+  // Blob weights placed by the host (weights.h): the package's layouts, and the memory the constants live
+  // in (destroyed before cuda_, after the container: ~Program deletes the container first).
+  std::vector<ConstantLayout> constant_layouts_;
+  std::unique_ptr<PlacedWeights> placed_weights_;
+  bool place_weights(const unsigned char* blob, size_t size, const std::string& from);
 };
 
 int32_t dtype_from_name(const std::string& name);  // -1 when unknown

@@ -158,14 +158,22 @@ def test_graph_inputs_at_new_addresses_are_copied_in() -> None:
     assert prog.cuda_stats().graph_replays == 3
 
 
-def test_blob_weights_are_uploaded_from_pinned_memory() -> None:
+@pytest.mark.parametrize("mode", ["host", "stage", "pageable"])
+def test_blob_weights_upload_modes(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host-placed weights (the default: one device allocation, the pinned ring) and the plugin's own
+    loader give the same outputs, with graphs too (the host's constants are device-resident)."""
     from toolchain import runtime
 
     available("mlp_blob")
-    prog = runtime.load(ART / "mlp_blob.pt2", device="cuda")
+    monkeypatch.setenv("AOTI_HOST_WEIGHT_UPLOAD", mode)
+    prog = runtime.load(ART / "mlp_blob.pt2", device="cuda", cuda_graphs=True)
     st = prog.cuda_stats()
     assert st.weight_upload_bytes > 0 and st.weight_upload_seconds > 0
-    assert_close(prog.run(inputs("mlp_blob")), refs("mlp_blob"), "mlp_blob")
+    assert st.weight_load_seconds >= st.weight_upload_seconds
+    for _ in range(4):
+        assert_close(prog.run(inputs("mlp_blob")), refs("mlp_blob"), "mlp_blob")
+    st = prog.cuda_stats()
+    assert st.graph_replays >= 1, st.graphs_disabled_reason
 
 
 def test_cpu_program_rejects_device_buffers_and_cuda_options() -> None:

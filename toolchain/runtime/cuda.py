@@ -61,7 +61,7 @@ class _Stats(ctypes.Structure):
     _fields_ = [("graph_captures", ctypes.c_uint64), ("graph_replays", ctypes.c_uint64),
                 ("eager_runs", ctypes.c_uint64), ("graphs_disabled_reason", ctypes.c_char_p),
                 ("weight_upload_bytes", ctypes.c_uint64), ("weight_stage_seconds", ctypes.c_double),
-                ("weight_upload_seconds", ctypes.c_double)]
+                ("weight_upload_seconds", ctypes.c_double), ("weight_load_seconds", ctypes.c_double)]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class CudaStats:
     weight_upload_bytes: int
     weight_stage_seconds: float
     weight_upload_seconds: float
+    weight_load_seconds: float
 
 
 def bind(lib: ctypes.CDLL) -> None:
@@ -91,7 +92,8 @@ def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:
     s = _Stats()
     library.check(library.lib.aoti_host_program_cuda_stats(handle, ctypes.byref(s)), "cuda_stats")
     return CudaStats(s.graph_captures, s.graph_replays, s.eager_runs, (s.graphs_disabled_reason or b"").decode(),
-                     s.weight_upload_bytes, s.weight_stage_seconds, s.weight_upload_seconds)
+                     s.weight_upload_bytes, s.weight_stage_seconds, s.weight_upload_seconds,
+                     s.weight_load_seconds)
 
 
 class DeviceArray:

@@ -94,8 +94,10 @@ typedef struct aoti_host_cuda_stats {
   uint64_t graph_captures, graph_replays, eager_runs;
   const char* graphs_disabled_reason; /* "" while graphs are on or not asked for; valid until the next call */
   uint64_t weight_upload_bytes;       /* blob-mode weights uploaded at load (0: embedded weights) */
-  double weight_stage_seconds;        /* copying them into pinned memory */
-  double weight_upload_seconds;       /* AOTInductorModelUpdateConstantsFromBlob (host-to-device) */
+  double weight_stage_seconds;        /* outside the host-to-device copy: allocation, pinned staging, waits */
+  double weight_upload_seconds;       /* the host-to-device copy (copy engine time when the host uploads the
+                                         weights; AOTInductorModelUpdateConstantsFromBlob when the plugin does) */
+  double weight_load_seconds;         /* the whole weight load, start to finish */
 } aoti_host_cuda_stats;
 
 /* Capture Run into a CUDA graph after warm-up and replay it; choose before the first run. Graphs stay

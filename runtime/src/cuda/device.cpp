@@ -297,42 +297,17 @@ std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size) {
   return buf;
 }
 
-HostRegistration::~HostRegistration() {
-  if (base != nullptr && cudaHostUnregister(base) != cudaSuccess) cudaGetLastError();
-}
-
-std::unique_ptr<HostRegistration> pin_in_place(const void* data, size_t size) {
-  if (size == 0) return nullptr;
-  const uintptr_t page = 4096;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(page - 1);
-  auto reg = std::make_unique<HostRegistration>();
-  void* base = reinterpret_cast<void*>(start);
-  // The blob usually lies in a read-only mapping of the package: register it read-only.
-  cudaError_t rc = cudaHostRegister(base, end - start, cudaHostRegisterReadOnly);
-  if (rc != cudaSuccess) {
-    cudaGetLastError();
-    rc = cudaHostRegister(base, end - start, cudaHostRegisterDefault);
-  }
-  if (rc != cudaSuccess) {
-    cudaGetLastError();
-    log(LogLevel::Info, "cuda: cannot page-lock the weights in place (%s); uploading from pageable memory",
-        cudaGetErrorString(rc));
-    return nullptr;
-  }
-  reg->base = base;
-  return reg;
-}
-
-// Default: stage, the mode measured working on the H200 (bench/RESULTS.md). register was the default of
-// the third GPU run, in which a 134 MB blob did not finish uploading within 120 s (cause not isolated).
 UploadMode upload_mode() {
   const char* v = std::getenv("AOTI_HOST_WEIGHT_UPLOAD");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "stage") == 0) return UploadMode::Stage;
-  if (std::strcmp(v, "register") == 0) return UploadMode::Register;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "host") == 0) return UploadMode::Host;
+  if (std::strcmp(v, "stage") == 0) return UploadMode::Stage;
   if (std::strcmp(v, "pageable") == 0) return UploadMode::Pageable;
-  log(LogLevel::Warning, "AOTI_HOST_WEIGHT_UPLOAD=%s: use stage, register or pageable; using stage", v);
-  return UploadMode::Stage;
+  log(LogLevel::Warning, "AOTI_HOST_WEIGHT_UPLOAD=%s: use host, stage or pageable; using host", v);
+  return UploadMode::Host;
+}
+
+const char* upload_mode_name(UploadMode mode) {
+  return mode == UploadMode::Host ? "host" : mode == UploadMode::Stage ? "stage" : "pageable";
 }
 
 }  // namespace cuda

@@ -35,11 +35,12 @@ class ProgramState {
   void enable_graphs(bool on, bool plugin_has_single_threaded_run);
   const GraphStats& stats() const { return stats_; }
 
-  // Weight upload of a blob-mode plugin: bytes, seconds staging into pinned memory, seconds in
-  // AOTInductorModelUpdateConstantsFromBlob (the host-to-device copy).
-  void record_upload(size_t bytes, double stage_s, double upload_s) {
-    upload_bytes_ = bytes, upload_stage_s_ = stage_s, upload_s_ = upload_s;
+  // Weight upload of blob weights: bytes; seconds outside the copy engine (allocation, host copies into
+  // pinned memory, waits); seconds of host-to-device copy; seconds in all.
+  void record_upload(size_t bytes, double stage_s, double upload_s, double load_s) {
+    upload_bytes_ = bytes, upload_stage_s_ = stage_s, upload_s_ = upload_s, upload_load_s_ = load_s;
   }
+  double upload_load_seconds() const { return upload_load_s_; }
   size_t upload_bytes() const { return upload_bytes_; }
   double upload_stage_seconds() const { return upload_stage_s_; }
   double upload_seconds() const { return upload_s_; }
@@ -91,7 +92,7 @@ class ProgramState {
   std::vector<std::unique_ptr<Tensor>> graph_outputs_;
   bool logged_mismatch_ = false;
   size_t upload_bytes_ = 0;
-  double upload_stage_s_ = 0, upload_s_ = 0;
+  double upload_stage_s_ = 0, upload_s_ = 0, upload_load_s_ = 0;
 };
 
 }  // namespace cuda

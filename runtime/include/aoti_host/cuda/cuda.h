@@ -54,6 +54,19 @@ void zero(Tensor& t);
 class Arena;
 void set_thread_arena(Arena* arena);
 
+// Weight upload (blob weights placed by the host, runtime/src/weights.h): `size` bytes of host memory
+// (pageable: a mapped package or weights file) into a new device allocation on `device`, freed with
+// device_free. Host threads copy the data into a ring of pinned chunks while the copy engine moves the
+// chunks filled before, in order, on `stream`; returns when everything is on the device.
+// dma_s: the copy engine's time (CUDA events around each chunk's copy, summed); wall_s: the whole call,
+// allocation and host copies included.
+struct UploadTimes {
+  double wall_s = 0, dma_s = 0;
+  size_t chunks = 0;
+};
+void* upload_to_device(const void* src, size_t size, int device, void* stream, UploadTimes* times);
+void device_free(void* ptr);
+
 // Pinned-host staging for weight uploads: a copy of [data, data+size) in page-locked memory, so the
 // plugin's cudaMemcpy of it runs at the pinned host-to-device bandwidth. Null when pinning fails.
 struct PinnedBuffer {
@@ -66,21 +79,14 @@ struct PinnedBuffer {
 };
 std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size);
 
-// Page-locks [data, data+size) where it is (cudaHostRegister, read-only), for the time of the upload:
-// no copy, only the pinning. Null when the driver refuses (the caller then uploads from pageable memory).
-struct HostRegistration {
-  void* base = nullptr;
-  HostRegistration() = default;
-  HostRegistration(const HostRegistration&) = delete;
-  HostRegistration& operator=(const HostRegistration&) = delete;
-  ~HostRegistration();
-};
-std::unique_ptr<HostRegistration> pin_in_place(const void* data, size_t size);
-
-// How blob weights reach the device: AOTI_HOST_WEIGHT_UPLOAD=stage (default: copy into new pinned
-// memory first), register (pin the blob in place) or pageable (let the plugin copy from where it is).
-enum class UploadMode { Register, Stage, Pageable };
+// How blob weights reach the device, AOTI_HOST_WEIGHT_UPLOAD=host (default: the host places them,
+// upload_to_device, when the package records their layouts; else as stage), stage (the plugin's own
+// loader, from a pinned copy of the blob) or pageable (the plugin's own loader, from where the blob is).
+// (Pinning the blob in place with cudaHostRegister was measured and dropped: on the GPU machine's sandbox
+// registering 134 MB did not finish in 120 s.)
+enum class UploadMode { Host, Stage, Pageable };
 UploadMode upload_mode();
+const char* upload_mode_name(UploadMode mode);
 
 // Everything a CUDA program keeps beyond its container: its stream, its graph, its counters.
 class ProgramState;

@@ -1,0 +1,184 @@
+// Weight upload through a ring of pinned chunks (see upload_to_device in aoti_host/cuda/cuda.h).
+//
+// Why not one pinned copy of the whole blob: page-locking 134 MB took longer than uploading it (82 ms of
+// cudaHostAlloc + memcpy against 3 ms of copy on the H200, bench/RESULTS.md). Why not the plugin's own
+// loader: it allocates and then issues one synchronous cudaMemcpy per constant, each waiting for the last.
+// Here the pinned ring is allocated once per process and reused; host threads fill its chunks in parallel
+// (a mapped package faults its pages in on the way) while the copy engine moves the chunks filled before.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "aoti_host/log.h"
+#include "cuda_util.h"
+
+namespace aoti_host {
+namespace cuda {
+namespace {
+
+constexpr size_t kChunk = size_t{8} << 20;  // 8 MiB: ~150 us of copy at 55 GB/s, far above launch cost
+constexpr size_t kSlots = 6;                // pinned ring: 48 MiB, kept for the process's later uploads
+
+struct Ring {
+  std::mutex use;  // one upload at a time uses the ring
+  void* pinned[kSlots] = {};
+  bool ready = false;
+};
+
+Ring& ring() {
+  static Ring* r = new Ring();  // never destroyed: the driver may be gone at exit
+  return *r;
+}
+
+// Parallel fill of one chunk: `threads` workers copy slices; the caller waits for all of them.
+class Fillers {
+ public:
+  explicit Fillers(size_t n) : count_(n) {
+    for (size_t t = 1; t < n; ++t) workers_.emplace_back([this, t] { loop(t); });
+  }
+  ~Fillers() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  void fill(void* dst, const void* src, size_t n) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      dst_ = static_cast<unsigned char*>(dst), src_ = static_cast<const unsigned char*>(src), n_ = n;
+      pending_ = count_ - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    slice(0);
+    std::unique_lock<std::mutex> g(m_);
+    done_.wait(g, [this] { return pending_ == 0; });
+  }
+
+ private:
+  void slice(size_t t) {
+    const size_t per = (n_ + count_ - 1) / count_;
+    const size_t lo = std::min(n_, t * per), hi = std::min(n_, lo + per);
+    if (hi > lo) std::memcpy(dst_ + lo, src_ + lo, hi - lo);
+  }
+  void loop(size_t t) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> g(m_);
+        cv_.wait(g, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stop_) return;
+      }
+      slice(t);
+      {
+        std::lock_guard<std::mutex> g(m_);
+        --pending_;
+      }
+      done_.notify_one();
+    }
+  }
+  size_t count_;
+  std::vector<std::thread> workers_;
+  std::mutex m_;
+  std::condition_variable cv_, done_;
+  uint64_t generation_ = 0;
+  size_t pending_ = 0;
+  bool stop_ = false;
+  unsigned char* dst_ = nullptr;
+  const unsigned char* src_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace
+
+void device_free(void* ptr) {
+  if (ptr != nullptr && cudaFree(ptr) != cudaSuccess) cudaGetLastError();
+}
+
+void* upload_to_device(const void* src, size_t size, int device, void* stream_ptr, UploadTimes* times) {
+  const auto t0 = std::chrono::steady_clock::now();
+  set_device(device);
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  void* dst = nullptr;
+  AOTI_CUDA_CHECK(cudaMalloc(&dst, size == 0 ? 1 : size));
+  Ring& r = ring();
+  std::lock_guard<std::mutex> hold(r.use);
+  if (!r.ready) {
+    for (size_t s = 0; s < kSlots; ++s) {
+      if (cudaHostAlloc(&r.pinned[s], kChunk, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        for (size_t k = 0; k < s; ++k) cudaFreeHost(r.pinned[k]), r.pinned[k] = nullptr;
+        log(LogLevel::Warning, "cuda: cannot allocate %zu bytes of pinned memory; uploading weights from pageable memory",
+            kSlots * kChunk);
+        const cudaError_t rc = cudaMemcpyAsync(dst, src, size, cudaMemcpyHostToDevice, stream);
+        if (rc == cudaSuccess) AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+        if (rc != cudaSuccess) device_free(dst), check(rc, "cudaMemcpyAsync (weights)");
+        if (times) {
+          times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          times->dma_s = times->wall_s, times->chunks = 1;
+        }
+        return dst;
+      }
+    }
+    r.ready = true;
+  }
+  cudaEvent_t start[kSlots], done[kSlots];
+  for (size_t s = 0; s < kSlots; ++s) {
+    AOTI_CUDA_CHECK(cudaEventCreate(&start[s]));
+    AOTI_CUDA_CHECK(cudaEventCreate(&done[s]));
+  }
+  const size_t chunks = (size + kChunk - 1) / kChunk;
+  const size_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
+  // A few threads: one memcpy thread moves ~5-10 GB/s, page faults of a mapped file included.
+  Fillers fillers(std::min<size_t>({8, hw, std::max<size_t>(1, chunks)}));
+  double dma_ms = 0;
+  std::vector<bool> in_flight(kSlots, false);
+  auto settle = [&](size_t s) {  // waits for slot s's copy and adds its time
+    if (!in_flight[s]) return;
+    AOTI_CUDA_CHECK(cudaEventSynchronize(done[s]));
+    float ms = 0;
+    AOTI_CUDA_CHECK(cudaEventElapsedTime(&ms, start[s], done[s]));
+    dma_ms += ms;
+    in_flight[s] = false;
+  };
+  const auto* from = static_cast<const unsigned char*>(src);
+  auto* to = static_cast<unsigned char*>(dst);
+  try {
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t s = c % kSlots, off = c * kChunk, n = std::min(kChunk, size - off);
+      settle(s);  // the chunk that used this slot kSlots ago is on the device
+      fillers.fill(r.pinned[s], from + off, n);
+      AOTI_CUDA_CHECK(cudaEventRecord(start[s], stream));
+      AOTI_CUDA_CHECK(cudaMemcpyAsync(to + off, r.pinned[s], n, cudaMemcpyHostToDevice, stream));
+      AOTI_CUDA_CHECK(cudaEventRecord(done[s], stream));
+      in_flight[s] = true;
+    }
+    for (size_t s = 0; s < kSlots; ++s) settle(s);
+  } catch (...) {
+    cudaStreamSynchronize(stream);
+    cudaGetLastError();
+    for (size_t s = 0; s < kSlots; ++s) cudaEventDestroy(start[s]), cudaEventDestroy(done[s]);
+    device_free(dst);
+    throw;
+  }
+  for (size_t s = 0; s < kSlots; ++s) cudaEventDestroy(start[s]), cudaEventDestroy(done[s]);
+  if (times) {
+    times->dma_s = dma_ms / 1e3;
+    times->chunks = chunks;
+    times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return dst;
+}
+
+}  // namespace cuda
+}  // namespace aoti_host

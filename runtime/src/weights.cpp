@@ -1,0 +1,174 @@
+#include "weights.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "aoti_host/c_api.h"
+#include "aoti_host/error.h"
+#include "aoti_host/log.h"
+#include "json.h"
+
+namespace aoti_host {
+namespace {
+
+std::vector<int64_t> int_list(const Json* j, const std::string& what) {
+  if (j == nullptr || !j->is_array()) throw Error(what + " is missing or not a list", AOTI_HOST_INVALID_PROGRAM);
+  std::vector<int64_t> out;
+  for (const auto& v : j->array()) {
+    if (!v.is_number() || v.number() != static_cast<double>(static_cast<int64_t>(v.number())))
+      throw Error(what + " has an entry that is not an integer", AOTI_HOST_INVALID_PROGRAM);
+    out.push_back(static_cast<int64_t>(v.number()));
+  }
+  return out;
+}
+
+int64_t non_negative(const Json* j, const std::string& what) {
+  if (j == nullptr || !j->is_number() || j->number() < 0 ||
+      j->number() != static_cast<double>(static_cast<int64_t>(j->number())))
+    throw Error(what + " is missing or not a non-negative integer", AOTI_HOST_INVALID_PROGRAM);
+  return static_cast<int64_t>(j->number());
+}
+
+std::string plugin_message(const Plugin& plugin) {
+  const char* m = nullptr;
+  if (plugin.fns.AOTInductorGetLastError == nullptr || plugin.fns.AOTInductorGetLastError(&m) != AOTI_RUNTIME_SUCCESS)
+    return "";
+  return m != nullptr && *m != '\0' ? std::string(": ") + m : "";
+}
+
+}  // namespace
+
+std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, const std::string& what) {
+  Json j = Json::parse(text, what);
+  const Json* schema = j.get("schema");
+  if (schema == nullptr || !schema->is_number() || schema->number() != 1)
+    throw Error(what + ": schema is missing or not 1 (written by a newer aoti-toolchain?)", AOTI_HOST_INVALID_PROGRAM);
+  const Json* list = j.get("constants");
+  if (list == nullptr || !list->is_array()) throw Error(what + ": constants is missing or not a list", AOTI_HOST_INVALID_PROGRAM);
+  std::vector<ConstantLayout> out;
+  for (size_t i = 0; i < list->array().size(); ++i) {
+    const Json& c = list->array()[i];
+    const std::string w = what + ": constants[" + std::to_string(i) + "]";
+    ConstantLayout l;
+    const Json* name = c.get("name");
+    if (name == nullptr || !name->is_string() || name->string().empty())
+      throw Error(w + ".name is missing", AOTI_HOST_INVALID_PROGRAM);
+    l.name = name->string();
+    l.sizes = int_list(c.get("shape"), w + ".shape");
+    l.strides = int_list(c.get("stride"), w + ".stride");
+    if (l.sizes.size() != l.strides.size()) throw Error(w + ": shape and stride differ in rank", AOTI_HOST_INVALID_PROGRAM);
+    for (int64_t s : l.sizes)
+      if (s < 0) throw Error(w + ".shape has a negative size", AOTI_HOST_INVALID_PROGRAM);
+    l.offset = non_negative(c.get("offset"), w + ".offset");
+    l.data_size = static_cast<uint64_t>(non_negative(c.get("data_size"), w + ".data_size"));
+    if (const Json* d = c.get("device"); d != nullptr && d->is_string()) l.device = d->string();
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+bool plan_blob(const Plugin& plugin, AOTInductorModelContainerHandle container,
+               const std::vector<ConstantLayout>& layouts, size_t blob_size, const std::string& device_type_name,
+               BlobPlan* out, std::string* why) {
+  const AotiEntryPoints& f = plugin.fns;
+  const char* missing = f.AOTInductorModelContainerUpdateUserManagedConstantBufferPairs == nullptr
+                            ? "AOTInductorModelContainerUpdateUserManagedConstantBufferPairs"
+                        : f.AOTInductorModelContainerGetNumConstants == nullptr ? "AOTInductorModelContainerGetNumConstants"
+                        : f.AOTInductorModelContainerGetConstantName == nullptr ? "AOTInductorModelContainerGetConstantName"
+                        : f.AOTInductorModelContainerGetConstantDataSize == nullptr
+                            ? "AOTInductorModelContainerGetConstantDataSize"
+                        : f.AOTInductorModelContainerGetConstantDtype == nullptr ? "AOTInductorModelContainerGetConstantDtype"
+                        : f.AOTInductorModelContainerGetConstantFromFolded == nullptr
+                            ? "AOTInductorModelContainerGetConstantFromFolded"
+                            : nullptr;
+  if (missing != nullptr) {
+    *why = std::string("the plugin does not export ") + missing;
+    return false;
+  }
+  const std::string& path = plugin.path;
+  size_t n = 0;
+  if (f.AOTInductorModelContainerGetNumConstants(container, &n) != AOTI_RUNTIME_SUCCESS)
+    throw Error(path + ": AOTInductorModelContainerGetNumConstants failed" + plugin_message(plugin),
+                AOTI_HOST_INVALID_PROGRAM);
+  if (n != layouts.size())
+    throw Error(path + ": the package lists " + std::to_string(layouts.size()) + " constant layouts, the plugin has " +
+                    std::to_string(n) + " constants; re-export the model with aoti-toolchain export",
+                AOTI_HOST_INVALID_PROGRAM);
+  BlobPlan plan;
+  for (size_t i = 0; i < n; ++i) {
+    const ConstantLayout& l = layouts[i];
+    const char* name = nullptr;
+    size_t data_size = 0;
+    int32_t dtype = -1;
+    bool folded = false;
+    if (f.AOTInductorModelContainerGetConstantName(container, i, &name) != AOTI_RUNTIME_SUCCESS || name == nullptr ||
+        f.AOTInductorModelContainerGetConstantDataSize(container, i, &data_size) != AOTI_RUNTIME_SUCCESS ||
+        f.AOTInductorModelContainerGetConstantDtype(container, i, &dtype) != AOTI_RUNTIME_SUCCESS ||
+        f.AOTInductorModelContainerGetConstantFromFolded(container, i, &folded) != AOTI_RUNTIME_SUCCESS)
+      throw Error(path + ": cannot read constant " + std::to_string(i) + "'s name, size, dtype or origin" +
+                      plugin_message(plugin), AOTI_HOST_INVALID_PROGRAM);
+    if (l.name != name || l.data_size != data_size)
+      throw Error(path + ": constant " + std::to_string(i) + " is " + name + " (" + std::to_string(data_size) +
+                      " bytes) in the plugin but " + l.name + " (" + std::to_string(l.data_size) +
+                      " bytes) in the package's layouts; re-export the model with aoti-toolchain export",
+                  AOTI_HOST_INVALID_PROGRAM);
+    if (folded) {
+      *why = std::string("constant ") + name + " is constant-folded (the plugin computes it into its own buffer)";
+      return false;
+    }
+    if (!l.device.empty() && l.device != device_type_name) {
+      *why = std::string("constant ") + name + " lives on " + l.device + ", the program on " + device_type_name;
+      return false;
+    }
+    if (!dtype_is_supported(dtype)) {
+      *why = std::string("constant ") + name + " has dtype code " + std::to_string(dtype) + ", which this runtime does not model";
+      return false;
+    }
+    const size_t need = compute_storage_nbytes(l.sizes, l.strides, element_size(dtype), l.offset);
+    if (need > data_size)
+      throw Error(path + ": constant " + l.name + " spans " + std::to_string(need) + " bytes with shape " +
+                      list_str(l.sizes) + " and strides " + list_str(l.strides) + ", but the blob holds " +
+                      std::to_string(data_size) + "; re-export the model with aoti-toolchain export",
+                  AOTI_HOST_INVALID_PROGRAM);
+    plan.items.push_back({l.name, dtype, plan.total, &l});
+    plan.total += data_size;
+  }
+  if (plan.total > blob_size)
+    throw Error(path + ": its constants take " + std::to_string(plan.total) + " bytes, the weights blob has " +
+                    std::to_string(blob_size) + "; pass the blob exported with this plugin",
+                AOTI_HOST_INVALID_ARGUMENT);
+  *out = std::move(plan);
+  return true;
+}
+
+PlacedWeights::~PlacedWeights() {
+  tensors_.clear();
+  if (release_ != nullptr && memory_ != nullptr) release_(memory_);
+}
+
+void PlacedWeights::hand_over(const Plugin& plugin, AOTInductorModelContainerHandle container, const BlobPlan& plan,
+                              int32_t device_type, int32_t device_index) {
+  std::vector<AOTInductorConstantMapEntry> pairs;
+  pairs.reserve(plan.items.size());
+  tensors_.reserve(plan.items.size());
+  for (const auto& item : plan.items) {
+    void* data = static_cast<unsigned char*>(memory_) + item.blob_offset;
+    tensors_.emplace_back(Tensor::from_blob(data, item.dtype, item.layout->sizes, item.layout->strides,
+                                            item.layout->offset, device_type, device_index));
+    pairs.push_back({item.name.c_str(), to_handle(tensors_.back().get())});
+  }
+  if (plugin.fns.AOTInductorModelContainerUpdateUserManagedConstantBufferPairs(container, pairs.data(), pairs.size(),
+                                                                               false, true) != AOTI_RUNTIME_SUCCESS)
+    throw Error(plugin.path + ": AOTInductorModelContainerUpdateUserManagedConstantBufferPairs failed" +
+                    plugin_message(plugin), AOTI_HOST_INVALID_PROGRAM);
+}
+
+std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, const BlobPlan& plan) {
+  const size_t bytes = (plan.total + 63) / 64 * 64;
+  void* mem = std::aligned_alloc(64, bytes > 0 ? bytes : 64);
+  if (mem == nullptr) throw Error("cannot allocate " + std::to_string(bytes) + " bytes for the weights", AOTI_HOST_INTERNAL);
+  std::memcpy(mem, blob, plan.total);
+  return std::make_unique<PlacedWeights>(mem, [](void* p) { std::free(p); });
+}
+
+}  // namespace aoti_host

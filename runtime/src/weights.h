@@ -1,0 +1,83 @@
+// Blob-mode weights placed by the host instead of the plugin's own loader.
+//
+// A plugin exported with its weights in a blob (package_constants_in_so=False) copies them itself in
+// AOTInductorModelUpdateConstantsFromBlob: one allocation it owns, then one synchronous cudaMemcpy (or
+// memcpy) per constant. The host can do better when it knows each constant's layout: one allocation the
+// program owns (host or device), the blob copied into it as torch lays it out (each constant at the running
+// sum of the data sizes before it; inductor pads each data size to 64 bytes), on the GPU through a ring of
+// pinned chunks that host threads fill while the copy engine moves the previous ones, and the constants
+// handed to the container as user-managed (AOTInductorModelContainerUpdateUserManagedConstantBufferPairs).
+//
+// The layouts (sizes, strides, storage offset) come from the package (extra/aoti_toolchain_constants.json,
+// written by `aoti-toolchain export` from the generated wrapper) and are checked against the plugin's own
+// per-index calls (name, data size, dtype, folded) before anything is copied: a package that contradicts
+// its plugin is refused; a plugin or package this path can't serve keeps the plugin's loader, with the
+// reason logged.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aoti_host/entry_points.h"
+#include "aoti_host/tensor.h"
+#include "plugin.h"
+
+namespace aoti_host {
+
+constexpr const char* kConstantsEntry = "extra/aoti_toolchain_constants.json";
+
+struct ConstantLayout {
+  std::string name;  // the internal name (GetConstantName)
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;      // storage offset, in elements
+  uint64_t data_size = 0;  // bytes the constant takes in the blob (padded)
+  std::string device;      // "cpu", "cuda", ... as recorded (empty: not recorded)
+};
+
+// Parses the package entry; throws Error(AOTI_HOST_INVALID_PROGRAM) naming `what` and the field.
+std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, const std::string& what);
+
+struct BlobPlan {
+  struct Item {
+    std::string name;
+    int32_t dtype = -1;
+    uint64_t blob_offset = 0;
+    const ConstantLayout* layout = nullptr;
+  };
+  std::vector<Item> items;
+  uint64_t total = 0;  // bytes of the blob the constants take
+};
+
+// Checks the layouts against the plugin and the blob. Returns false with `why` when this path can't serve
+// the plugin (a call missing, constant-folded or mixed-device constants): the caller keeps the plugin's
+// loader. Throws Error(AOTI_HOST_INVALID_PROGRAM) when the package contradicts its plugin.
+bool plan_blob(const Plugin& plugin, AOTInductorModelContainerHandle container,
+               const std::vector<ConstantLayout>& layouts, size_t blob_size, const std::string& device_type_name,
+               BlobPlan* out, std::string* why);
+
+// Memory a program owns for its constants, and the tensors over it that the container uses.
+class PlacedWeights {
+ public:
+  PlacedWeights(void* memory, void (*release)(void*)) : memory_(memory), release_(release) {}
+  ~PlacedWeights();
+  PlacedWeights(const PlacedWeights&) = delete;
+  PlacedWeights& operator=(const PlacedWeights&) = delete;
+  void* memory() const { return memory_; }
+
+  // Creates one tensor per planned constant over the memory and hands them to the container.
+  void hand_over(const Plugin& plugin, AOTInductorModelContainerHandle container, const BlobPlan& plan,
+                 int32_t device_type, int32_t device_index);
+
+ private:
+  void* memory_;
+  void (*release_)(void*);
+  std::vector<std::unique_ptr<Tensor>> tensors_;
+};
+
+// Host placement: one 64-byte aligned allocation holding a copy of the first plan.total bytes of `blob`.
+std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, const BlobPlan& plan);
+
+}  // namespace aoti_host
