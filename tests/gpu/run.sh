@@ -78,6 +78,17 @@ for variant in "" --torch-first; do
   echo "smoke ${variant:-plain}: exit ${PIPESTATUS[0]}"
 done
 
+step "torch's runner on its own default (libtorch-linked) CUDA plugin, every fault traced"
+if [ -f "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" ]; then
+  RUNNER='import sys, numpy as np, torch; art = sys.argv[1]
+m = torch._inductor.aoti_load_package(art + "/small_mlp_default.pt2"); print("torch runner: loaded", flush=True)
+x = torch.from_numpy(np.load(art + "/small_mlp.in0.npy")).cuda(); y = m(x); torch.cuda.synchronize()
+print("torch runner: ran, output", tuple(y.shape) if hasattr(y, "shape") else type(y).__name__, flush=True)'
+  LD_PRELOAD=$TRACE timeout 240 $PY -c "$RUNNER" "$AOTI_GPU_ARTIFACTS" 2>&1 | grep -v "^W[0-9]" | tail -40
+  echo "torch runner on its default plugin: exit ${PIPESTATUS[0]}"
+  $PY -m toolchain verify "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" --profile host 2>&1 | tail -25
+fi
+
 step "GPU tests"
 $PY -m pytest tests/gpu/test_cuda.py -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
