@@ -51,7 +51,16 @@ ElfImports scan_elf_imports(const std::string& path) {
         for (uint64_t off = sizeof(Elf64_Sym); off + sizeof(Elf64_Sym) <= s.sh_size; off += sizeof(Elf64_Sym)) {
           Elf64_Sym sym;
           std::memcpy(&sym, d + s.sh_offset + off, sizeof sym);
-          if (sym.st_shndx != SHN_UNDEF) continue;
+          if (sym.st_shndx != SHN_UNDEF) {
+            const std::string name = str_at(strtab, sym.st_name);
+            if (name.rfind("_ZNSt", 0) == 0 || name.rfind("_ZSt", 0) == 0 || name.rfind("_ZNKSt", 0) == 0)
+              ++out.exported_std;
+            if (ELF64_ST_BIND(sym.st_info) == STB_GNU_UNIQUE) ++out.exported_unique;
+            if (name == "_ZNSt6locale7classicEv" || name == "__cxa_throw" || name == "__gxx_personality_v0" ||
+                name == "_ZSt4cerr")
+              out.defines_cxx_runtime = true;
+            continue;
+          }
           std::string name = str_at(strtab, sym.st_name);
           if (name.empty()) continue;
           (ELF64_ST_BIND(sym.st_info) == STB_WEAK ? out.weak_undefined : out.undefined).push_back(std::move(name));

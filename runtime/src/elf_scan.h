@@ -13,6 +13,12 @@ struct ElfImports {
   std::vector<std::string> needed;
   std::vector<std::string> undefined;       // non-weak undefined dynamic symbols
   std::vector<std::string> weak_undefined;  // optional ones
+  // A C++ runtime linked into the plugin and exported (torch 2.11's CUDA plugins: a static libstdc++ with
+  // ~2,485 exported std:: symbols, 120 of them GNU_UNIQUE): set when it defines a symbol only a C++
+  // runtime defines (std::locale::classic, __cxa_throw, __gxx_personality_v0, std::cerr).
+  bool defines_cxx_runtime = false;
+  size_t exported_std = 0;     // defined dynamic std:: symbols
+  size_t exported_unique = 0;  // defined GNU_UNIQUE dynamic symbols (bound process-wide by the loader)
 };
 
 ElfImports scan_elf_imports(const std::string& path);

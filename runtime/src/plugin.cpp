@@ -74,6 +74,31 @@ void ensure_cxx_runtime(const std::string& path, const ElfImports& imports) {
   // The handle is kept for the life of the process: plugins bound to it can't be unloaded anyway.
 }
 
+// FACTS (measured on the H200, GPU run 4): a plugin that carries its own C++ runtime AND exports it splits in
+// two once another copy of libstdc++.so.6 is in the process outside its lookup scope (numpy and torch load
+// it RTLD_LOCAL): its GNU_UNIQUE symbols (the locale facet ids) bind process-wide to that copy while its
+// other std:: references bind to its own, so std::use_facet finds an empty slot and the std::regex in
+// AOTInductorModel's parse_device_str dereferences null (every in-process Python load segfaulted in
+// CreateWithDevice; torch's own runner crashes the same way on its default CUDA plugin). With the shared
+// libstdc++.so.6 in the global scope, which the plugin searches first, every reference binds to it: one
+// runtime. So load it RTLD_GLOBAL (promoting a copy already loaded RTLD_LOCAL) before such a plugin.
+void bind_exported_cxx_runtime(const std::string& path, const ElfImports& imports) {
+  if (!imports.defines_cxx_runtime || imports.exported_unique == 0) return;
+  void* h = ::dlopen(kCxxRuntime, RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) {
+    const char* why = ::dlerror();
+    log(LogLevel::Warning, "%s: carries its own exported C++ runtime (%zu std:: symbols, %zu GNU_UNIQUE) and %s "
+        "could not be loaded to bind it to (%s): it crashes if another copy of %s is loaded outside its scope "
+        "(numpy, torch). fix: install libstdc++6", path.c_str(), imports.exported_std, imports.exported_unique,
+        kCxxRuntime, why ? why : "?", kCxxRuntime);
+    return;
+  }
+  log(LogLevel::Info, "%s: carries its own exported C++ runtime (%zu std:: symbols, %zu GNU_UNIQUE): %s made "
+      "global first so that all of them bind to one runtime", path.c_str(), imports.exported_std,
+      imports.exported_unique, kCxxRuntime);
+  // The handle is kept for the life of the process, as the plugin bound to it.
+}
+
 }  // namespace
 
 Plugin::~Plugin() {
@@ -100,6 +125,7 @@ std::shared_ptr<Plugin> open_plugin(const std::string& path) {
                 AOTI_HOST_LOAD_FAILED);
   }
   ensure_cxx_runtime(path, imports);
+  bind_exported_cxx_runtime(path, imports);
 
   auto plugin = std::make_shared<Plugin>();
   plugin->path = path;

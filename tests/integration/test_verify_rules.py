@@ -355,14 +355,20 @@ def test_malformed(work, good):
 
 
 def test_two_cxx_runtimes(work, host_build):
-    # A plugin that links libstdc++ statically and exports it (as torch 2.11's CUDA plugins do), loaded in a
-    # host whose global scope has the shared libstdc++.
+    # A plugin that links libstdc++ statically and exports it (as torch 2.11's CUDA plugins built on the GPU
+    # machine do): a warning without a host or in a C host (no shared libstdc++ global); none in a host whose
+    # global scope has the shared libstdc++ (every std:: reference binds to it: the fix tested in
+    # test_split_cxx_runtime.py).
     static = eb.build(work, "static_cxx", cxx=True, extra=CXX_SRC, flags=["-Wl,-z,noexecstack",
                                                                           "-static-libstdc++"])
-    (f,) = rules(static, host=host_build.aoti_run)["two-cxx-runtimes"]
-    assert f.severity == "warning" and "libstdc++.so.6" in f.library
+    (f,) = rules(static)["two-cxx-runtimes"]
+    assert f.severity == "warning" and f.library == "libstdc++.so.6" and "GNU_UNIQUE" in f.message
+    assert "RTLD_GLOBAL" in f.fix
+    c_host = eb.build(work, "c_host_cxx", entry_points=[], extra="int main(void) { return 0; }\n", shared=False)
+    assert "two-cxx-runtimes" in rules(static, host=c_host)
+    assert "two-cxx-runtimes" not in rules(static, host=host_build.aoti_run)
     hidden = eb.build(work, "static_cxx_hidden", cxx=True, extra=CXX_SRC,
                       flags=["-Wl,-z,noexecstack", "-static-libstdc++", "-Wl,--exclude-libs,ALL"])
-    assert "two-cxx-runtimes" not in rules(hidden, host=host_build.aoti_run)
+    assert "two-cxx-runtimes" not in rules(hidden)
     shared = eb.build(work, "shared_cxx", cxx=True, extra=CXX_SRC, flags=["-Wl,-z,noexecstack"])
-    assert "two-cxx-runtimes" not in rules(shared, host=host_build.aoti_run)
+    assert "two-cxx-runtimes" not in rules(shared)

@@ -242,7 +242,7 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                 "add the library that defines it to DT_NEEDED (aoti-toolchain patch --add-needed LIB), or make "
                 "the host export it", symbol=sym.name, version=sym.version, library=sym.version_file)
     if kind == "plugin":
-        _two_runtimes(elf, res, [*global_scope, *own.objects[1:]])
+        _two_runtimes(elf, res, global_scope, has_host=ctx.host is not None)
     if cxx_missing:
         names = [s.name for s in cxx_missing]
         res.add("missing-cxx-runtime", f"imports {len(names)} C++ runtime symbol(s) ({_short(names)}) without "
@@ -262,24 +262,28 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
 _CXX_RUNTIME_CORE = ("_ZSt4cerr", "__cxa_throw", "_ZNSt6locale7classicEv", "__gxx_personality_v0")
 
 
-def _two_runtimes(elf: ElfFile, res: FileResult, scope: list[Loaded]) -> None:
-    """FACTS.md: a torch 2.11 CUDA plugin links libstdc++ statically AND exports it; with a shared libstdc++
-    also in the lookup scope, locale facet ids (GNU_UNIQUE, process-wide) bind across the two runtimes and
-    std::regex crashes in codecvt."""
+def _two_runtimes(elf: ElfFile, res: FileResult, global_scope: list[Loaded], has_host: bool) -> None:
+    """FACTS (GPU run 4, H200): a plugin that links libstdc++ statically AND exports it (torch 2.11 CUDA plugins
+    built with the GPU image's g++) splits in two when the shared libstdc++.so.6 is loaded outside its lookup
+    scope (numpy and torch load it RTLD_LOCAL): its GNU_UNIQUE symbols (locale facet ids) bind process-wide to
+    that copy, its other std:: references to its own, and std::regex dereferences a null facet. With the
+    shared libstdc++ in the host's global scope every reference binds to it: no split."""
     defined = elf.defined()
     own = [n for n in _CXX_RUNTIME_CORE if n in defined]
-    if not own:
-        return
-    shared = next((lo for lo in scope if lo.elf.soname == CXX_RUNTIME), None)
-    if shared is None:
-        return
     unique = sum(1 for s in elf.symbols if s.defined and s.binding == "GNU_UNIQUE")
-    res.add("two-cxx-runtimes", f"exports its own C++ runtime ({', '.join(own)}; {unique} GNU_UNIQUE symbols) "
-            f"while {shared.path} is also in its lookup scope: two C++ runtimes share process-wide facet ids and "
-            "typeinfo, which crashed torch 2.11 CUDA plugins in std::regex (codecvt)",
-            "link the plugin against the shared libstdc++ (no -static-libstdc++), or hide the static copy "
-            "(-Wl,--exclude-libs,ALL and a version script exporting only AOTInductor*)", symbol=own[0],
-            library=shared.path)
+    if not own or unique == 0:
+        return
+    shared = next((lo for lo in global_scope if lo.elf.soname == CXX_RUNTIME), None)
+    if shared is not None:
+        return  # the host's global scope has the shared runtime: every std:: reference binds to it
+    where = "this host's global scope has no" if has_host else "a host whose global scope has no"
+    res.add("two-cxx-runtimes", f"exports its own C++ runtime ({', '.join(own)}; {unique} GNU_UNIQUE symbols): "
+            f"in {where} {CXX_RUNTIME} and a process that loads {CXX_RUNTIME} elsewhere (numpy, torch: "
+            "RTLD_LOCAL), the GNU_UNIQUE facet ids bind to that copy and the rest to the plugin's: two half "
+            "runtimes, which crashed torch 2.11 CUDA plugins in std::regex (null facet)",
+            f"load {CXX_RUNTIME} RTLD_GLOBAL before the plugin (the aoti-toolchain host runtime does), or build "
+            "the plugin with the shared libstdc++ (no -static-libstdc++) or with the static copy hidden "
+            "(-Wl,--exclude-libs,ALL)", symbol=own[0], library=CXX_RUNTIME)
 
 
 def _ref(sym: Symbol) -> str:

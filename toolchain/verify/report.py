@@ -41,7 +41,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("cannot-unload", "warning", "plugin", "GNU_UNIQUE symbols or DF_1_NODELETE: dlclose never unmaps it."),
     Rule("exports-shim", "error", "plugin", "The plugin defines aoti_torch_* shims itself."),
     Rule("two-cxx-runtimes", "warning", "plugin",
-         "The plugin exports its own (static) C++ runtime while a shared libstdc++ is in its scope."),
+         "The plugin exports its own (static) C++ runtime with GNU_UNIQUE symbols and the host's global scope "
+         "lacks the shared libstdc++."),
     Rule("shim-not-exported", "error", "host", "The host does not export a shim plugins import."),
     Rule("duplicate-shim-definition", "error", "host", "More than one object in the host's scope defines a shim."),
     Rule("mixed-config", "error", "any", "Objects linked into one binary were compiled with different configs."),
