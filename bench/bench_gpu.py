@@ -173,14 +173,19 @@ def child_torch_cold(art: Path, name: str) -> dict:
     return {"import_s": t_import, "total_s": time.perf_counter() - t0}
 
 
-def child_torch_default(art: Path) -> dict:
+def child_torch_default(art: Path, promote: str = "0") -> dict:
+    """torch's runner on its own default (libtorch-linked) plugin. promote=1 first makes the shared
+    libstdc++.so.6 global (what our host does for plugins carrying an exported C++ runtime)."""
+    if promote == "1":
+        ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_NOW | os.RTLD_GLOBAL)
     import numpy as np
     import torch
 
     runner = torch._inductor.aoti_load_package(str(art / "small_mlp_default.pt2"))
-    runner(torch.from_numpy(np.load(art / "small_mlp.in0.npy")).cuda())
+    x = torch.from_numpy(np.load(art / "small_mlp.in0.npy")).cuda()
+    runner(x)
     torch.cuda.synchronize()
-    return {"ok": True}
+    return {"ok": True, "torch_default_plugin_us": _median_us(lambda: runner(x), torch.cuda.synchronize)}
 
 
 # ---------- orchestration ----------
@@ -203,12 +208,12 @@ def parse_median(text: str) -> float | None:
     return None
 
 
-def wall(cmd: list[str], n: int) -> float:
+def wall(cmd: list[str], n: int, timeout: int = 120) -> float:
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
         try:
-            subprocess.run(cmd, capture_output=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+            subprocess.run(cmd, capture_output=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
         except subprocess.TimeoutExpired:
             return float("nan")
         times.append(time.perf_counter() - t0)
@@ -228,11 +233,28 @@ def main() -> int:
         fn = {"eager": lambda: child_torch_eager(art, rest[1]), "aoti": lambda: child_torch_aoti(art, rest[1]),
               "python": lambda: child_ours_python(art, rest[1], rest[2]), "upload": lambda: child_upload(art),
               "pinned": child_pinned_bandwidth, "cold": lambda: child_torch_cold(art, rest[1]),
-              "default": lambda: child_torch_default(art)}[kind]
+              "default": lambda: child_torch_default(art, *rest[1:])}[kind]
         print(json.dumps(fn()))
         return 0
     art, exe = a.artifacts.resolve(), a.aoti_run
     results: dict = {"n_calls": N_CALLS}
+    if os.environ.get("BENCH_PART") == "torch":  # only what BENCH_QUICK leaves out (a second, warm call)
+        for name in ("small_mlp", "wide_mlp_blob"):
+            progress(f"{name}: torch's AOTI runner")
+            results[name] = _child("--child", "aoti", str(art), name, timeout=240)
+            print(f"  {name}: {json.dumps(results[name])}")
+        progress("cold start: torch import + aoti_load_package + first result (2 processes)")
+        cold = wall([sys.executable, __file__, "--child", "cold", str(art), "small_mlp"], 2, timeout=240)
+        results["cold_start"] = {"torch_exec_to_result_s": cold}
+        print(f"  cold start: {json.dumps(results['cold_start'])}")
+        for promote in ("0", "1"):
+            progress(f"torch's runner on its default plugin, libstdc++ made global first: {promote == '1'}")
+            results[f"torch_default_plugin_promote{promote}"] = d = _child("--child", "default", str(art), promote,
+                                                                           timeout=240)
+            print(f"  torch runner on its default plugin (promote={promote}): {json.dumps(d)}")
+        if a.json:
+            a.json.write_text(json.dumps(results, indent=1))
+        return 0
     print(f"bench_gpu: per call = median of {N_CALLS} calls, each followed by a device sync; device inputs")
     for name in ("small_mlp", "wide_mlp_blob"):
         r: dict = {}
