@@ -79,7 +79,8 @@ for variant in "" --torch-first; do
 done
 
 step "torch's runner on its own default (libtorch-linked) CUDA plugin, every fault traced"
-if [ -f "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" ]; then
+# (about a minute per load there; TORCH_RUNNER_TRACE=0 skips it)
+if [ "${TORCH_RUNNER_TRACE:-1}" = 1 ] && [ -f "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" ]; then
   RUNNER='import ctypes, os, sys
 if os.environ.get("PROMOTE") == "1": ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 import numpy as np, torch; art = sys.argv[1]
