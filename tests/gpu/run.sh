@@ -81,14 +81,8 @@ done
 step "torch's runner on its own default (libtorch-linked) CUDA plugin, every fault traced"
 # (about a minute per load there; TORCH_RUNNER_TRACE=0 skips it)
 if [ "${TORCH_RUNNER_TRACE:-1}" = 1 ] && [ -f "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" ]; then
-  RUNNER='import ctypes, os, sys
-if os.environ.get("PROMOTE") == "1": ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_NOW | os.RTLD_GLOBAL)
-import numpy as np, torch; art = sys.argv[1]
-m = torch._inductor.aoti_load_package(art + "/small_mlp_default.pt2"); print("torch runner: loaded", flush=True)
-x = torch.from_numpy(np.load(art + "/small_mlp.in0.npy")).cuda(); y = m(x); torch.cuda.synchronize()
-print("torch runner: ran, output", tuple(y.shape) if hasattr(y, "shape") else type(y).__name__, flush=True)'
   for promote in 0 1; do  # 1: the shared libstdc++.so.6 made global first, as our host does
-    PROMOTE=$promote LD_PRELOAD=$TRACE timeout 240 $PY -c "$RUNNER" "$AOTI_GPU_ARTIFACTS" 2>&1 | grep -v "^W[0-9]" | tail -40
+    PROMOTE=$promote LD_PRELOAD=$TRACE timeout 240 $PY tests/gpu/torch_runner.py "$AOTI_GPU_ARTIFACTS" 2>&1 | grep -v "^W[0-9]" | tail -40
     echo "torch runner on its default plugin (libstdc++ global first: $promote): exit ${PIPESTATUS[0]}"
   done
   $PY -m toolchain verify "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" --profile host 2>&1 | tail -25
