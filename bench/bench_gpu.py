@@ -238,6 +238,30 @@ def main() -> int:
         return 0
     art, exe = a.artifacts.resolve(), a.aoti_run
     results: dict = {"n_calls": N_CALLS}
+    if os.environ.get("BENCH_PART") == "upload":  # the host upload's ring: threads x chunk size, and the modes
+        bw = _child("--child", "pinned")
+        print(f"  pinned bandwidth: {json.dumps(bw)}")
+        results["weight_upload_sweep"] = rows = []
+        configs = [("host", t, c) for c in (8, 32) for t in (1, 2, 4, 8)] + [("stage", 0, 0), ("pageable", 0, 0)]
+        for mode, threads, chunk in configs:
+            env = {"AOTI_HOST_WEIGHT_UPLOAD": mode}
+            if threads:
+                env.update(AOTI_HOST_UPLOAD_THREADS=str(threads), AOTI_HOST_UPLOAD_CHUNK_MB=str(chunk))
+            os.environ.update(env)
+            runs = [_child("--child", "upload", str(art)) for _ in range(3)]
+            for k in ("AOTI_HOST_UPLOAD_THREADS", "AOTI_HOST_UPLOAD_CHUNK_MB"):
+                os.environ.pop(k, None)
+            ok = [r for r in runs if r.get("upload_s")]
+            row = {"mode": mode, "threads": threads, "chunk_mb": chunk, "runs": len(ok)}
+            if ok:
+                row["copy_ratio"] = statistics.median(r["bytes"] / r["upload_s"] / 1e9 for r in ok) / bw["pinned_GBps"]
+                row["all_GBps"] = statistics.median(r["bytes"] / r["weight_load_s"] / 1e9 for r in ok)
+            rows.append(row)
+            print(f"  upload {json.dumps(row)}", flush=True)
+        os.environ.pop("AOTI_HOST_WEIGHT_UPLOAD", None)
+        if a.json:
+            a.json.write_text(json.dumps({"bandwidth": bw, **results}, indent=1))
+        return 0
     if os.environ.get("BENCH_PART") == "torch":  # only what BENCH_QUICK leaves out (a second, warm call)
         for name in ("small_mlp", "wide_mlp_blob"):
             progress(f"{name}: torch's AOTI runner")

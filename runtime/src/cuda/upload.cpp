@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -22,12 +23,26 @@ namespace aoti_host {
 namespace cuda {
 namespace {
 
-constexpr size_t kChunk = size_t{8} << 20;  // 8 MiB: ~150 us of copy at 55 GB/s, far above launch cost
-constexpr size_t kSlots = 6;                // pinned ring: 48 MiB, kept for the process's later uploads
+constexpr size_t kSlots = 6;  // chunks in the pinned ring, kept for the process's later uploads
+
+// Tuning (bench/RESULTS.md, weight upload): AOTI_HOST_UPLOAD_CHUNK_MB (chunk size, default 8) and
+// AOTI_HOST_UPLOAD_THREADS (host threads filling a chunk, default min(8, cores)).
+size_t env_size(const char* name, size_t fallback, size_t lo, size_t hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (end == v || *end != '\0' || n < lo || n > hi) {
+    log(LogLevel::Warning, "%s=%s: use an integer from %zu to %zu; using %zu", name, v, lo, hi, fallback);
+    return fallback;
+  }
+  return static_cast<size_t>(n);
+}
 
 struct Ring {
   std::mutex use;  // one upload at a time uses the ring
   void* pinned[kSlots] = {};
+  size_t chunk = 0;
   bool ready = false;
 };
 
@@ -113,6 +128,8 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
   AOTI_CUDA_CHECK(cudaMalloc(&dst, size == 0 ? 1 : size));
   Ring& r = ring();
   std::lock_guard<std::mutex> hold(r.use);
+  if (!r.ready) r.chunk = env_size("AOTI_HOST_UPLOAD_CHUNK_MB", 8, 1, 1024) << 20;
+  const size_t kChunk = r.chunk;
   if (!r.ready) {
     for (size_t s = 0; s < kSlots; ++s) {
       if (cudaHostAlloc(&r.pinned[s], kChunk, cudaHostAllocDefault) != cudaSuccess) {
@@ -140,7 +157,8 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
   const size_t chunks = (size + kChunk - 1) / kChunk;
   const size_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
   // A few threads: one memcpy thread moves ~5-10 GB/s, page faults of a mapped file included.
-  Fillers fillers(std::min<size_t>({8, hw, std::max<size_t>(1, chunks)}));
+  Fillers fillers(std::min<size_t>(env_size("AOTI_HOST_UPLOAD_THREADS", std::min<size_t>(8, hw), 1, 64),
+                                   std::max<size_t>(1, chunks)));
   double dma_ms = 0;
   std::vector<bool> in_flight(kSlots, false);
   auto settle = [&](size_t s) {  // waits for slot s's copy and adds its time
