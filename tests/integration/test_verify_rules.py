@@ -372,3 +372,17 @@ def test_two_cxx_runtimes(work, host_build):
     assert "two-cxx-runtimes" not in rules(hidden)
     shared = eb.build(work, "shared_cxx", cxx=True, extra=CXX_SRC, flags=["-Wl,-z,noexecstack"])
     assert "two-cxx-runtimes" not in rules(shared)
+
+
+def test_ld_library_path_is_searched_like_the_loader(work):
+    """A DT_NEEDED library found only through LD_LIBRARY_PATH (deps unpacked outside the system dirs, as on the
+    GPU machine): found after DT_RPATH and before DT_RUNPATH, as ld.so(8) says; not found without it."""
+    from toolchain.elf.reader import open_library
+    from toolchain.elf.resolve import Resolver
+
+    libdir = work / "envlibs"
+    lib = eb.build_lib(libdir, "libenvonly_x.so", "int envonly_x(void) { return 1; }\n")
+    plugin = eb.build(work, "needs_envonly", flags=["-Wl,-z,noexecstack", f"-L{libdir}", "-l:libenvonly_x.so"])
+    elf = open_library(str(plugin))[0]
+    assert Resolver(env_path="").find("libenvonly_x.so", elf, str(plugin)) is None
+    assert Resolver(env_path=f"/nonexistent:{libdir}").find("libenvonly_x.so", elf, str(plugin)) == str(lib)
