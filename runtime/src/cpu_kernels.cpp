@@ -8,9 +8,11 @@
 #include <string>
 #include <memory>
 #include <thread>
+#include <type_traits>
 
 #include "aoti_host/error.h"
 #include "cpu_gemm.h"
+#include "packed_gemm.h"
 
 // OpenMP pragmas where the build has OpenMP (gcc: the plugins' libgomp); serial loops elsewhere.
 #ifdef _OPENMP
@@ -423,6 +425,20 @@ void addmm_blas(Tensor& out, const Tensor* self, const Tensor& mat1, const Tenso
   const bool use_self = self != nullptr && beta != 0.0;
   const auto& os = out.sizes();
   const int64_t M = os[os.size() - 2], N = os[os.size() - 1];
+  if constexpr (std::is_same<T, float>::value) {
+    // A bias broadcast over rows (a Linear's) goes into the kernel's epilogue instead of a copy into out.
+    if (batch == 1 && os.size() == 2 && (!use_self || self->dtype() == out.dtype())) {
+      const std::vector<int64_t> sst = use_self ? broadcast_strides(*self, os, "self") : std::vector<int64_t>{0, 0};
+      if (sst[0] == 0 || M == 1) {
+        const MatView<const T> co = mat_of<T>(out, 0);
+        const MatView<T> c{const_cast<T*>(co.p), co.rows, co.cols, co.rs, co.cs};
+        if (try_fast_gemm(mat_of<T>(mat1, 0), mat_of<T>(mat2, 0), c, static_cast<T>(alpha),
+                          use_self ? static_cast<T>(beta) : T(0),
+                          use_self ? static_cast<const T*>(self->data_ptr()) : nullptr, sst[1]))
+          return;
+      }
+    }
+  }
   if (use_self) {  // out <- self (broadcast), then out <- alpha * A @ B + beta * out
     const std::vector<int64_t> sst = broadcast_strides(*self, os, "self");
     if (self->dtype() != out.dtype()) throw Error("self and out dtypes differ");
