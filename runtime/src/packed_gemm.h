@@ -82,5 +82,12 @@ bool try_fast_gemm(const MatView<const float>& A, const MatView<const float>& B,
 // rather than OpenBLAS: small ones, where OpenBLAS's per-call overhead dominates.
 bool prefer_fast_unpacked(int64_t M, int64_t N, int64_t K);
 
+// Short runs of floats (im2col's rows of channels): AVX-512 masked moves where available.
+void copy_floats(float* dst, const float* src, int64_t n);
+
+// Softmax of a row in place (every entry -inf: zeros); returns its logsumexp (-inf then). AVX-512
+// (polynomial exp, within 2 ulp of expf) where available, else scalar std::exp.
+float softmax_row(float* row, int64_t n);
+
 }  // namespace cpu
 }  // namespace aoti_host
