@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -685,15 +686,48 @@ void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const T
                          (I[0] == 1 || xsp[0] == I[1] * xsp[1]) && (I[1] == 1 || xsp[1] == I[2] * xsp[2]);
   const int64_t pos_stride = I[2] > 1 ? xsp[2] : I[1] > 1 ? xsp[1] : xsp[0];
   const bool run_kw = xs[1] == 1 && xsp[2] == Cin_g && D[2] == 1;
+  // A channels-last input into a channels-last output: no im2col, the kernel reads each output
+  // position's taps straight from the input through a table of offsets (one per position and tap,
+  // -1 for padding), the same for every sample and group.
+  const bool implicit = fast && channels_last_out && !pointwise && xs[1] == 1;
+  // The table depends on the geometry only: kept per thread for the last shapes seen (a plugin calls
+  // the same few convolutions on every run).
+  static thread_local std::map<std::vector<int64_t>, std::vector<int64_t>> offs_cache;
+  std::vector<int64_t> geometry;
+  for (const auto* v : {&I, &K, &O, &S, &P, &D, &xsp}) geometry.insert(geometry.end(), v->begin(), v->end());
+  if (implicit && offs_cache.size() > 64 && offs_cache.find(geometry) == offs_cache.end()) offs_cache.clear();
+  std::vector<int64_t>& offs = offs_cache[implicit ? geometry : std::vector<int64_t>{}];
+  if (implicit && offs.empty()) {
+    offs.resize(static_cast<size_t>(Osp * Ksp));
+    int64_t* o = offs.data();
+    for (int64_t od = 0; od < O[0]; ++od)
+      for (int64_t oh = 0; oh < O[1]; ++oh)
+        for (int64_t ow = 0; ow < O[2]; ++ow)
+          for (int64_t kd = 0; kd < K[0]; ++kd)
+            for (int64_t kh = 0; kh < K[1]; ++kh)
+              for (int64_t kw = 0; kw < K[2]; ++kw) {
+                const int64_t id = od * S[0] - P[0] + kd * D[0], ih = oh * S[1] - P[1] + kh * D[1],
+                              iw = ow * S[2] - P[2] + kw * D[2];
+                const bool in = id >= 0 && id < I[0] && ih >= 0 && ih < I[1] && iw >= 0 && iw < I[2];
+                *o++ = in ? id * xsp[0] + ih * xsp[1] + iw * xsp[2] : -1;
+              }
+  }
   // Threads only where the work pays for waking them (~100k multiply-adds per call and more).
 AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cout > (1 << 17)))
   {
     static thread_local std::vector<T> col;  // not zeroed: every element is written below
-    if (!pointwise && col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
+    if (!pointwise && !implicit && col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
 AOTI_OMP(omp for schedule(static))
     for (int64_t ng = 0; ng < N * G; ++ng) {
       const int64_t n = ng / G, g = ng % G;
       const T* xg = x + n * xs[0] + g * Cin_g * xs[1];
+      if constexpr (std::is_same<T, float>::value) {
+        if (implicit && fast_conv_rows(xg, offs.data(), Ksp, Cin_g, *packed_w[static_cast<size_t>(g)],
+                                       MatView<float>{y + n * ysn + g * Cout_g, Osp, Cout_g, Cout, 1}, beta,
+                                       bias_row != nullptr ? bias_row + g * Cout_g : nullptr))
+          continue;
+        if (implicit && col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
+      }
       MatView<const T> cols{col.data(), Osp, Kc, Kc, 1};
       if (pointwise) {
         cols = MatView<const T>{xg, Osp, Cin_g, pos_stride, xs[1]};

@@ -168,7 +168,14 @@ struct Tile {
   __mmask16 m0, m1;  // valid columns of the two halves
   float alpha, beta;
   const float* bias;  // beta * bias for the panel's nr columns (zero-padded), or null
+  // micro_ind only: per row, taps offsets from a (negative: zeros), cin floats each; `zero` holds cin zeros
+  const int64_t* offs;
+  int64_t taps, cin;
+  const float* zero;
 };
+
+template <int MR, int NV>
+__attribute__((target("avx512f"))) inline void store_tile(__m512 (&acc)[MR][NV], const Tile& t);
 
 template <int MR, int NV>
 __attribute__((target("avx512f"))) void micro(const Tile& t) {
@@ -193,6 +200,44 @@ __attribute__((target("avx512f"))) void micro(const Tile& t) {
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
+  store_tile<MR, NV>(acc, t);
+}
+
+// Convolution rows without im2col: row r of A is, tap after tap, the cin floats at t.a + offs[r * taps + tap]
+// (offs < 0: a padding position, zeros), matching B's (tap, channel) row order.
+template <int MR, int NV>
+__attribute__((target("avx512f"))) void micro_ind(const Tile& t) {
+  constexpr int NR = 16 * NV;
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  const float* b = t.b;
+  for (int64_t tap = 0; tap < t.taps; ++tap) {
+    const float* ap[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const int64_t off = t.offs[r * t.taps + tap];
+      ap[r] = off >= 0 ? t.a + off : t.zero;
+    }
+    for (int64_t k = 0; k < t.cin; ++k, b += NR) {
+      __m512 bv[NV];
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512 av = _mm512_set1_ps(ap[r][k]);
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+      }
+    }
+  }
+  store_tile<MR, NV>(acc, t);
+}
+
+template <int MR, int NV>
+__attribute__((target("avx512f"))) inline void store_tile(__m512 (&acc)[MR][NV], const Tile& t) {
   const __m512 alpha = _mm512_set1_ps(t.alpha), beta = _mm512_set1_ps(t.beta);
   __m512 bias[NV];
 #pragma GCC unroll 2
@@ -216,6 +261,9 @@ using MicroFn = void (*)(const Tile&);
 template <int NV>
 constexpr MicroFn kMicro[kMR] = {micro<1, NV>, micro<2, NV>, micro<3, NV>, micro<4, NV>,
                                  micro<5, NV>, micro<6, NV>, micro<7, NV>, micro<8, NV>};
+template <int NV>
+constexpr MicroFn kMicroInd[kMR] = {micro_ind<1, NV>, micro_ind<2, NV>, micro_ind<3, NV>, micro_ind<4, NV>,
+                                    micro_ind<5, NV>, micro_ind<6, NV>, micro_ind<7, NV>, micro_ind<8, NV>};
 #endif
 
 #if AOTI_HAVE_AVX512_KERNEL
@@ -366,6 +414,62 @@ std::shared_ptr<const PackedB> constant_packed(const MatView<const float>& B) {
     p->fill(B);
     return p;
   });
+}
+
+bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t cin, const PackedB& packed,
+                    const MatView<float>& C, float beta, const float* bias) {
+#if AOTI_HAVE_AVX512_KERNEL
+  const int64_t M = C.rows, N = C.cols;
+  if (!fast_gemm_available() || packed.K() != taps * cin || packed.N() != N || cin == 0) return false;
+  if (!(N == 1 || C.cs == 1) || !(M == 1 || C.rs >= N)) return false;
+  if (M == 0 || N == 0) return true;
+  registry().fast_calls.fetch_add(1, std::memory_order_relaxed);
+  const int nr = packed.nr();
+  const int64_t np = packed.panels();
+  const float* bb = nullptr;
+  if (bias != nullptr && beta != 0.0f) {
+    float* buf = aligned_buffer(tl_b, static_cast<size_t>(np * nr));
+    for (int64_t j = 0; j < np * nr; ++j) buf[j] = j < N ? beta * bias[j] : 0.0f;
+    bb = buf;
+  }
+  static thread_local std::vector<float> zeros;
+  if (zeros.size() < static_cast<size_t>(cin)) zeros.assign(static_cast<size_t>(cin), 0.0f);
+  const float* zero = zeros.data();
+  const int64_t mb = (M + kMR - 1) / kMR, tiles = np * mb;
+  auto run_tile = [&](int64_t t) {
+    const int64_t p = t / mb, i0 = (t % mb) * kMR;
+    const int64_t j0 = p * nr, nj = std::min<int64_t>(nr, N - j0);
+    const int mr = static_cast<int>(std::min<int64_t>(kMR, M - i0));
+    Tile tile{};
+    tile.a = x;
+    tile.b = packed.panel(p);
+    tile.c = C.p + i0 * C.rs + j0;
+    tile.ldc = C.rs;
+    tile.m0 = static_cast<__mmask16>(nj >= 16 ? 0xffff : (1u << nj) - 1);
+    tile.m1 = static_cast<__mmask16>(nj >= 32 ? 0xffff : nj <= 16 ? 0 : (1u << (nj - 16)) - 1);
+    tile.alpha = 1.0f;
+    tile.beta = bias != nullptr ? 0.0f : beta;
+    tile.bias = bb != nullptr ? bb + j0 : nullptr;
+    tile.offs = offs + i0 * taps;
+    tile.taps = taps;
+    tile.cin = cin;
+    tile.zero = zero;
+    (nr == 16 ? kMicroInd<1> : kMicroInd<2>)[mr - 1](tile);
+  };
+#ifdef _OPENMP
+  const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(taps * cin);
+  if (tiles > 1 && work >= 1.0 * 1024 * 1024 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+    return true;
+  }
+#endif
+  for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+  return true;
+#else
+  (void)x, (void)offs, (void)taps, (void)cin, (void)packed, (void)C, (void)beta, (void)bias;
+  return false;
+#endif
 }
 
 void copy_floats(float* dst, const float* src, int64_t n) {

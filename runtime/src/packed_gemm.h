@@ -82,6 +82,13 @@ bool try_fast_gemm(const MatView<const float>& A, const MatView<const float>& B,
 // rather than OpenBLAS: small ones, where OpenBLAS's per-call overhead dominates.
 bool prefer_fast_unpacked(int64_t M, int64_t N, int64_t K);
 
+// A convolution's GEMM without im2col (an implicit GEMM): row i of A is, for each of `taps` kernel taps,
+// the cin floats at x + offs[i * taps + tap] (a negative offset: padding, zeros); B packed with rows in
+// (tap, channel) order. C <- A @ B + beta * bias (bias null: beta * C). C needs unit column stride and
+// rows that don't overlap; false (nothing written) otherwise or without the kernel.
+bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t cin, const PackedB& packed,
+                    const MatView<float>& C, float beta, const float* bias);
+
 // Short runs of floats (im2col's rows of channels): AVX-512 masked moves where available.
 void copy_floats(float* dst, const float* src, int64_t n);
 
