@@ -343,8 +343,12 @@ float* aligned_buffer(std::vector<float>& v, size_t n) {
 
 }  // namespace
 
-PackedB::PackedB(int64_t K, int64_t N) : K_(K), N_(N), nr_(N <= 16 ? 16 : 32) {
-  store_.assign(static_cast<size_t>(panels() * K * nr_ + 16), 0.0f);
+PackedB::PackedB(int64_t K, int64_t N) { reset(K, N); }
+
+void PackedB::reset(int64_t K, int64_t N) {
+  K_ = K, N_ = N, nr_ = N <= 16 ? 16 : 32;
+  const size_t need = static_cast<size_t>(panels() * K * nr_ + 16);
+  if (store_.size() < need) store_.resize(need);
   const uintptr_t p = reinterpret_cast<uintptr_t>(store_.data());
   data_ = store_.data() + ((64 - p % 64) % 64) / sizeof(float);
 }
@@ -522,11 +526,11 @@ bool fast_gemm(const MatView<const float>& A, const MatView<const float>& B, con
   if (packed != nullptr && (packed->K() != K || packed->N() != N)) return false;
   registry().fast_calls.fetch_add(1, std::memory_order_relaxed);
   // B, packed per call when it is not a cached constant.
-  std::unique_ptr<PackedB> own;
   if (packed == nullptr) {
-    own.reset(new PackedB(K, N));
-    own->fill(B);
-    packed = own.get();
+    static thread_local PackedB own(0, 0);  // reused: no allocation per call
+    own.reset(K, N);
+    own.fill(B);
+    packed = &own;
   }
   // A with unit stride along k.
   const float* a = A.p;

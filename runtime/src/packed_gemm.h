@@ -34,7 +34,9 @@ class PackedB {
   const float* panel(int64_t p) const { return data_ + p * K_ * nr_; }
   float* panel(int64_t p) { return data_ + p * K_ * nr_; }
   size_t bytes() const { return store_.size() * sizeof(float); }
-  void fill(const MatView<const float>& B);  // packs a strided K x N view
+  void fill(const MatView<const float>& B);  // packs a strided K x N view (every element, padding included)
+  // A new shape, reusing the storage (growing it when needed) for per-call packing: nothing zeroed.
+  void reset(int64_t K, int64_t N);
 
  private:
   int64_t K_, N_;
