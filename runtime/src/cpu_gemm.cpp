@@ -1,5 +1,7 @@
 #include "cpu_gemm.h"
 
+#include "packed_gemm.h"
+
 #include <cblas.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -7,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 #include <vector>
 
 namespace aoti_host {
@@ -104,6 +107,9 @@ void gemm(const MatView<const T>& A, const MatView<const T>& B, const MatView<T>
         }
       return;
     }
+  }
+  if constexpr (std::is_same<T, float>::value) {
+    if (try_fast_gemm(A, B, C, alpha, beta)) return;  // packed constant B, or a small GEMM
   }
   CBLAS_TRANSPOSE tc;
   int64_t ldc;

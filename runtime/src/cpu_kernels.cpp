@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <memory>
 #include <thread>
+#include <type_traits>
 
 #include "aoti_host/error.h"
 #include "cpu_gemm.h"
+#include "packed_gemm.h"
 
 // OpenMP pragmas where the build has OpenMP (gcc: the plugins' libgomp); serial loops elsewhere.
 #ifdef _OPENMP
@@ -423,6 +426,20 @@ void addmm_blas(Tensor& out, const Tensor* self, const Tensor& mat1, const Tenso
   const bool use_self = self != nullptr && beta != 0.0;
   const auto& os = out.sizes();
   const int64_t M = os[os.size() - 2], N = os[os.size() - 1];
+  if constexpr (std::is_same<T, float>::value) {
+    // A bias broadcast over rows (a Linear's) goes into the kernel's epilogue instead of a copy into out.
+    if (batch == 1 && os.size() == 2 && (!use_self || self->dtype() == out.dtype())) {
+      const std::vector<int64_t> sst = use_self ? broadcast_strides(*self, os, "self") : std::vector<int64_t>{0, 0};
+      if (sst[0] == 0 || M == 1) {
+        const MatView<const T> co = mat_of<T>(out, 0);
+        const MatView<T> c{const_cast<T*>(co.p), co.rows, co.cols, co.rs, co.cs};
+        if (try_fast_gemm(mat_of<T>(mat1, 0), mat_of<T>(mat2, 0), c, static_cast<T>(alpha),
+                          use_self ? static_cast<T>(beta) : T(0),
+                          use_self ? static_cast<const T*>(self->data_ptr()) : nullptr, sst[1]))
+          return;
+      }
+    }
+  }
   if (use_self) {  // out <- self (broadcast), then out <- alpha * A @ B + beta * out
     const std::vector<int64_t> sst = broadcast_strides(*self, os, "self");
     if (self->dtype() != out.dtype()) throw Error("self and out dtypes differ");
@@ -596,24 +613,61 @@ void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const T
   std::vector<int64_t> xs;
   const T* x = typed_data<T>(input, xbuf, xs);
   const std::vector<int64_t> xsp = pad3({xs.begin() + 2, xs.end()}, 0);
-  std::vector<T> wp(static_cast<size_t>(Cout * Kc));  // [Cout, (kd, kh, kw, ci)]
-  {
+  // The weight as GEMM operand [Cout, (kd, kh, kw, ci)] rows; for the AVX-512 kernel (float) as one
+  // packed [(kd, kh, kw, ci), Cout_g] B per group instead, cached when the weight is a constant.
+  auto gather_weight = [&](int64_t co0, int64_t nco, T* dst) {
     std::vector<T> wbuf;
     std::vector<int64_t> wst;
     const T* w = typed_data<T>(weight, wbuf, wst);
     const std::vector<int64_t> wsp = pad3({wst.begin() + 2, wst.end()}, 0);
-    T* dst = wp.data();
-    for (int64_t co = 0; co < Cout; ++co)
+    for (int64_t co = co0; co < co0 + nco; ++co)
       for (int64_t kd = 0; kd < K[0]; ++kd)
         for (int64_t kh = 0; kh < K[1]; ++kh)
           for (int64_t kw = 0; kw < K[2]; ++kw)
             for (int64_t ci = 0; ci < Cin_g; ++ci)
               *dst++ = w[co * wst[0] + ci * wst[1] + kd * wsp[0] + kh * wsp[1] + kw * wsp[2]];
+  };
+  const bool fast = std::is_same<T, float>::value && fast_gemm_available() && Kc > 0;
+  std::vector<T> wp;
+  std::vector<std::shared_ptr<const PackedB>> packed_w;
+  if (fast) {
+    const auto& wsz = weight.sizes();
+    const auto& wst = weight.strides();
+    int64_t lo = 0, hi = 0;
+    for (size_t d = 0; d < wsz.size(); ++d) {
+      const int64_t span = (wsz[d] - 1) * wst[d];
+      (span < 0 ? lo : hi) += span;
+    }
+    const char* base = static_cast<const char*>(weight.data_ptr());
+    const int64_t isz = static_cast<int64_t>(weight.itemsize());
+    for (int64_t g = 0; g < G; ++g) {
+      auto build = [&] {
+        std::vector<T> tmp(static_cast<size_t>(Cout_g * Kc));
+        gather_weight(g * Cout_g, Cout_g, tmp.data());
+        auto pb = std::make_shared<PackedB>(Kc, Cout_g);
+        pb->fill(MatView<const float>{reinterpret_cast<const float*>(tmp.data()), Kc, Cout_g, 1, Kc});
+        return pb;
+      };
+      std::vector<int64_t> key = {1, reinterpret_cast<int64_t>(base), weight.dtype(), G, g};
+      key.insert(key.end(), wsz.begin(), wsz.end());
+      key.insert(key.end(), wst.begin(), wst.end());
+      std::shared_ptr<const PackedB> pb =
+          weight.dtype() == kFloat32 ? constant_packed(base + lo * isz, base + (hi + 1) * isz, key, build) : nullptr;
+      packed_w.push_back(pb != nullptr ? pb : build());
+    }
+  } else {
+    wp.resize(static_cast<size_t>(Cout * Kc));
+    gather_weight(0, Cout, wp.data());
   }
   T* y = static_cast<T*>(out.data_ptr());
   const int64_t ysn = out.strides()[0];
   T beta = 0;
-  if (bias != nullptr) {
+  std::vector<T> bias_buf;
+  const T* bias_row = nullptr;  // the kernel adds the bias in its epilogue
+  if (bias != nullptr && fast) {
+    bias_row = contiguous_data<T>(*bias, bias_buf);
+    beta = 1;
+  } else if (bias != nullptr) {
     std::vector<T> bbuf;
     const T* b = contiguous_data<T>(*bias, bbuf);
     for (int64_t n = 0; n < N; ++n) {
@@ -632,14 +686,48 @@ void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const T
                          (I[0] == 1 || xsp[0] == I[1] * xsp[1]) && (I[1] == 1 || xsp[1] == I[2] * xsp[2]);
   const int64_t pos_stride = I[2] > 1 ? xsp[2] : I[1] > 1 ? xsp[1] : xsp[0];
   const bool run_kw = xs[1] == 1 && xsp[2] == Cin_g && D[2] == 1;
+  // A channels-last input into a channels-last output: no im2col, the kernel reads each output
+  // position's taps straight from the input through a table of offsets (one per position and tap,
+  // -1 for padding), the same for every sample and group.
+  const bool implicit = fast && channels_last_out && !pointwise && xs[1] == 1;
+  // The table depends on the geometry only: kept per thread for the last shapes seen (a plugin calls
+  // the same few convolutions on every run).
+  static thread_local std::map<std::vector<int64_t>, std::vector<int64_t>> offs_cache;
+  std::vector<int64_t> geometry;
+  for (const auto* v : {&I, &K, &O, &S, &P, &D, &xsp}) geometry.insert(geometry.end(), v->begin(), v->end());
+  if (implicit && offs_cache.size() > 64 && offs_cache.find(geometry) == offs_cache.end()) offs_cache.clear();
+  std::vector<int64_t>& offs = offs_cache[implicit ? geometry : std::vector<int64_t>{}];
+  if (implicit && offs.empty()) {
+    offs.resize(static_cast<size_t>(Osp * Ksp));
+    int64_t* o = offs.data();
+    for (int64_t od = 0; od < O[0]; ++od)
+      for (int64_t oh = 0; oh < O[1]; ++oh)
+        for (int64_t ow = 0; ow < O[2]; ++ow)
+          for (int64_t kd = 0; kd < K[0]; ++kd)
+            for (int64_t kh = 0; kh < K[1]; ++kh)
+              for (int64_t kw = 0; kw < K[2]; ++kw) {
+                const int64_t id = od * S[0] - P[0] + kd * D[0], ih = oh * S[1] - P[1] + kh * D[1],
+                              iw = ow * S[2] - P[2] + kw * D[2];
+                const bool in = id >= 0 && id < I[0] && ih >= 0 && ih < I[1] && iw >= 0 && iw < I[2];
+                *o++ = in ? id * xsp[0] + ih * xsp[1] + iw * xsp[2] : -1;
+              }
+  }
   // Threads only where the work pays for waking them (~100k multiply-adds per call and more).
 AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cout > (1 << 17)))
   {
-    std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Osp * Kc));
+    static thread_local std::vector<T> col;  // not zeroed: every element is written below
+    if (!pointwise && !implicit && col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
 AOTI_OMP(omp for schedule(static))
     for (int64_t ng = 0; ng < N * G; ++ng) {
       const int64_t n = ng / G, g = ng % G;
       const T* xg = x + n * xs[0] + g * Cin_g * xs[1];
+      if constexpr (std::is_same<T, float>::value) {
+        if (implicit && fast_conv_rows(xg, offs.data(), Ksp, Cin_g, *packed_w[static_cast<size_t>(g)],
+                                       MatView<float>{y + n * ysn + g * Cout_g, Osp, Cout_g, Cout, 1}, beta,
+                                       bias_row != nullptr ? bias_row + g * Cout_g : nullptr))
+          continue;
+        if (implicit && col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
+      }
       MatView<const T> cols{col.data(), Osp, Kc, Kc, 1};
       if (pointwise) {
         cols = MatView<const T>{xg, Osp, Cin_g, pos_stride, xs[1]};
@@ -656,7 +744,8 @@ AOTI_OMP(omp for schedule(static))
                   if (run_kw && id >= 0 && id < I[0] && ih >= 0 && ih < I[1] && iw0 >= 0 && iw0 + K[2] <= I[2]) {
                     // the whole kernel row lies inside and is one contiguous run in a channels-last input
                     const T* src = xg + id * xsp[0] + ih * xsp[1] + iw0 * xsp[2];
-                    for (int64_t e = 0; e < K[2] * Cin_g; ++e) c[e] = src[e];
+                    if constexpr (std::is_same<T, float>::value) copy_floats(c, src, K[2] * Cin_g);
+                    else for (int64_t e = 0; e < K[2] * Cin_g; ++e) c[e] = src[e];
                     c += K[2] * Cin_g;
                     continue;
                   }
@@ -668,13 +757,26 @@ AOTI_OMP(omp for schedule(static))
                     }
                     const T* src = xg + id * xsp[0] + ih * xsp[1] + iw * xsp[2];
                     if (xs[1] == 1) {
-                      for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci];  // short runs: no memcpy call
+                      if constexpr (std::is_same<T, float>::value) copy_floats(c, src, Cin_g);
+                      else for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci];  // short runs: no memcpy call
                     } else {
                       for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci * xs[1]];
                     }
                   }
                 }
               }
+      }
+      if constexpr (std::is_same<T, float>::value) {
+        if (fast) {
+          // C as [positions, Cout_g]: channels-last rows, or a contiguous output's planes transposed.
+          const MatView<float> C = channels_last_out
+                                       ? MatView<float>{y + n * ysn + g * Cout_g, Osp, Cout_g, Cout, 1}
+                                       : MatView<float>{y + n * ysn + g * Cout_g * Osp, Osp, Cout_g, 1, Osp};
+          const MatView<const float> unused{nullptr, Kc, Cout_g, Cout_g, 1};
+          if (fast_gemm(cols, unused, packed_w[static_cast<size_t>(g)].get(), C, 1.0f, beta,
+                        bias_row != nullptr ? bias_row + g * Cout_g : nullptr, 1))
+            continue;
+        }
       }
       const MatView<const T> Wg{wp.data() + g * Cout_g * Kc, Cout_g, Kc, Kc, 1};
       if (channels_last_out) {
@@ -1136,6 +1238,15 @@ AOTI_OMP(omp for schedule(static))
       const T* m = mb.empty() ? nullptr : mb.data() + (b * Hq + h) * L * S;
       for (int64_t i = 0; i < L; ++i) {
         T* row = scores.data() + i * S;
+        if constexpr (std::is_same<T, float>::value) {
+          if (m == nullptr && !causal) {  // the plain case: one vectorised pass per row
+            const float lsev = softmax_row(row, S);
+            const int64_t lo = b * ls[0] + h * ls[1] + i * ls[2];
+            if (lf != nullptr) lf[lo] = lsev;
+            if (ld != nullptr) ld[lo] = static_cast<double>(lsev);
+            continue;
+          }
+        }
         T mx = ninf;
         for (int64_t j = 0; j < S; ++j) {
           T x = row[j];

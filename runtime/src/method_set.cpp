@@ -270,6 +270,7 @@ void MethodSet::share(size_t k, const aoti_host_load_options& options, Pool& poo
                     AOTI_HOST_INVALID_PROGRAM);
     }
     user_managed_[k] = std::move(names);
+    m.constants_changed();
     return;
   } else {
     m.load_pending_weights();

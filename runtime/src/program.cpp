@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "aoti_host/tensor.h"
 #include "constants.h"
+#include "packed_gemm.h"
 #include "json.h"
 #include "mapped_file.h"
 #include "zip.h"
@@ -371,9 +373,41 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
       p->outputs_[i].name = name;
   }
   // Every load validates the constants result once (constants.cpp), or says what an older plugin loses.
-  if (has_entries_call(*p->plugin_)) extract_constants(*p->plugin_, p->container_);
-  else warn_no_entries_call(path);
+  if (has_entries_call(*p->plugin_)) {
+    extract_constants(*p->plugin_, p->container_);
+    if (!p->weights_pending_) p->constants_changed();
+  } else {
+    warn_no_entries_call(path);
+  }
   return p;
+}
+
+void Program::constants_changed() {
+  cpu::unregister_constant_ranges(this);
+  if (cuda_ || weights_pending_ || !has_entries_call(*plugin_) || !cpu::pack_weights_enabled()) return;
+  std::map<std::string, const ConstantInfo*> by_fqn;
+  const std::vector<ConstantInfo> infos = constant_infos(*plugin_, container_);
+  for (const auto& c : infos) by_fqn[c.fqn] = &c;
+  std::vector<std::pair<const void*, size_t>> ranges;
+  for (const auto& e : extract_constants(*plugin_, container_)) {
+    auto it = by_fqn.find(e.fqn);
+    // Only what no kernel writes: Buffers are state the plugin updates in place (sessions rely on that
+    // type too), folded constants are recomputed by the plugin. Frozen parameters of an eval() export
+    // come as Unknown (torch 2.13): those are weights.
+    if (it == by_fqn.end() || it->second->from_folded || it->second->type == kBuffer || it->second->type == kFolded)
+      continue;
+    const Tensor* t = from_handle(e.handle);
+    if (t->device_type() != device_code::kCPU || t->numel() == 0) continue;
+    int64_t lo = 0, hi = 0;
+    for (size_t d = 0; d < t->sizes().size(); ++d) {
+      const int64_t span = (t->sizes()[d] - 1) * t->strides()[d];
+      (span < 0 ? lo : hi) += span;
+    }
+    const int64_t isz = static_cast<int64_t>(t->itemsize());
+    ranges.emplace_back(static_cast<const char*>(t->data_ptr()) + lo * isz, static_cast<size_t>((hi - lo + 1) * isz));
+  }
+  cpu::register_constant_ranges(this, ranges);
+  log(LogLevel::Debug, "%s: %zu constant(s) registered for packed GEMM weights", path_.c_str(), ranges.size());
 }
 
 void Program::load_pending_weights() {
@@ -385,6 +419,7 @@ void Program::load_pending_weights() {
     load_weights(weights.data(), weights.size(), pending_weights_path_);
   }
   weights_supplied();
+  constants_changed();
 }
 
 void Program::load_weights(const unsigned char* blob, size_t size, const std::string& from) {
@@ -472,6 +507,7 @@ bool Program::place_weights(const unsigned char* blob, size_t size, const std::s
 }
 
 Program::~Program() {
+  cpu::unregister_constant_ranges(this);  // before the container frees the memory they describe
   if (container_ != nullptr) plugin_->fns.AOTInductorModelContainerDelete(container_);
 }
 

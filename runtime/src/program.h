@@ -48,6 +48,11 @@ class Program {
   bool weights_pending() const { return weights_pending_; }
   void load_pending_weights();
   void weights_supplied() { weights_pending_ = false, pending_zip_.reset(); }
+  // Tells the CPU GEMM which memory holds this program's constants (packed_gemm.h: packed copies of
+  // constant weights). Every path that changes the container's constants calls it afterwards, which
+  // drops the packed copies of the old ones; ~Program drops them too. Buffer (mutable state) and
+  // constant-folded constants are never registered.
+  void constants_changed();
 
   // strict: an input whose layout differs from the one the plugin was built for is refused instead of
   // converted.

@@ -342,6 +342,25 @@ def test_channels_last_output_f32_f64_2d(rt: Runtime) -> None:
 
 
 @needs_torch
+@pytest.mark.parametrize("cout,groups", [(40, 1), (70, 2), (16, 1), (33, 3)])
+@pytest.mark.parametrize("stride,padding,dilation", [(1, 1, 1), (2, 1, 1), (1, 2, 2), (2, 0, 1)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_conv_channels_last_wide(rt: Runtime, cout: int, groups: int, stride: int, padding: int, dilation: int,
+                                 with_bias: bool) -> None:
+    """Channels-last float32 convolutions with output channels past one 16/32-column panel of the packed
+    kernel (tails included) and a batch: the implicit-GEMM path (no im2col) against ATen."""
+    g = torch.Generator().manual_seed(7)
+    x = _rand(g, 3, 6 * groups, 11, 9, dtype="float32").contiguous(memory_format=torch.channels_last)
+    w = _rand(g, cout, 6, 3, 3, dtype="float32")
+    b = _rand(g, cout, dtype="float32") if with_bias else None
+    args = ([stride] * 2, [padding] * 2, [dilation] * 2, False, [0, 0], groups)
+    got = _run_conv(rt, x, w, b, *args)
+    ref = torch.ops.aten.convolution(x, w, b, *args)
+    assert got.stride() == ref.stride()
+    _close(got, ref, "float32")
+
+
+@needs_torch
 def test_functional_wrappers(rt: Runtime) -> None:
     g = torch.Generator().manual_seed(7)
     x1, w1 = _rand(g, 2, 4, 9, dtype="float64"), _rand(g, 6, 2, 3, dtype="float64")

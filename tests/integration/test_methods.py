@@ -4,6 +4,7 @@ weights by original FQN, both outputs match eager, and the weights are held once
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -121,10 +122,12 @@ np.save({out!r}, outs[1])
 """
 
 
-def resident_after_load(host_lib, manifest, x_path, share: bool, out) -> tuple[int, float, int]:
+def resident_after_load(host_lib, manifest, x_path, share: bool, out, pack: bool = False) -> tuple[int, float, int]:
     code = _RESIDENT.format(root=str(REPO_ROOT), x=str(x_path), lib=str(host_lib), manifest=str(manifest),
                             share=share, out=str(out))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # pack=False: no packed copies of constant weights (packed_gemm.h), which would add their own memory
+    env = {**os.environ, "AOTI_HOST_PACK_WEIGHTS": "1" if pack else "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     grown, load_s, shared = proc.stdout.split()
     return int(grown), float(load_s), int(shared)
@@ -141,7 +144,11 @@ def test_weights_held_once(host_lib, big, tmp_path):
     # weights when shared, about 2x when each method holds its own copy
     assert 0.9 * weights < shared < 1.35 * weights, (shared, weights)
     assert unshared > 1.8 * weights, (unshared, weights)
-    for f in ("s.npy", "u.npy"):
+    # with packed weights (the default): one packed copy more, itself shared, since both methods' GEMMs
+    # read the same constant memory
+    packed, _, _ = resident_after_load(host_lib, manifest, tmp_path / "x.npy", True, tmp_path / "p.npy", pack=True)
+    assert 1.8 * weights < packed < 2.35 * weights, (packed, weights)
+    for f in ("s.npy", "u.npy", "p.npy"):
         np.testing.assert_allclose(np.load(tmp_path / f), expected["embed"], rtol=1e-3, atol=1e-4)
 
 

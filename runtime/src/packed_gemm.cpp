@@ -1,0 +1,607 @@
+#include "packed_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define AOTI_HAVE_AVX512_KERNEL 1
+#include <immintrin.h>
+#else
+#define AOTI_HAVE_AVX512_KERNEL 0
+#endif
+
+namespace aoti_host {
+namespace cpu {
+namespace {
+
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] == '0' && v[1] == '\0';
+}
+
+bool cpu_has_avx512f() {
+#if AOTI_HAVE_AVX512_KERNEL
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+// ---- the registry of constant ranges and the packed-copy cache ----
+
+struct Range {
+  uintptr_t lo, hi;
+};
+
+struct Entry {
+  std::shared_ptr<const PackedB> packed;
+  uintptr_t lo, hi;
+};
+
+class Registry {
+ public:
+  void set(const void* owner, const std::vector<Range>& ranges) {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    auto it = owners_.find(owner);
+    if (it != owners_.end()) {
+      drop_overlapping(it->second);
+      owners_.erase(it);
+    }
+    if (!ranges.empty()) {
+      drop_overlapping(ranges);
+      owners_[owner] = ranges;
+    }
+    rebuild();
+  }
+
+  std::shared_ptr<const PackedB> get(const std::string& key, uintptr_t lo, uintptr_t hi,
+                                     const std::function<std::shared_ptr<PackedB>()>& build) {
+    {
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (merged_.empty()) return nullptr;
+      auto it = cache_.find(key);
+      if (it != cache_.end()) {
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        return it->second.packed;
+      }
+      if (!contains(lo, hi)) return nullptr;
+    }
+    std::shared_ptr<const PackedB> packed = build();  // outside the lock: packing takes a while
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    if (!contains(lo, hi)) return nullptr;  // unregistered meanwhile
+    auto [it, fresh] = cache_.emplace(key, Entry{packed, lo, hi});
+    if (fresh) {
+      packs_.fetch_add(1, std::memory_order_relaxed);
+      bytes_ += packed->bytes();
+    }
+    return it->second.packed;
+  }
+
+  PackStats stats() {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    PackStats s;
+    s.packs = packs_.load();
+    s.hits = hits_.load();
+    s.entries = cache_.size();
+    s.bytes = bytes_;
+    for (const auto& o : owners_) s.ranges += o.second.size();
+    return s;
+  }
+
+  std::atomic<uint64_t> fast_calls{0};
+
+ private:
+  // [lo, hi) inside the union of the registered ranges (merged_: sorted, disjoint, adjacent ones joined).
+  bool contains(uintptr_t lo, uintptr_t hi) const {
+    auto it = std::upper_bound(merged_.begin(), merged_.end(), lo, [](uintptr_t v, const Range& r) { return v < r.lo; });
+    if (it == merged_.begin()) return false;
+    --it;
+    return lo >= it->lo && hi <= it->hi;
+  }
+  void drop_overlapping(const std::vector<Range>& ranges) {
+    for (auto it = cache_.begin(); it != cache_.end();) {
+      bool hit = false;
+      for (const Range& r : ranges) hit |= it->second.lo < r.hi && r.lo < it->second.hi;
+      if (hit) {
+        bytes_ -= it->second.packed->bytes();
+        it = cache_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  void rebuild() {
+    merged_.clear();
+    for (const auto& o : owners_) merged_.insert(merged_.end(), o.second.begin(), o.second.end());
+    std::sort(merged_.begin(), merged_.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+    std::vector<Range> out;
+    for (const Range& r : merged_) {
+      if (!out.empty() && r.lo <= out.back().hi) out.back().hi = std::max(out.back().hi, r.hi);
+      else out.push_back(r);
+    }
+    merged_ = std::move(out);
+  }
+
+  std::shared_mutex mu_;
+  std::map<const void*, std::vector<Range>> owners_;
+  std::vector<Range> merged_;
+  std::unordered_map<std::string, Entry> cache_;
+  std::atomic<uint64_t> packs_{0}, hits_{0};
+  size_t bytes_ = 0;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: programs may be freed during exit
+  return *r;
+}
+
+std::string key_bytes(const std::vector<int64_t>& key) {
+  return std::string(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int64_t));
+}
+
+// ---- the AVX-512 kernel ----
+
+constexpr int kMR = 8;  // rows per micro-tile: 8 x 32 uses 16 zmm accumulators
+
+#if AOTI_HAVE_AVX512_KERNEL
+struct Tile {
+  int64_t K;
+  const float* a;  // row r, column k at a[r * lda + k]
+  int64_t lda;
+  const float* b;  // the panel: k-th row of nr floats at b[k * nr]
+  float* c;        // row r at c[r * ldc], unit column stride
+  int64_t ldc;
+  __mmask16 m0, m1;  // valid columns of the two halves
+  float alpha, beta;
+  const float* bias;  // beta * bias for the panel's nr columns (zero-padded), or null
+  // micro_ind only: per row, taps offsets from a (negative: zeros), cin floats each; `zero` holds cin zeros
+  const int64_t* offs;
+  int64_t taps, cin;
+  const float* zero;
+};
+
+template <int MR, int NV>
+__attribute__((target("avx512f"))) inline void store_tile(__m512 (&acc)[MR][NV], const Tile& t);
+
+template <int MR, int NV>
+__attribute__((target("avx512f"))) void micro(const Tile& t) {
+  constexpr int NR = 16 * NV;
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  const float* ap[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) ap[r] = t.a + r * t.lda;
+  const float* b = t.b;
+  for (int64_t k = 0; k < t.K; ++k, b += NR) {
+    __m512 bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[r][k]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  store_tile<MR, NV>(acc, t);
+}
+
+// Convolution rows without im2col: row r of A is, tap after tap, the cin floats at t.a + offs[r * taps + tap]
+// (offs < 0: a padding position, zeros), matching B's (tap, channel) row order.
+template <int MR, int NV>
+__attribute__((target("avx512f"))) void micro_ind(const Tile& t) {
+  constexpr int NR = 16 * NV;
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  const float* b = t.b;
+  for (int64_t tap = 0; tap < t.taps; ++tap) {
+    const float* ap[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const int64_t off = t.offs[r * t.taps + tap];
+      ap[r] = off >= 0 ? t.a + off : t.zero;
+    }
+    for (int64_t k = 0; k < t.cin; ++k, b += NR) {
+      __m512 bv[NV];
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512 av = _mm512_set1_ps(ap[r][k]);
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+      }
+    }
+  }
+  store_tile<MR, NV>(acc, t);
+}
+
+template <int MR, int NV>
+__attribute__((target("avx512f"))) inline void store_tile(__m512 (&acc)[MR][NV], const Tile& t) {
+  const __m512 alpha = _mm512_set1_ps(t.alpha), beta = _mm512_set1_ps(t.beta);
+  __m512 bias[NV];
+#pragma GCC unroll 2
+  for (int v = 0; v < NV; ++v) bias[v] = t.bias != nullptr ? _mm512_loadu_ps(t.bias + 16 * v) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    float* c = t.c + r * t.ldc;
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == 0 ? t.m0 : t.m1;
+      __m512 x = acc[r][v];
+      if (t.alpha != 1.0f) x = _mm512_mul_ps(x, alpha);
+      if (t.bias != nullptr) x = _mm512_add_ps(x, bias[v]);
+      else if (t.beta != 0.0f) x = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m, c + 16 * v), x);
+      _mm512_mask_storeu_ps(c + 16 * v, m, x);
+    }
+  }
+}
+
+using MicroFn = void (*)(const Tile&);
+template <int NV>
+constexpr MicroFn kMicro[kMR] = {micro<1, NV>, micro<2, NV>, micro<3, NV>, micro<4, NV>,
+                                 micro<5, NV>, micro<6, NV>, micro<7, NV>, micro<8, NV>};
+template <int NV>
+constexpr MicroFn kMicroInd[kMR] = {micro_ind<1, NV>, micro_ind<2, NV>, micro_ind<3, NV>, micro_ind<4, NV>,
+                                    micro_ind<5, NV>, micro_ind<6, NV>, micro_ind<7, NV>, micro_ind<8, NV>};
+#endif
+
+#if AOTI_HAVE_AVX512_KERNEL
+__attribute__((target("avx512f"))) void copy_floats_avx512(float* dst, const float* src, int64_t n) {
+  for (; n >= 16; n -= 16, dst += 16, src += 16) _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+  if (n > 0) {
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+    _mm512_mask_storeu_ps(dst, m, _mm512_maskz_loadu_ps(m, src));
+  }
+}
+#endif
+
+#if AOTI_HAVE_AVX512_KERNEL
+// gcc 12 reports its own headers' _mm512_undefined_ps() (behind roundscale/scalef/max/reduce) as
+// "may be used uninitialized" once inlined here: a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// exp(x) for x <= 0 region and beyond (Cephes expf's polynomial, 2^n through scalef: underflows to 0).
+__attribute__((target("avx512f"))) inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+__attribute__((target("avx512f"))) float softmax_row_avx512(float* row, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 vmax = ninf;
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
+    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, m, row + j));
+  }
+  const float mx = _mm512_reduce_max_ps(vmax);
+  if (mx == -std::numeric_limits<float>::infinity()) {
+    std::fill_n(row, n, 0.0f);
+    return mx;
+  }
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(vmx, m, row + j), vmx));
+    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
+    _mm512_mask_storeu_ps(row + j, m, e);
+  }
+  const float sum = _mm512_reduce_add_ps(vsum);
+  const __m512 inv = _mm512_set1_ps(1.0f / sum);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
+  }
+  return mx + std::log(sum);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+thread_local std::vector<float> tl_a, tl_b, tl_c;
+
+float* aligned_buffer(std::vector<float>& v, size_t n) {
+  if (v.size() < n + 16) v.resize(n + 16);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + ((64 - p % 64) % 64) / sizeof(float);
+}
+
+}  // namespace
+
+PackedB::PackedB(int64_t K, int64_t N) { reset(K, N); }
+
+void PackedB::reset(int64_t K, int64_t N) {
+  K_ = K, N_ = N, nr_ = N <= 16 ? 16 : 32;
+  const size_t need = static_cast<size_t>(panels() * K * nr_ + 16);
+  if (store_.size() < need) store_.resize(need);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(store_.data());
+  data_ = store_.data() + ((64 - p % 64) % 64) / sizeof(float);
+}
+
+void PackedB::fill(const MatView<const float>& B) {
+  for (int64_t p = 0; p < panels(); ++p) {
+    float* dst = panel(p);
+    const int64_t j0 = p * nr_, nj = std::min<int64_t>(nr_, N_ - j0);
+    for (int64_t k = 0; k < K_; ++k, dst += nr_) {
+      const float* src = B.p + k * B.rs + j0 * B.cs;
+      if (B.cs == 1) {
+        std::memcpy(dst, src, static_cast<size_t>(nj) * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < nj; ++j) dst[j] = src[j * B.cs];
+      }
+      std::fill(dst + nj, dst + nr_, 0.0f);
+    }
+  }
+}
+
+void register_constant_ranges(const void* owner, const std::vector<std::pair<const void*, size_t>>& ranges) {
+  std::vector<Range> rs;
+  rs.reserve(ranges.size());
+  for (const auto& r : ranges) {
+    if (r.second == 0) continue;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(r.first);
+    rs.push_back({lo, lo + r.second});
+  }
+  registry().set(owner, rs);
+}
+
+void unregister_constant_ranges(const void* owner) { registry().set(owner, {}); }
+
+PackStats pack_stats() {
+  PackStats s = registry().stats();
+  s.fast_calls = registry().fast_calls.load();
+  return s;
+}
+
+bool fast_gemm_available() {
+  static const bool on = cpu_has_avx512f() && !env_off("AOTI_HOST_FAST_GEMM");
+  return on;
+}
+
+bool pack_weights_enabled() {
+  static const bool on = fast_gemm_available() && !env_off("AOTI_HOST_PACK_WEIGHTS");
+  return on;
+}
+
+std::shared_ptr<const PackedB> constant_packed(const void* lo, const void* hi, const std::vector<int64_t>& key,
+                                               const std::function<std::shared_ptr<PackedB>()>& build) {
+  if (!pack_weights_enabled()) return nullptr;
+  return registry().get(key_bytes(key), reinterpret_cast<uintptr_t>(lo), reinterpret_cast<uintptr_t>(hi), build);
+}
+
+std::shared_ptr<const PackedB> constant_packed(const MatView<const float>& B) {
+  if (!pack_weights_enabled() || B.rows <= 0 || B.cols <= 0) return nullptr;
+  // The view's extent in memory (strides may be zero or negative).
+  int64_t lo = 0, hi = 0;
+  for (auto [n, s] : {std::pair<int64_t, int64_t>{B.rows, B.rs}, {B.cols, B.cs}}) {
+    const int64_t span = (n - 1) * s;
+    (span < 0 ? lo : hi) += span;
+  }
+  const std::vector<int64_t> key = {0, reinterpret_cast<int64_t>(B.p), B.rows, B.cols, B.rs, B.cs};
+  return constant_packed(B.p + lo, B.p + hi + 1, key, [&] {
+    auto p = std::make_shared<PackedB>(B.rows, B.cols);
+    p->fill(B);
+    return p;
+  });
+}
+
+bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t cin, const PackedB& packed,
+                    const MatView<float>& C, float beta, const float* bias) {
+#if AOTI_HAVE_AVX512_KERNEL
+  const int64_t M = C.rows, N = C.cols;
+  if (!fast_gemm_available() || packed.K() != taps * cin || packed.N() != N || cin == 0) return false;
+  if (!(N == 1 || C.cs == 1) || !(M == 1 || C.rs >= N)) return false;
+  if (M == 0 || N == 0) return true;
+  registry().fast_calls.fetch_add(1, std::memory_order_relaxed);
+  const int nr = packed.nr();
+  const int64_t np = packed.panels();
+  const float* bb = nullptr;
+  if (bias != nullptr && beta != 0.0f) {
+    float* buf = aligned_buffer(tl_b, static_cast<size_t>(np * nr));
+    for (int64_t j = 0; j < np * nr; ++j) buf[j] = j < N ? beta * bias[j] : 0.0f;
+    bb = buf;
+  }
+  static thread_local std::vector<float> zeros;
+  if (zeros.size() < static_cast<size_t>(cin)) zeros.assign(static_cast<size_t>(cin), 0.0f);
+  const float* zero = zeros.data();
+  const int64_t mb = (M + kMR - 1) / kMR, tiles = np * mb;
+  auto run_tile = [&](int64_t t) {
+    const int64_t p = t / mb, i0 = (t % mb) * kMR;
+    const int64_t j0 = p * nr, nj = std::min<int64_t>(nr, N - j0);
+    const int mr = static_cast<int>(std::min<int64_t>(kMR, M - i0));
+    Tile tile{};
+    tile.a = x;
+    tile.b = packed.panel(p);
+    tile.c = C.p + i0 * C.rs + j0;
+    tile.ldc = C.rs;
+    tile.m0 = static_cast<__mmask16>(nj >= 16 ? 0xffff : (1u << nj) - 1);
+    tile.m1 = static_cast<__mmask16>(nj >= 32 ? 0xffff : nj <= 16 ? 0 : (1u << (nj - 16)) - 1);
+    tile.alpha = 1.0f;
+    tile.beta = bias != nullptr ? 0.0f : beta;
+    tile.bias = bb != nullptr ? bb + j0 : nullptr;
+    tile.offs = offs + i0 * taps;
+    tile.taps = taps;
+    tile.cin = cin;
+    tile.zero = zero;
+    (nr == 16 ? kMicroInd<1> : kMicroInd<2>)[mr - 1](tile);
+  };
+#ifdef _OPENMP
+  const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(taps * cin);
+  if (tiles > 1 && work >= 256.0 * 1024 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+    return true;
+  }
+#endif
+  for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+  return true;
+#else
+  (void)x, (void)offs, (void)taps, (void)cin, (void)packed, (void)C, (void)beta, (void)bias;
+  return false;
+#endif
+}
+
+void copy_floats(float* dst, const float* src, int64_t n) {
+#if AOTI_HAVE_AVX512_KERNEL
+  static const bool avx512 = cpu_has_avx512f();
+  if (avx512) return copy_floats_avx512(dst, src, n);
+#endif
+  std::copy_n(src, n, dst);
+}
+
+float softmax_row(float* row, int64_t n) {
+#if AOTI_HAVE_AVX512_KERNEL
+  static const bool avx512 = cpu_has_avx512f();
+  if (avx512) return softmax_row_avx512(row, n);
+#endif
+  const float ninf = -std::numeric_limits<float>::infinity();
+  float mx = ninf;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  if (mx == ninf) {
+    std::fill_n(row, n, 0.0f);
+    return ninf;
+  }
+  float sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += (row[j] = std::exp(row[j] - mx));
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+  return mx + std::log(sum);
+}
+
+bool prefer_fast_unpacked(int64_t M, int64_t N, int64_t K) {
+  // Packing B costs K*N against M*N*K of work; below a few M multiply-adds OpenBLAS's fixed cost per
+  // call (argument checks, thread setup, packing both operands) is what we save.
+  return fast_gemm_available() && M >= 4 && static_cast<double>(M) * N * K <= 4.0 * 1024 * 1024;
+}
+
+bool try_fast_gemm(const MatView<const float>& A, const MatView<const float>& B, const MatView<float>& C, float alpha,
+                   float beta, const float* bias, int64_t bias_stride) {
+  if (!fast_gemm_available() || A.cols == 0) return false;
+  const std::shared_ptr<const PackedB> packed = constant_packed(B);
+  if (packed == nullptr && !prefer_fast_unpacked(C.rows, C.cols, A.cols)) return false;
+  return fast_gemm(A, B, packed.get(), C, alpha, beta, bias, bias_stride);
+}
+
+bool fast_gemm(const MatView<const float>& A, const MatView<const float>& B, const PackedB* packed,
+               const MatView<float>& C, float alpha, float beta, const float* bias, int64_t bias_stride) {
+#if AOTI_HAVE_AVX512_KERNEL
+  const int64_t M = C.rows, N = C.cols, K = A.cols;
+  if (!fast_gemm_available() || K == 0) return false;
+  if (M == 0 || N == 0) return true;
+  if (packed != nullptr && (packed->K() != K || packed->N() != N)) return false;
+  registry().fast_calls.fetch_add(1, std::memory_order_relaxed);
+  // B, packed per call when it is not a cached constant.
+  if (packed == nullptr) {
+    static thread_local PackedB own(0, 0);  // reused: no allocation per call
+    own.reset(K, N);
+    own.fill(B);
+    packed = &own;
+  }
+  // A with unit stride along k.
+  const float* a = A.p;
+  int64_t lda = A.rs;
+  if (K > 1 && A.cs != 1) {
+    float* buf = aligned_buffer(tl_a, static_cast<size_t>(M * K));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) buf[i * K + k] = A.p[i * A.rs + k * A.cs];
+    a = buf, lda = K;
+  }
+  // C with unit column stride and rows that don't overlap; otherwise a packed temporary.
+  const bool direct = (N == 1 || C.cs == 1) && (M == 1 || C.rs >= N || C.rs <= -N);
+  float* c = C.p;
+  int64_t ldc = C.rs;
+  if (!direct) {
+    c = aligned_buffer(tl_c, static_cast<size_t>(M * N)), ldc = N;
+    if (beta != 0.0f && bias == nullptr)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) c[i * N + j] = C.p[i * C.rs + j * C.cs];
+  }
+  // beta * bias, zero-padded to whole panels.
+  const int nr = packed->nr();
+  const int64_t np = packed->panels();
+  const float* bb = nullptr;
+  if (bias != nullptr && beta != 0.0f) {
+    float* buf = aligned_buffer(tl_b, static_cast<size_t>(np * nr));
+    for (int64_t j = 0; j < np * nr; ++j) buf[j] = j < N ? beta * bias[j * bias_stride] : 0.0f;
+    bb = buf;
+  }
+  const float tile_beta = bias != nullptr ? 0.0f : beta;
+  const int64_t mb = (M + kMR - 1) / kMR;
+  const int64_t tiles = np * mb;
+  auto run_tile = [&](int64_t t) {
+    const int64_t p = t / mb, i0 = (t % mb) * kMR;
+    const int64_t j0 = p * nr, nj = std::min<int64_t>(nr, N - j0);
+    const int mr = static_cast<int>(std::min<int64_t>(kMR, M - i0));
+    Tile tile;
+    tile.K = K;
+    tile.a = a + i0 * lda;
+    tile.lda = lda;
+    tile.b = packed->panel(p);
+    tile.c = c + i0 * ldc + j0;
+    tile.ldc = ldc;
+    tile.m0 = static_cast<__mmask16>(nj >= 16 ? 0xffff : (1u << nj) - 1);
+    tile.m1 = static_cast<__mmask16>(nj >= 32 ? 0xffff : nj <= 16 ? 0 : (1u << (nj - 16)) - 1);
+    tile.alpha = alpha;
+    tile.beta = tile_beta;
+    tile.bias = bb != nullptr ? bb + j0 : nullptr;
+    (nr == 16 ? kMicro<1> : kMicro<2>)[mr - 1](tile);
+  };
+#ifdef _OPENMP
+  // Large enough GEMMs outside a parallel region use the plugins' OpenMP pool (tiles split statically).
+  const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (tiles > 1 && work >= 256.0 * 1024 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+  } else {
+    for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+  }
+#else
+  for (int64_t t = 0; t < tiles; ++t) run_tile(t);
+#endif
+  if (!direct)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C.p[i * C.rs + j * C.cs] = c[i * N + j];
+  return true;
+#else
+  (void)A, (void)B, (void)packed, (void)C, (void)alpha, (void)beta, (void)bias, (void)bias_stride;
+  return false;
+#endif
+}
+
+}  // namespace cpu
+}  // namespace aoti_host

@@ -1,0 +1,102 @@
+// float32 GEMM with B packed into column panels, an AVX-512 micro-kernel (chosen at run time), and a
+// cache of packed copies of constant (weight) operands.
+//
+// Why: OpenBLAS repacks both operands on every call; for inference's small-M GEMMs against constant
+// weights that packing was a quarter of a Linear's time (issue 7). The runtime knows every constant's
+// memory (Program registers its containers' constants here), so a B operand lying inside one is packed
+// once and reused until the program's constants change or it is freed (both unregister the ranges and
+// drop the packed copies). Packed copies are extra memory, kept for constants only;
+// AOTI_HOST_PACK_WEIGHTS=0 turns the cache off, AOTI_HOST_FAST_GEMM=0 the kernel too (everything then
+// goes to OpenBLAS).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "cpu_gemm.h"
+
+namespace aoti_host {
+namespace cpu {
+
+// B (K x N) in panels of nr (16 or 32) columns: panel p holds, for each k, columns [p*nr, p*nr+nr)
+// contiguously, zero-padded past N.
+class PackedB {
+ public:
+  PackedB(int64_t K, int64_t N);
+  int64_t K() const { return K_; }
+  int64_t N() const { return N_; }
+  int nr() const { return nr_; }
+  int64_t panels() const { return (N_ + nr_ - 1) / nr_; }
+  const float* panel(int64_t p) const { return data_ + p * K_ * nr_; }
+  float* panel(int64_t p) { return data_ + p * K_ * nr_; }
+  size_t bytes() const { return store_.size() * sizeof(float); }
+  void fill(const MatView<const float>& B);  // packs a strided K x N view (every element, padding included)
+  // A new shape, reusing the storage (growing it when needed) for per-call packing: nothing zeroed.
+  void reset(int64_t K, int64_t N);
+
+ private:
+  int64_t K_, N_;
+  int nr_;
+  std::vector<float> store_;
+  float* data_;  // store_, aligned to 64 bytes
+};
+
+// Constant ranges of one owner (a Program): replaces what the owner registered before. Packed copies
+// overlapping the old or the new ranges are dropped.
+void register_constant_ranges(const void* owner, const std::vector<std::pair<const void*, size_t>>& ranges);
+void unregister_constant_ranges(const void* owner);
+
+struct PackStats {
+  uint64_t packs = 0;       // packed copies built
+  uint64_t hits = 0;        // GEMMs that used a cached packed copy
+  uint64_t fast_calls = 0;  // GEMMs run by the AVX-512 kernel (packed on the fly or cached)
+  size_t entries = 0, bytes = 0, ranges = 0;
+};
+PackStats pack_stats();
+
+bool fast_gemm_available();    // AVX-512F at run time and AOTI_HOST_FAST_GEMM != 0
+bool pack_weights_enabled();   // fast_gemm_available() and AOTI_HOST_PACK_WEIGHTS != 0
+
+// The cached packed copy for `key` when [lo, hi) lies inside registered constants (built by `build` on
+// first use); null otherwise or when packing is off.
+std::shared_ptr<const PackedB> constant_packed(const void* lo, const void* hi, const std::vector<int64_t>& key,
+                                               const std::function<std::shared_ptr<PackedB>()>& build);
+// The same for a plain strided B view.
+std::shared_ptr<const PackedB> constant_packed(const MatView<const float>& B);
+
+// C <- alpha * A @ B + beta * (bias broadcast over rows when bias != null, else C). B is `packed` when
+// given, else packed on the fly from B. beta == 0 never reads C or bias. Any strides of A and C.
+// Returns false (nothing written) when the kernel is unavailable or K == 0: the caller falls back.
+bool fast_gemm(const MatView<const float>& A, const MatView<const float>& B, const PackedB* packed,
+               const MatView<float>& C, float alpha, float beta, const float* bias = nullptr,
+               int64_t bias_stride = 1);
+
+// The kernel for a constant B (cached packed copy) or a small GEMM (B packed per call); false when
+// neither applies (or no AVX-512): the caller uses OpenBLAS.
+bool try_fast_gemm(const MatView<const float>& A, const MatView<const float>& B, const MatView<float>& C, float alpha,
+                   float beta, const float* bias = nullptr, int64_t bias_stride = 1);
+
+// Whether a GEMM of this size whose B is not a constant should take the kernel (packing B per call)
+// rather than OpenBLAS: small ones, where OpenBLAS's per-call overhead dominates.
+bool prefer_fast_unpacked(int64_t M, int64_t N, int64_t K);
+
+// A convolution's GEMM without im2col (an implicit GEMM): row i of A is, for each of `taps` kernel taps,
+// the cin floats at x + offs[i * taps + tap] (a negative offset: padding, zeros); B packed with rows in
+// (tap, channel) order. C <- A @ B + beta * bias (bias null: beta * C). C needs unit column stride and
+// rows that don't overlap; false (nothing written) otherwise or without the kernel.
+bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t cin, const PackedB& packed,
+                    const MatView<float>& C, float beta, const float* bias);
+
+// Short runs of floats (im2col's rows of channels): AVX-512 masked moves where available.
+void copy_floats(float* dst, const float* src, int64_t n);
+
+// Softmax of a row in place (every entry -inf: zeros); returns its logsumexp (-inf then). AVX-512
+// (polynomial exp, within 2 ulp of expf) where available, else scalar std::exp.
+float softmax_row(float* row, int64_t n);
+
+}  // namespace cpu
+}  // namespace aoti_host
