@@ -26,11 +26,12 @@ namespace {
 constexpr size_t kSlots = 6;  // chunks in the pinned ring, kept for the process's later uploads
 
 // Tuning (bench/RESULTS.md, weight upload): AOTI_HOST_UPLOAD_CHUNK_MB (chunk size, default 8) and
-// AOTI_HOST_UPLOAD_THREADS (host threads filling a chunk, default min(4, cores)). Measured on the H200
-// (134 MB, 3 loads each): more fill threads load faster end to end but slow the copy engine, which reads
-// the same host memory (8 MiB chunks: 1 thread 0.93 of pinned bandwidth and 3.3 GB/s end to end, 4 threads
-// 0.82 and 5.7 GB/s, 8 threads 0.69 and 6.2 GB/s); 32 MiB chunks copy at 0.88-0.97 but pinning the larger
-// ring costs more than it saves (1.5-1.9 GB/s end to end).
+// AOTI_HOST_UPLOAD_THREADS (host threads filling a chunk, default 1). Measured on the H200 (134 MB, 3 loads
+// each): more fill threads load faster end to end but slow the copy engine, which reads the same host memory
+// (8 MiB chunks: 1 thread 0.93 of pinned bandwidth and 3.3 GB/s end to end; 4 threads 0.82 and 5.7 GB/s in
+// one run, 0.71 and 3.8 GB/s in the next; 8 threads 0.69 and 6.2 GB/s); 32 MiB chunks copy at 0.88-0.97 but
+// pinning the larger ring costs more than it saves (1.5-1.9 GB/s end to end). One thread is the default:
+// the copy runs near the link's bandwidth and the load is still twice as fast as a pinned copy of the blob.
 size_t env_size(const char* name, size_t fallback, size_t lo, size_t hi) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
@@ -160,7 +161,7 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
   }
   const size_t chunks = (size + kChunk - 1) / kChunk;
   const size_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
-  Fillers fillers(std::min<size_t>(env_size("AOTI_HOST_UPLOAD_THREADS", std::min<size_t>(4, hw), 1, 64),
+  Fillers fillers(std::min<size_t>(env_size("AOTI_HOST_UPLOAD_THREADS", 1, 1, std::max<size_t>(64, hw)),
                                    std::max<size_t>(1, chunks)));
   double dma_ms = 0;
   std::vector<bool> in_flight(kSlots, false);
