@@ -1,5 +1,7 @@
 #include "packed_gemm.h"
 
+#include "aoti_host/log.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -30,6 +32,24 @@ namespace {
 bool env_off(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && v[0] == '0' && v[1] == '\0';
+}
+
+// The packed copies are extra memory (one more copy of each GEMM/conv weight): the cache stops growing
+// once it holds AOTI_HOST_PACK_WEIGHTS_MAX_MB (default 1024 MiB), so that a large model's weights are not
+// doubled; weights beyond it are packed per call (or run on OpenBLAS), as without the cache.
+size_t pack_cache_limit() {
+  static const size_t limit = [] {
+    const char* v = std::getenv("AOTI_HOST_PACK_WEIGHTS_MAX_MB");
+    if (v == nullptr || *v == '\0') return size_t{1024} << 20;
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0') {
+      log(LogLevel::Warning, "AOTI_HOST_PACK_WEIGHTS_MAX_MB=%s: not a number of MiB; using 1024", v);
+      return size_t{1024} << 20;
+    }
+    return static_cast<size_t>(mb) << 20;
+  }();
+  return limit;
 }
 
 bool cpu_has_avx512f() {
@@ -79,6 +99,12 @@ class Registry {
         return it->second.packed;
       }
       if (!contains(lo, hi)) return nullptr;
+      if (bytes_ >= pack_cache_limit()) {
+        if (!full_logged_.exchange(true))
+          log(LogLevel::Info, "packed weights: the cache holds %zu MiB (AOTI_HOST_PACK_WEIGHTS_MAX_MB); further "
+              "constant weights are packed per call", bytes_ >> 20);
+        return nullptr;
+      }
     }
     std::shared_ptr<const PackedB> packed = build();  // outside the lock: packing takes a while
     std::unique_lock<std::shared_mutex> lock(mu_);
@@ -142,6 +168,7 @@ class Registry {
   std::unordered_map<std::string, Entry> cache_;
   std::atomic<uint64_t> packs_{0}, hits_{0};
   size_t bytes_ = 0;
+  std::atomic<bool> full_logged_{false};
 };
 
 Registry& registry() {

@@ -122,11 +122,12 @@ np.save({out!r}, outs[1])
 """
 
 
-def resident_after_load(host_lib, manifest, x_path, share: bool, out, pack: bool = False) -> tuple[int, float, int]:
+def resident_after_load(host_lib, manifest, x_path, share: bool, out, pack: bool = False,
+                        extra_env: dict[str, str] | None = None) -> tuple[int, float, int]:
     code = _RESIDENT.format(root=str(REPO_ROOT), x=str(x_path), lib=str(host_lib), manifest=str(manifest),
                             share=share, out=str(out))
     # pack=False: no packed copies of constant weights (packed_gemm.h), which would add their own memory
-    env = {**os.environ, "AOTI_HOST_PACK_WEIGHTS": "1" if pack else "0"}
+    env = {**os.environ, "AOTI_HOST_PACK_WEIGHTS": "1" if pack else "0", **(extra_env or {})}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     grown, load_s, shared = proc.stdout.split()
@@ -148,7 +149,11 @@ def test_weights_held_once(host_lib, big, tmp_path):
     # read the same constant memory
     packed, _, _ = resident_after_load(host_lib, manifest, tmp_path / "x.npy", True, tmp_path / "p.npy", pack=True)
     assert 1.8 * weights < packed < 2.35 * weights, (packed, weights)
-    for f in ("s.npy", "u.npy", "p.npy"):
+    # the packed cache's limit: at 0 MiB nothing is kept packed, so resident memory is back to about 1x
+    capped, _, _ = resident_after_load(host_lib, manifest, tmp_path / "x.npy", True, tmp_path / "c.npy", pack=True,
+                                       extra_env={"AOTI_HOST_PACK_WEIGHTS_MAX_MB": "0"})
+    assert 0.9 * weights < capped < 1.35 * weights, (capped, weights)
+    for f in ("s.npy", "u.npy", "p.npy", "c.npy"):
         np.testing.assert_allclose(np.load(tmp_path / f), expected["embed"], rtol=1e-3, atol=1e-4)
 
 
