@@ -472,26 +472,47 @@ AOTI_OMP(omp parallel for if (batch > 1 && batch * mat1.sizes()[mat1.dim() - 1] 
   }
 }
 
+// A convolution's shape in 3 spatial dims (the form every kernel here works in): a 1-d or 2-d convolution
+// gets leading spatial dims of size 1, stride 1, dilation 1 and no padding.
+struct ConvGeometry {
+  ConvGeometry(const Tensor& input, const Tensor& weight, const Tensor& out, const ConvParams& p)
+      : k(static_cast<size_t>(input.dim() - 2)),
+        I(spatial({input.sizes().begin() + 2, input.sizes().end()}, 1)),
+        K(spatial({weight.sizes().begin() + 2, weight.sizes().end()}, 1)),
+        O(spatial({out.sizes().begin() + 2, out.sizes().end()}, 1)),
+        S(spatial(p.stride, 1)),
+        P(spatial(p.padding, 0)),
+        D(spatial(p.dilation, 1)),
+        N(input.sizes()[0]),
+        Cin(input.sizes()[1]),
+        Cout(out.sizes()[1]),
+        G(p.groups),
+        Cin_g(Cin / G),
+        Cout_g(Cout / G),
+        Isp(I[0] * I[1] * I[2]),
+        Osp(O[0] * O[1] * O[2]),
+        Ksp(K[0] * K[1] * K[2]) {}
+  // Per-spatial-dim values (sizes, strides) padded at the front to 3 dims with `fill`.
+  std::vector<int64_t> spatial(const std::vector<int64_t>& v, int64_t fill) const {
+    std::vector<int64_t> r(3 - k, fill);
+    r.insert(r.end(), v.begin(), v.end());
+    return r;
+  }
+
+  size_t k;  // spatial dims of the convolution itself (1-3); first, as the others are computed from it
+  std::vector<int64_t> I, K, O, S, P, D;  // input, kernel, output sizes; stride, padding, dilation
+  int64_t N, Cin, Cout, G, Cin_g, Cout_g;
+  int64_t Isp, Osp, Ksp;  // input, output and kernel positions
+};
+
 // Convolution as GEMM: im2col + GEMM for convolutions, GEMM + col2im for transposed ones, per sample
 // and group, into a packed NC(DHW) result that is then stored in the output's layout.
 template <typename T>
 void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p) {
-  const size_t k = static_cast<size_t>(input.dim() - 2);
-  auto pad3 = [&](const std::vector<int64_t>& v, int64_t fill) {
-    std::vector<int64_t> r(3 - k, fill);
-    r.insert(r.end(), v.begin(), v.end());
-    return r;
-  };
-  const auto& is = input.sizes();
-  const auto& ws = weight.sizes();
-  const auto& os = out.sizes();
-  const std::vector<int64_t> I = pad3({is.begin() + 2, is.end()}, 1);
-  const std::vector<int64_t> K = pad3({ws.begin() + 2, ws.end()}, 1);
-  const std::vector<int64_t> O = pad3({os.begin() + 2, os.end()}, 1);
-  const std::vector<int64_t> S = pad3(p.stride, 1), P = pad3(p.padding, 0), D = pad3(p.dilation, 1);
-  const int64_t N = is[0], Cin = is[1], Cout = os[1], G = p.groups;
-  const int64_t Cin_g = Cin / G, Cout_g = Cout / G;
-  const int64_t Isp = I[0] * I[1] * I[2], Osp = O[0] * O[1] * O[2], Ksp = K[0] * K[1] * K[2];
+  const ConvGeometry geo(input, weight, out, p);
+  const std::vector<int64_t>&I = geo.I, &K = geo.K, &O = geo.O, &S = geo.S, &P = geo.P, &D = geo.D;
+  const int64_t N = geo.N, Cin = geo.Cin, Cout = geo.Cout, G = geo.G, Cin_g = geo.Cin_g, Cout_g = geo.Cout_g;
+  const int64_t Isp = geo.Isp, Osp = geo.Osp, Ksp = geo.Ksp;
   std::vector<T> xbuf, wbuf, ybuf;
   const T* x = contiguous_data<T>(input, xbuf);
   const T* w = contiguous_data<T>(weight, wbuf);
@@ -593,33 +614,22 @@ AOTI_OMP(omp for schedule(static))
 template <typename T>
 void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p,
                  bool channels_last_out) {
-  const size_t k = static_cast<size_t>(input.dim() - 2);
-  auto pad3 = [&](const std::vector<int64_t>& v, int64_t fill) {
-    std::vector<int64_t> r(3 - k, fill);
-    r.insert(r.end(), v.begin(), v.end());
-    return r;
-  };
-  const auto& is = input.sizes();
-  const auto& ws = weight.sizes();
-  const auto& os = out.sizes();
-  const std::vector<int64_t> I = pad3({is.begin() + 2, is.end()}, 1);
-  const std::vector<int64_t> K = pad3({ws.begin() + 2, ws.end()}, 1);
-  const std::vector<int64_t> O = pad3({os.begin() + 2, os.end()}, 1);
-  const std::vector<int64_t> S = pad3(p.stride, 1), P = pad3(p.padding, 0), D = pad3(p.dilation, 1);
-  const int64_t N = is[0], Cout = os[1], G = p.groups;
-  const int64_t Cin_g = is[1] / G, Cout_g = Cout / G;
-  const int64_t Osp = O[0] * O[1] * O[2], Ksp = K[0] * K[1] * K[2], Kc = Ksp * Cin_g;
+  const ConvGeometry geo(input, weight, out, p);
+  const std::vector<int64_t>&I = geo.I, &K = geo.K, &O = geo.O, &S = geo.S, &P = geo.P, &D = geo.D;
+  const int64_t N = geo.N, Cout = geo.Cout, G = geo.G, Cin_g = geo.Cin_g, Cout_g = geo.Cout_g;
+  const int64_t Osp = geo.Osp, Ksp = geo.Ksp;
+  const int64_t Kc = Ksp * Cin_g;
   std::vector<T> xbuf;
   std::vector<int64_t> xs;
   const T* x = typed_data<T>(input, xbuf, xs);
-  const std::vector<int64_t> xsp = pad3({xs.begin() + 2, xs.end()}, 0);
+  const std::vector<int64_t> xsp = geo.spatial({xs.begin() + 2, xs.end()}, 0);
   // The weight as GEMM operand [Cout, (kd, kh, kw, ci)] rows; for the AVX-512 kernel (float) as one
   // packed [(kd, kh, kw, ci), Cout_g] B per group instead, cached when the weight is a constant.
   auto gather_weight = [&](int64_t co0, int64_t nco, T* dst) {
     std::vector<T> wbuf;
     std::vector<int64_t> wst;
     const T* w = typed_data<T>(weight, wbuf, wst);
-    const std::vector<int64_t> wsp = pad3({wst.begin() + 2, wst.end()}, 0);
+    const std::vector<int64_t> wsp = geo.spatial({wst.begin() + 2, wst.end()}, 0);
     for (int64_t co = co0; co < co0 + nco; ++co)
       for (int64_t kd = 0; kd < K[0]; ++kd)
         for (int64_t kh = 0; kh < K[1]; ++kh)
@@ -790,27 +800,14 @@ AOTI_OMP(omp for schedule(static))
 
 template <typename Acc>
 void conv_impl(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p) {
-  // Work in 3 spatial dims: missing leading spatial dims have size 1, stride 1, no padding.
-  const size_t k = static_cast<size_t>(input.dim() - 2);
-  auto pad3 = [&](const std::vector<int64_t>& v, int64_t fill) {
-    std::vector<int64_t> r(3 - k, fill);
-    r.insert(r.end(), v.begin(), v.end());
-    return r;
-  };
-  const auto& is = input.sizes();
-  const auto& ws = weight.sizes();
-  const auto& os = out.sizes();
-  const std::vector<int64_t> I = pad3({is.begin() + 2, is.end()}, 1);
-  const std::vector<int64_t> K = pad3({ws.begin() + 2, ws.end()}, 1);
-  const std::vector<int64_t> O = pad3({os.begin() + 2, os.end()}, 1);
-  const std::vector<int64_t> S = pad3(p.stride, 1), P = pad3(p.padding, 0), D = pad3(p.dilation, 1);
-  const int64_t N = is[0], Cin = is[1], Cout = os[1], G = p.groups;
-  const int64_t Cin_g = Cin / G, Cout_g = Cout / G;
+  const ConvGeometry geo(input, weight, out, p);
+  const std::vector<int64_t>&I = geo.I, &K = geo.K, &O = geo.O, &S = geo.S, &P = geo.P, &D = geo.D;
+  const int64_t N = geo.N, Cin = geo.Cin, Cout = geo.Cout, G = geo.G, Cin_g = geo.Cin_g, Cout_g = geo.Cout_g;
+  const int64_t Isp = geo.Isp, Osp = geo.Osp, Ksp = geo.Ksp;
   const std::vector<Acc> x = gather<Acc>(input);
   const std::vector<Acc> w = gather<Acc>(weight);
   std::vector<Acc> b;
   if (bias != nullptr) b = gather<Acc>(*bias);
-  const int64_t Isp = I[0] * I[1] * I[2], Osp = O[0] * O[1] * O[2], Ksp = K[0] * K[1] * K[2];
   std::vector<Acc> y(static_cast<size_t>(N * Cout * Osp), Acc(0));
   if (!b.empty()) {
     for (int64_t n = 0; n < N; ++n)
