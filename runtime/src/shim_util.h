@@ -3,7 +3,9 @@
 #pragma once
 
 #include <exception>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
@@ -27,6 +29,13 @@ AOTITorchError guarded(const char* shim, F&& f) noexcept {
   }
   log(LogLevel::Debug, "%s", last_error().c_str());
   return AOTI_TORCH_FAILURE;
+}
+
+// An (int64_t*, length) argument as a vector: a negative length or a null pointer with a length is an error.
+inline std::vector<int64_t> int_list(const int64_t* p, int64_t n, const char* name) {
+  if (n < 0) throw Error(std::string(name) + " has negative length " + std::to_string(n));
+  if (n > 0 && p == nullptr) throw Error(std::string(name) + " is null but its length is " + std::to_string(n));
+  return std::vector<int64_t>(p, p + n);
 }
 
 inline Tensor& tensor_arg(AtenTensorHandle h, const char* name) {

@@ -21,13 +21,8 @@ using aoti_host::to_handle;
 namespace {
 
 using aoti_host::shim::guarded;
+using aoti_host::shim::int_list;
 using aoti_host::shim::tensor_arg;
-
-std::vector<int64_t> int_list(const int64_t* p, int64_t n, const char* name) {
-  if (n < 0) throw Error(std::string(name) + " has negative length " + std::to_string(n));
-  if (n > 0 && p == nullptr) throw Error(std::string(name) + " is null but its length is " + std::to_string(n));
-  return std::vector<int64_t>(p, p + n);
-}
 
 }  // namespace
 

@@ -24,6 +24,7 @@ namespace dc = aoti_host::dtype_code;
 namespace {
 
 using aoti_host::shim::guarded;
+using aoti_host::shim::int_list;
 using aoti_host::shim::tensor_arg;
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
@@ -174,12 +175,6 @@ void gemm(Tensor& out, const Tensor& a_in, const Tensor& b_in, double alpha, dou
                  "cublasGemmStridedBatchedEx");
   }
   if (kout) aoti_host::cuda::copy(out, *kout);
-}
-
-std::vector<int64_t> int_list(const int64_t* p, int64_t n, const char* name) {
-  if (n < 0) throw Error(std::string(name) + " has negative length " + std::to_string(n));
-  if (n > 0 && p == nullptr) throw Error(std::string(name) + " is null but its length is " + std::to_string(n));
-  return std::vector<int64_t>(p, p + n);
 }
 
 // ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is.
