@@ -147,6 +147,25 @@ class Library:
             msg = self.lib.aoti_host_last_error().decode(errors="replace")
             raise _STATUS.get(status, ToolchainError)(msg or f"{what} failed with status {status}")
 
+    def tensor_meta(self, handle: int) -> tuple[int, np.dtype, tuple[int, ...], tuple[int, ...]]:
+        """(data pointer, numpy dtype, shape, element strides) of a tensor handle; RunError for a dtype
+        numpy has no equivalent of (the handle is not freed here)."""
+        lib = self.lib
+        data, code, ndim = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_int64()
+        sizes, strides = ctypes.POINTER(ctypes.c_int64)(), ctypes.POINTER(ctypes.c_int64)()
+        for rc in (lib.aoti_torch_get_data_ptr(handle, ctypes.byref(data)),
+                   lib.aoti_torch_get_dtype(handle, ctypes.byref(code)),
+                   lib.aoti_torch_get_dim(handle, ctypes.byref(ndim)),
+                   lib.aoti_torch_get_sizes(handle, ctypes.byref(sizes)),
+                   lib.aoti_torch_get_strides(handle, ctypes.byref(strides))):
+            self.check(rc, "reading an output tensor")
+        dtype = _FROM_CODE.get(code.value)
+        if dtype is None:
+            msg = f"output dtype code {code.value} has no numpy equivalent"
+            raise RunError(msg)
+        return (data.value or 0, dtype, tuple(sizes[i] for i in range(ndim.value)),
+                tuple(strides[i] for i in range(ndim.value)))
+
     def take_output(self, handle: int) -> np.ndarray:
         """Copy an output tensor into a numpy array (its own layout kept) and free the handle."""
         lib = self.lib
@@ -160,28 +179,15 @@ class Library:
                 lib.aoti_torch_delete_tensor_object(handle)
             return self.take_output(host.value or 0)
         try:
-            data, code, ndim = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_int64()
-            sizes, strides = ctypes.POINTER(ctypes.c_int64)(), ctypes.POINTER(ctypes.c_int64)()
-            for rc in (lib.aoti_torch_get_data_ptr(handle, ctypes.byref(data)),
-                       lib.aoti_torch_get_dtype(handle, ctypes.byref(code)),
-                       lib.aoti_torch_get_dim(handle, ctypes.byref(ndim)),
-                       lib.aoti_torch_get_sizes(handle, ctypes.byref(sizes)),
-                       lib.aoti_torch_get_strides(handle, ctypes.byref(strides))):
-                self.check(rc, "reading an output tensor")
-            dtype = _FROM_CODE.get(code.value)
-            if dtype is None:
-                msg = f"output dtype code {code.value} has no numpy equivalent"
-                raise RunError(msg)
-            shape = tuple(sizes[i] for i in range(ndim.value))
-            elem_strides = tuple(strides[i] for i in range(ndim.value))
+            data, dtype, shape, elem_strides = self.tensor_meta(handle)
             if any(s == 0 for s in shape):
                 return np.empty(shape, dtype)
             # span of memory the view touches, then a strided view of it, copied (layout preserved)
             lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, elem_strides, strict=True))
             hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, elem_strides, strict=True))
             count = hi - lo + 1
-            buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(data.value + lo * dtype.itemsize)
-            flat = np.frombuffer(buf, dtype=dtype, count=count)
+            buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(data + lo * dtype.itemsize)
+            flat = np.frombuffer(memoryview(buf), dtype=dtype, count=count)
             view = np.lib.stride_tricks.as_strided(flat[-lo:], shape, [s * dtype.itemsize for s in elem_strides])
             return np.array(view, order="K", copy=True)
         finally:
@@ -353,7 +359,7 @@ class Program(_Owned):
         if device_outputs:
             from toolchain.runtime import cuda as _cuda
 
-            return [_cuda.wrap_output(self._lib, h, _FROM_CODE) for h in handles]
+            return [_cuda.wrap_output(self._lib, h) for h in handles]
         return [self._lib.take_output(h) for h in handles]
 
     def synchronize(self) -> None:

@@ -197,24 +197,15 @@ def device_view(obj: Any, index: int) -> tuple[int, np.dtype, tuple[int, ...], t
     return ptr, dtype, shape, strides, device
 
 
-def wrap_output(library: Any, handle: int, from_code: dict[int, np.dtype]) -> DeviceArray:
+def wrap_output(library: Any, handle: int) -> DeviceArray:
     """A program's device output as a DeviceArray that frees the tensor handle with it."""
     lib = library.lib
-    data, code, ndim, dev = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_int64(), ctypes.c_int32()
-    sizes, strides = ctypes.POINTER(ctypes.c_int64)(), ctypes.POINTER(ctypes.c_int64)()
-    for rc in (lib.aoti_torch_get_data_ptr(handle, ctypes.byref(data)),
-               lib.aoti_torch_get_dtype(handle, ctypes.byref(code)),
-               lib.aoti_torch_get_dim(handle, ctypes.byref(ndim)),
-               lib.aoti_torch_get_sizes(handle, ctypes.byref(sizes)),
-               lib.aoti_torch_get_strides(handle, ctypes.byref(strides)),
-               lib.aoti_torch_get_device_index(handle, ctypes.byref(dev))):
-        library.check(rc, "reading an output tensor")
-    dtype = from_code.get(code.value)
-    if dtype is None:
+    dev = ctypes.c_int32()
+    try:
+        data, dtype, shape, st = library.tensor_meta(handle)
+        library.check(lib.aoti_torch_get_device_index(handle, ctypes.byref(dev)), "reading an output tensor")
+    except Exception:
         lib.aoti_torch_delete_tensor_object(handle)
-        msg = f"output dtype code {code.value} has no numpy equivalent"
-        raise RunError(msg)
-    shape = tuple(sizes[i] for i in range(ndim.value))
-    st = tuple(strides[i] for i in range(ndim.value))
+        raise
     h = ctypes.c_void_p(handle)
-    return DeviceArray(data.value or 0, shape, dtype, st, dev.value, _free=lambda: lib.aoti_torch_delete_tensor_object(h))
+    return DeviceArray(data, shape, dtype, st, dev.value, _free=lambda: lib.aoti_torch_delete_tensor_object(h))
