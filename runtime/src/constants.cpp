@@ -13,13 +13,6 @@ namespace {
 
 constexpr const char* kEntriesCall = "AOTInductorModelContainerExtractConstantsMapEntries";
 
-std::string plugin_message(const Plugin& plugin) {
-  if (plugin.fns.AOTInductorGetLastError == nullptr) return "";
-  const char* why = nullptr;
-  if (plugin.fns.AOTInductorGetLastError(&why) != AOTI_RUNTIME_SUCCESS || why == nullptr || *why == '\0') return "";
-  return why;
-}
-
 [[noreturn]] void malformed(const Plugin& plugin, const std::string& what) {
   throw Error(plugin.path + ": " + kEntriesCall + " returned a malformed result: " + what +
                   "; the plugin is corrupt or was built by an incompatible torch: re-export it",
@@ -58,7 +51,7 @@ std::vector<ConstantEntry> extract_constants(const Plugin& plugin, AOTInductorMo
   size_t n = 0;
   clear_last_error();
   if (fn(container, &entries, &n, use_inactive) != AOTI_RUNTIME_SUCCESS) {
-    std::string why = plugin_message(plugin);
+    std::string why = plugin.last_error();
     if (why.empty() && !last_error().empty()) why = "host shim: " + last_error();
     throw Error(plugin.path + ": " + kEntriesCall + " failed" + (why.empty() ? "" : ": " + why),
                 AOTI_HOST_INVALID_PROGRAM);
@@ -86,7 +79,7 @@ std::vector<ConstantInfo> constant_infos(const Plugin& plugin, AOTInductorModelC
   if (f.AOTInductorModelContainerGetNumConstants == nullptr) return out;
   size_t n = 0;
   if (f.AOTInductorModelContainerGetNumConstants(container, &n) != AOTI_RUNTIME_SUCCESS)
-    throw Error(plugin.path + ": AOTInductorModelContainerGetNumConstants failed: " + plugin_message(plugin),
+    throw Error(plugin.path + ": AOTInductorModelContainerGetNumConstants failed: " + plugin.last_error(),
                 AOTI_HOST_INVALID_PROGRAM);
   out.resize(n);
   for (size_t i = 0; i < n; ++i) {

@@ -109,10 +109,8 @@ void copy_into(AtenTensorHandle dst, const Tensor& src) {
 }
 
 std::string plugin_why(const Plugin& plugin) {
-  const char* why = nullptr;
-  if (plugin.fns.AOTInductorGetLastError != nullptr && plugin.fns.AOTInductorGetLastError(&why) == AOTI_RUNTIME_SUCCESS &&
-      why != nullptr && *why != '\0')
-    return std::string(": ") + why;
+  const std::string why = plugin.last_error();
+  if (!why.empty()) return ": " + why;
   return last_error().empty() ? "" : " (host shim: " + last_error() + ")";
 }
 

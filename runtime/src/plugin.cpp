@@ -101,6 +101,14 @@ void bind_exported_cxx_runtime(const std::string& path, const ElfImports& import
 
 }  // namespace
 
+std::string Plugin::last_error() const {
+  const char* why = nullptr;
+  if (fns.AOTInductorGetLastError == nullptr || fns.AOTInductorGetLastError(&why) != AOTI_RUNTIME_SUCCESS ||
+      why == nullptr)
+    return "";
+  return why;
+}
+
 Plugin::~Plugin() {
   if (handle != nullptr) ::dlclose(handle);
 }

@@ -18,6 +18,10 @@ struct Plugin {
   // plugin expects its weights from a blob. -1 when the plugin doesn't say.
   long long embedded_weight_bytes = -1;
 
+  // The plugin's own message for its last failed call (AOTInductorGetLastError, torch >= 2.13); "" when it
+  // has none or lacks the call.
+  std::string last_error() const;
+
   ~Plugin();
 };
 

@@ -189,11 +189,8 @@ int32_t dtype_from_name(const std::string& name) {
 
 std::string Program::plugin_error(const char* call) const {
   std::string msg = std::string(call) + " failed";
-  if (plugin_->fns.AOTInductorGetLastError != nullptr) {
-    const char* why = nullptr;
-    if (plugin_->fns.AOTInductorGetLastError(&why) == AOTI_RUNTIME_SUCCESS && why != nullptr && *why != '\0')
-      msg += std::string(": ") + why;
-  }
+  const std::string why = plugin_->last_error();
+  if (!why.empty()) msg += ": " + why;
   if (!last_error().empty()) msg += " (host shim: " + last_error() + ")";
   return msg;
 }

@@ -29,11 +29,10 @@ int64_t non_negative(const Json* j, const std::string& what) {
   return static_cast<int64_t>(j->number());
 }
 
+// ": <the plugin's message>", or nothing.
 std::string plugin_message(const Plugin& plugin) {
-  const char* m = nullptr;
-  if (plugin.fns.AOTInductorGetLastError == nullptr || plugin.fns.AOTInductorGetLastError(&m) != AOTI_RUNTIME_SUCCESS)
-    return "";
-  return m != nullptr && *m != '\0' ? std::string(": ") + m : "";
+  const std::string m = plugin.last_error();
+  return m.empty() ? m : ": " + m;
 }
 
 }  // namespace
