@@ -13,7 +13,8 @@ three modes interleaved, --runs each:
 - cache-cold: AOTI_HOST_CACHE_DIR set to a new empty directory (the entry is written, fsynced, renamed);
 - cache-warm: AOTI_HOST_CACHE_DIR set to a directory that already holds the entry (it is re-hashed).
 
-Prints the medians, the ratios to memfd, and the SHA-256 speed of this machine (test_sha256 --speed).
+Prints the medians, the ratios to memfd, the resident shared-memory (memfd pages) and file-backed memory of
+the last process of each mode after the load, and the SHA-256 speed of this machine (test_sha256 --speed).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from toolchain import runtime
 runtime.library(sys.argv[3])
 t0 = time.perf_counter()
 prog = runtime.load(sys.argv[2], library_path=sys.argv[3])
-print(time.perf_counter() - t0)
+t = time.perf_counter() - t0
+st = {k: int(v.split()[0]) for k, v in (l.split(":", 1) for l in open("/proc/self/status")) if k.startswith("Rss")}
+print(t, st["RssShmem"] // 1024, st["RssFile"] // 1024)
 prog.close()
 """
 
@@ -68,12 +71,16 @@ def export_model(mb: int) -> Path:
     return pt2
 
 
-def load_once(pt2: Path, env: dict[str, str]) -> float:
+def load_once(pt2: Path, env: dict[str, str], mem: dict[str, tuple[int, int]] | None = None,
+              mode: str = "") -> float:
     proc = subprocess.run([sys.executable, "-c", CHILD, str(REPO), str(pt2), str(LIB)], env=env,
                           capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"load failed:\n{proc.stderr[-3000:]}")
-    return float(proc.stdout.split()[-1])
+    t, shmem, file = proc.stdout.split()[-3:]
+    if mem is not None:
+        mem[mode] = (int(shmem), int(file))
+    return float(t)
 
 
 def main() -> None:
@@ -90,21 +97,23 @@ def main() -> None:
     shutil.rmtree(warm, ignore_errors=True)
     load_once(pt2, {**base, "AOTI_HOST_CACHE_DIR": str(warm)})  # fills the warm cache
     times: dict[str, list[float]] = {"memfd": [], "cache-cold": [], "cache-warm": []}
+    mem: dict[str, tuple[int, int]] = {}
     for run in range(args.runs):
         shutil.rmtree(empty, ignore_errors=True)
         empty.mkdir(parents=True)
         times["memfd"].append(load_once(pt2, {**base, "HOME": str(empty), "XDG_CACHE_HOME": str(empty),
-                                              "TMPDIR": str(empty)}))
+                                              "TMPDIR": str(empty)}, mem, "memfd"))
         assert not any(empty.iterdir()), f"the memfd load wrote to {empty}: {list(empty.iterdir())}"
         cold = OUT / f"cache-cold-{run}"
         shutil.rmtree(cold, ignore_errors=True)
-        times["cache-cold"].append(load_once(pt2, {**base, "AOTI_HOST_CACHE_DIR": str(cold)}))
+        times["cache-cold"].append(load_once(pt2, {**base, "AOTI_HOST_CACHE_DIR": str(cold)}, mem, "cache-cold"))
         shutil.rmtree(cold, ignore_errors=True)
-        times["cache-warm"].append(load_once(pt2, {**base, "AOTI_HOST_CACHE_DIR": str(warm)}))
+        times["cache-warm"].append(load_once(pt2, {**base, "AOTI_HOST_CACHE_DIR": str(warm)}, mem, "cache-warm"))
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{'mode':<12} {'median s':>9}  {'/ memfd':>8}  runs")
+    print(f"{'mode':<12} {'median s':>9}  {'/ memfd':>8}  {'RssShmem MB':>11}  {'RssFile MB':>10}  runs")
     for k, v in times.items():
-        print(f"{k:<12} {med[k]:9.3f}  {med[k] / med['memfd']:8.2f}  {' '.join(f'{t:.3f}' for t in v)}")
+        print(f"{k:<12} {med[k]:9.3f}  {med[k] / med['memfd']:8.2f}  {mem[k][0]:11d}  {mem[k][1]:10d}  "
+              f"{' '.join(f'{t:.3f}' for t in v)}")
     if SHA_TOOL.exists():
         print(subprocess.run([str(SHA_TOOL), "--speed", "256"], capture_output=True, text=True).stdout.strip())
 

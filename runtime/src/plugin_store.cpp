@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -344,11 +345,13 @@ std::string plugin_cache_root() {
   return h + "/.cache/aoti-toolchain";
 }
 
-// The default is the memfd: bench/bench_load.py measured it faster than the file cache for a 1 GB
-// embedded-weights plugin both cold and warm (bench/RESULTS.md, "Plugin load: memfd vs cache"), and it
-// writes nothing to disk. AOTI_HOST_CACHE_DIR opts into the file cache.
+// The default is the memfd: for a 1 GB embedded-weights plugin bench/bench_load.py measured it 1.9-2.0x
+// faster than a cold file cache and 1.03-1.2x faster than a warm one (bench/RESULTS.md, "Plugin load: memfd
+// vs file cache"), and it writes nothing to disk. AOTI_HOST_CACHE_DIR opts into the file cache.
 StoredPlugin store_plugin(const unsigned char* bytes, uint64_t size, const std::string& member) {
+  const auto t0 = std::chrono::steady_clock::now();
   const std::string sha = sha256_hex(bytes, size);
+  const double hash_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_loaded.find(sha); it != g_loaded.end()) {
     if (still_ours(it->second)) return it->second.plugin;
@@ -361,8 +364,9 @@ StoredPlugin store_plugin(const unsigned char* bytes, uint64_t size, const std::
     if (fd >= 0) {
       StoredPlugin p{"/proc/self/fd/" + std::to_string(fd), sha, true};
       remember(fd, p);
-      log(LogLevel::Debug, "%s: loaded from a sealed memfd (%s), SHA-256 %s", member.c_str(), p.load_path.c_str(),
-          sha.c_str());
+      log(LogLevel::Debug, "%s: loaded from a sealed memfd (%s), SHA-256 %s (%.1f ms), stored in %.1f ms",
+          member.c_str(), p.load_path.c_str(), sha.c_str(), hash_ms,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() - hash_ms);
       return p;
     }
     g_memfd_unavailable = why;
@@ -380,6 +384,9 @@ StoredPlugin store_plugin(const unsigned char* bytes, uint64_t size, const std::
     p.load_path = root + "/" + name;
   }
   remember(fd, p);
+  log(LogLevel::Debug, "%s: loaded from the cache entry %s/%s, SHA-256 of the package's bytes %.1f ms, entry ready "
+      "in %.1f ms", member.c_str(), root.c_str(), name.c_str(), hash_ms,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() - hash_ms);
   return p;
 }
 
