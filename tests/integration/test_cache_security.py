@@ -394,3 +394,26 @@ def test_sha256_matches_hashlib(host_build, tmp_path):
     for f, line in zip(files, proc.stdout.splitlines(), strict=True):
         want = hashlib.sha256(f.read_bytes()).hexdigest()
         assert line.split() == [want, want], f.name
+
+
+def test_without_proc_falls_back_to_the_private_cache(host_lib, trusted, tmp_path):
+    """With /proc unmounted (a private mount namespace) the memfd can't be loaded by path: the runtime says
+    why once and loads from the private cache under $XDG_CACHE_HOME instead."""
+    pt2, x, expected, member, plugin = trusted
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        reason = "needs root and unshare(1) to unmount /proc in a private mount namespace"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    env = victim_env("memfd", tmp_path / "home", None)
+    cmd = ["unshare", "-m", "sh", "-c", 'umount -l /proc && exec "$@"', "sh", sys.executable, "-c", VICTIM,
+           str(REPO_ROOT), str(host_lib), str(x), str(pt2), str(pt2)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and "umount" in proc.stderr:
+        pytest.skip(f"cannot unmount /proc here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in proc.stdout.splitlines():
+        assert_trusted_ran(json.loads(line), expected)
+    assert proc.stderr.count("/proc/self/fd is not available (is /proc mounted?)") == 1, proc.stderr
+    cache = default_cache(tmp_path / "home")
+    assert [p.name for p in cache.iterdir()] == [entry_name(member, plugin)]
+    assert oct(cache.stat().st_mode & 0o777) == oct(0o700)
