@@ -98,7 +98,7 @@ def _prepare_outdir(path: Path) -> None:
     an unusable -o is a bad input, found early, with nothing written."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # mkdir below says why it can't be made
         st = None
     except OSError as exc:
         msg = f"{path}: cannot use as the output directory: {exc.strerror}"

@@ -26,7 +26,7 @@ RUNTIME_STATUSES: dict[str, int] = {
 class ToolchainError(Exception):
     """Base of every error the toolchain reports to its users (never a traceback)."""
 
-    exit_code = 1  # replaced from the table below
+    exit_code: int  # every class's code is set from the table, at the end of this module
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
         super().__init__(message)
