@@ -30,16 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.atomic import replacing, write_text
-from toolchain.errors import InputError, ToolchainError
+from toolchain.errors import ExportError, InputError, ToolchainError
 
 CONTRACT_ENTRY = "extra/aoti_toolchain_contract.json"
 CONSTANTS_ENTRY = "extra/aoti_toolchain_constants.json"  # blob-mode constant layouts (runtime/src/weights.h)
 CONTRACT_SCHEMA = 1
 WEIGHTS_MODES = ("embedded", "blob")
-
-
-class ExportError(ToolchainError):
-    exit_code = 7
 
 
 def prepare_build_dirs(build_dir: Path) -> Path:

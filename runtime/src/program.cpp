@@ -11,6 +11,7 @@
 #include <map>
 
 #include "aoti_host/error.h"
+#include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
 #include "aoti_host/tensor.h"
 #include "constants.h"
@@ -203,18 +204,15 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   std::unique_ptr<ZipArchive> zip;
   const ZipEntry* blob = nullptr;
   {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) throw Error(path + ": no such file", AOTI_HOST_NOT_FOUND);
+    // Only a regular file: a FIFO or device given as the model is refused here, before anything reads it.
+    const InputFile file(path, "model (.pt2 package or plugin .so)");
     char magic[4] = {};
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-      size_t got = std::fread(magic, 1, 4, f);
-      std::fclose(f);
-      if (got == 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) {
-        try {
-          zip = std::make_unique<ZipArchive>(path);
-        } catch (const Error& e) {
-          throw Error(e.what(), AOTI_HOST_INVALID_PROGRAM);
-        }
+    if (file.size() >= 4) file.read_at(0, magic, 4);
+    if (file.size() >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) {
+      try {
+        zip = std::make_unique<ZipArchive>(path);
+      } catch (const Error& e) {
+        throw Error(e.what(), AOTI_HOST_INVALID_PROGRAM);
       }
     }
   }
@@ -412,7 +410,7 @@ void Program::load_pending_weights() {
   if (pending_zip_) {
     load_weights(pending_zip_->data(*pending_blob_), pending_blob_->size, path_ + ":" + pending_blob_->name);
   } else {
-    MappedFile weights(pending_weights_path_);
+    MappedFile weights(pending_weights_path_, "weights blob");
     load_weights(weights.data(), weights.size(), pending_weights_path_);
   }
   weights_supplied();

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
+from toolchain.errors import exit_code
+
+# From the project's exit-code table (toolchain/spec/exit_codes.toml).
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNREADABLE = (exit_code(n) for n in ("ok", "failed", "usage", "bad_input"))
 REPORT_SCHEMA_VERSION = 1
 
 
