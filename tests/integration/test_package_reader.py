@@ -111,8 +111,8 @@ def test_crash_class_aoti_run(host_build, corpus_dir, tmp_path, name):
     package = corpus_dir / f"{name}.pt2"
     proc = subprocess.run([str(host_build.aoti_run), str(package), "-o", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=60)
-    # The exit code of a package the runtime refuses (today 4, "the model does not load").
-    assert proc.returncode in (3, 4), f"rc {proc.returncode}: {proc.stderr[-2000:]}"
+    # A package the runtime refuses does not load: exit 4 (toolchain/spec/exit_codes.toml, load_failed).
+    assert proc.returncode == 4, f"rc {proc.returncode}: {proc.stderr[-2000:]}"
     assert str(package) in proc.stderr and "not a valid .pt2" in proc.stderr
 
 
@@ -125,8 +125,8 @@ def test_crash_class_python_runtime(host_build, corpus_dir, name):
             "print('loaded')\n")
     proc = subprocess.run([sys.executable, "-c", code, str(package), str(host_build.lib)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode > 0, f"rc {proc.returncode} (a negative code is a signal): {proc.stderr[-2000:]}"
-    assert "Error" in proc.stdout.split()[0] and "not a valid .pt2" in proc.stdout and str(package) in proc.stdout
+    assert proc.returncode == 4, f"rc {proc.returncode} (a negative code is a signal): {proc.stderr[-2000:]}"
+    assert proc.stdout.split()[0] == "LoadError" and "not a valid .pt2" in proc.stdout and str(package) in proc.stdout
 
 
 def test_verify_refuses_what_the_runtime_refuses(corpus_dir):
