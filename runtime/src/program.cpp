@@ -203,7 +203,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
       const unsigned char* bytes = zip->data(*c);
       try {
         p->constant_layouts_ = parse_constant_layouts(std::string(reinterpret_cast<const char*>(bytes), c->size),
-                                                      path + ":" + c->name);
+                                                      path + ":" + c->name, blob->size);
       } catch (const Error& e) {
         throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export",
                     AOTI_HOST_INVALID_PROGRAM);
