@@ -141,11 +141,11 @@ def _check_package(path: Path) -> FileResult:
 
     res = FileResult(str(path), "package")
     try:
-        members = package.package_members(path)
+        findings = package.check_package(path, package.package_members(path))
     except package.READ_ERRORS as exc:
         res.add("malformed", f"{path}: not a readable .pt2 (zip): {exc}", "re-export the package; the file is damaged")
         return res
-    for f in package.check_package(path, members):
+    for f in findings:
         res.add(f.rule, f.message, f.fix)
     return res
 
