@@ -115,6 +115,8 @@ def test_no_runtime_built_is_a_usage_error_with_the_fix(tmp_path, export_example
     r = subprocess.run([sys.executable, "-m", "toolchain", "verify", "--host", "none", str(pt2)],
                        capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+    r = cli("verify", pt2, env={**env, "AOTI_HOST_LIBRARY": str(tmp_path / "nope.so")})
+    assert r.returncode == 2 and "AOTI_HOST_LIBRARY" in r.stderr and "--host none" in r.stderr, r.stderr
 
 
 def test_the_demo_prints_the_verify_verdict(host_build):

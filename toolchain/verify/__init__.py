@@ -30,6 +30,10 @@ def default_host() -> Path:
     from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, candidates, find_library
 
     lib = find_library()
+    if lib is not None and not lib.is_file():
+        msg = f"${LIBRARY_ENV}={lib}: not a file, so there is no runtime library to assume as the host"
+        raise UsageError(msg, fix=f"point {LIBRARY_ENV} at a built libaoti_host.so, unset it to use this checkout's "
+                         "build, or pass --host PATH / --host none")
     if lib is None:
         msg = ("no host given and this project's runtime library is not built (looked for $"
                f"{LIBRARY_ENV} and {', '.join(str(c.relative_to(REPO_ROOT)) for c in candidates()[:3])}, ...)")
