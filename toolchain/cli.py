@@ -235,24 +235,37 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Build the runtime, export the built-in example with torch, run it in aoti-run, compare with eager."""
+    """Build the runtime, export the built-in example with torch, verify the package against the runtime,
+    run it in aoti-run, compare with eager."""
     import numpy as np
+
+    from toolchain.verify import verify_paths
+    from toolchain.verify.formats import to_text
 
     build = Path(args.build_dir).resolve()
     scons = shutil.which("scons") or str(Path(sys.executable).with_name("scons"))
-    print(f"[1/3] building the host runtime: scons -C {REPO_ROOT} build_dir={build}", flush=True)
+    print(f"[1/4] building the host runtime: scons -C {REPO_ROOT} build_dir={build}", flush=True)
     subprocess.run([scons, "-C", str(REPO_ROOT), "-Q", "-s", f"build_dir={build}", f"-j{os.cpu_count() or 2}"], check=True)
     aoti_run = build / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
     work = build / "demo" / args.example
     pt2 = work / f"{args.example}.pt2"
-    print(f"[2/3] exporting example:{args.example} with torch -> {pt2}", flush=True)
+    print(f"[2/4] exporting example:{args.example} with torch -> {pt2}", flush=True)
     ns = argparse.Namespace(model=f"example:{args.example}", output=str(pt2), weights=args.weights,
                             build_dir=str(build), save_inputs=str(work))
     cmd_export(ns)
+    lib = build / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
+    print(f"[3/4] verifying it in the host it will load in: aoti-toolchain verify --host {lib} {pt2}", flush=True)
+    report = verify_paths([pt2], host=lib, host_source="the runtime library this demo built")
+    sys.stdout.write(to_text(report))
+    print(f"verify verdict: {report.verdict.upper()} ({report.count('error')} error(s), "
+          f"{report.count('warning')} warning(s))", flush=True)
+    if report.exit_code != 0:
+        msg = f"{pt2}: verify {report.verdict}: the exported package would not load as it is"
+        raise ToolchainError(msg, fix="read the findings above; each names its fix")
     n_in = len(list(work.glob("input_*.npy")))
     cmd = [str(aoti_run), str(pt2), *sum((["-i", str(work / f"input_{i}.npy")] for i in range(n_in)), []),
            "-o", str(work / "out")]
-    print(f"[3/3] running it in our LibTorch-free host: {' '.join(cmd)}", flush=True)
+    print(f"[4/4] running it in our LibTorch-free host: {' '.join(cmd)}", flush=True)
     subprocess.run(cmd, check=True)
     worst = 0.0
     for k, exp_path in enumerate(sorted(work.glob("expected_*.npy"))):

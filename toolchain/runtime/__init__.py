@@ -31,9 +31,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from toolchain.errors import InputError, LoadError, RunError, error_for_status
+from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, default_library
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LIBRARY_ENV = "AOTI_HOST_LIBRARY"
 _Self = TypeVar("_Self", bound="_Owned")
 
 # torch ScalarType codes <-> numpy dtypes
@@ -70,20 +69,6 @@ class TensorSpec:
     name: str
     dtype: np.dtype | None
     shape: tuple[int | None, ...] | None  # None marks a dynamic dimension
-
-
-def default_library(device: str = "cpu") -> Path:
-    """$AOTI_HOST_LIBRARY, else the release build of this checkout (the CUDA one for device cuda)."""
-    env = os.environ.get(LIBRARY_ENV)
-    if env:
-        return Path(env)
-    cpu = ("cpu-gcc-release", "cpu-clang-release", "cpu-gcc-debug")
-    cuda = ("cuda-gcc-release", "cuda-clang-release", "cuda-gcc-debug")
-    for variant in (cuda + cpu if device.startswith("cuda") else cpu + cuda):
-        cand = REPO_ROOT / "build" / variant / "dist" / "lib" / "libaoti_host.so"
-        if cand.exists():
-            return cand
-    return REPO_ROOT / "build" / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
 
 
 class Library:
