@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import math
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 from toolchain.atomic import replacing
-from toolchain.errors import CompareError, InputError, ToolchainError, UsageError
+from toolchain.errors import CompareError, InputError, ToolchainError, UsageError, exit_code
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,24 +23,119 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
 
 
-def _load_npy(path: Path):
-    import numpy as np
+#: Largest .npy header read (the runtime's bound, runtime/src/npy.cpp): numpy.save writes a few hundred bytes.
+NPY_MAX_HEADER = 1 << 20
 
-    if not path.is_file():
-        msg = f"{path}: no such file"
-        raise InputError(msg)
+_FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _file_type(mode: int) -> str:
+    return next((name for test, name in _FILE_TYPES if test(mode)), "not a regular file")
+
+
+def open_regular(path: Path, what: str):
+    """Open `path` for reading only if it is a regular file: opened without blocking (a FIFO with no writer
+    would hang open() or read() forever) and checked by fstat on that same descriptor, so nothing can swap
+    it between the check and the read. Returns a binary file object; InputError names what it is instead."""
     try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        msg = f"{path}: not a valid .npy file: {exc}"
-        raise InputError(msg, fix="save inputs with numpy.save") from exc
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except (FileNotFoundError, NotADirectoryError):
+        msg = f"{path}: no such file"
+        raise InputError(msg, fix=f"check the path of the {what}") from None
+    except OSError as exc:
+        kind = "is a socket, not a regular file" if exc.errno == errno.ENXIO else f"cannot be opened: {exc.strerror}"
+        msg = f"{path}: {kind}"
+        raise InputError(msg, fix=f"give the path of a readable {what} file") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        msg = f"{path}: is {_file_type(st.st_mode)}, not a regular file (only regular files are read)"
+        raise InputError(msg, fix=f"give the path of the {what} file")
+    return os.fdopen(fd, "rb")
+
+
+def _check_regular(path: Path, what: str) -> None:
+    open_regular(path, what).close()
+
+
+def _load_npy(path: Path, what: str = ".npy input"):
+    """A .npy array, read only after its header's shape * itemsize is checked against the file's size (from
+    fstat), so a crafted header can't make numpy allocate or read more than the file holds."""
+    import numpy as np
+    from numpy.lib import format as npy_format
+
+    with open_regular(path, what) as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            version = npy_format.read_magic(f)
+            if version == (1, 0):
+                shape, _fortran, dtype = npy_format.read_array_header_1_0(f, max_header_size=NPY_MAX_HEADER)
+            elif version in ((2, 0), (3, 0)):
+                shape, _fortran, dtype = npy_format.read_array_header_2_0(f, max_header_size=NPY_MAX_HEADER)
+            else:
+                msg = f"unsupported .npy format version {version}"
+                raise ValueError(msg)
+            if dtype.hasobject:
+                msg = "an object array (it holds Python objects, not numbers)"
+                raise ValueError(msg)
+            need = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+            have = size - f.tell()
+            if need != have:
+                what_is = "truncated data" if have < need else f"{have - need} bytes after the data"
+                msg = (f"{what_is}: shape {tuple(shape)} of {dtype.str} needs {need} bytes after the header, "
+                       f"the file has {have}")
+                raise ValueError(msg)
+            f.seek(0)
+            return np.load(f, allow_pickle=False, max_header_size=NPY_MAX_HEADER)
+        except (ValueError, OSError, EOFError) as exc:
+            msg = f"{path}: not a valid .npy file: {exc}"
+            raise InputError(msg, fix="save inputs with numpy.save(path, array)") from exc
+
+
+def _prepare_outdir(path: Path) -> None:
+    """Create the output directory (and parents) and check files can be made in it, before any work:
+    an unusable -o is a bad input, found early, with nothing written."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # mkdir below says why it can't be made
+        st = None
+    except OSError as exc:
+        msg = f"{path}: cannot use as the output directory: {exc.strerror}"
+        raise InputError(msg, fix="choose another -o") from None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        msg = f"{path}: exists and is {_file_type(st.st_mode)}, not a directory"
+        raise InputError(msg, fix="choose another -o")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        msg = f"{path}: cannot create the output directory: {exc.strerror or exc}"
+        raise InputError(msg, fix="choose another -o (a path under a directory you can write)") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        msg = f"{path}: the output directory is not writable"
+        raise InputError(msg, fix="choose another -o or fix its permissions")
 
 
 def _save_npy(path: Path, array) -> None:
+    """Write atomically (toolchain.atomic); a path that can't take the file is an InputError, nothing left."""
     import numpy as np
 
-    with replacing(path, suffix=".npy") as tmp, tmp.open("wb") as f:
-        np.save(f, np.ascontiguousarray(array))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        msg = f"{path}: cannot write: {exc.strerror or exc}"
+        raise InputError(msg, fix="choose another output directory") from None
+    if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        msg = f"{path}: exists and is {_file_type(st.st_mode)}, not a file this command may replace"
+        raise InputError(msg, fix="remove it or choose another output directory")
+    try:
+        with replacing(path, suffix=".npy") as tmp, tmp.open("wb") as f:
+            np.save(f, np.ascontiguousarray(array))
+    except OSError as exc:
+        msg = f"{path}: cannot write: {exc.strerror or exc}"
+        raise InputError(msg, fix="check the output directory exists, is writable and has free space") from None
 
 
 def compare(outputs, refs, atol: float, rtol: float) -> list[str]:
@@ -66,11 +164,21 @@ def compare(outputs, refs, atol: float, rtol: float) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from toolchain import runtime
 
+    # Every file is checked (regular, well-formed) and the output directory made before the slow load.
+    model = Path(args.model)
+    if not model.is_dir():  # a directory is a program of several methods
+        _check_regular(model, "model (.pt2 package, plugin .so or methods.json)")
+    if args.weights is not None:
+        _check_regular(Path(args.weights), "weights blob (--weights)")
     specs = [runtime.split_input_arg(p) for p in args.input]
     inputs = [_load_npy(Path(p)) for p, _ in specs]
     layouts = [runtime.layout_strides(lay, x.shape) if lay else None for (_, lay), x in zip(specs, inputs, strict=True)]
-    refs = [_load_npy(Path(p)) for p in args.compare]
+    refs = [_load_npy(Path(p), "reference (--compare)") for p in args.compare]
+    _prepare_outdir(Path(args.output))
     with runtime.load(args.model, weights=args.weights, library_path=args.library, strict=args.strict) as prog:
+        if args.method is not None and args.method not in prog.methods:
+            msg = f"{args.model}: no method {args.method!r}; it has {', '.join(prog.methods)}"
+            raise UsageError(msg, fix="choose one with --method")
         for k, strides in enumerate(layouts):
             if strides is not None:
                 prog.set_input_layout(k, strides, method=args.method)
@@ -82,7 +190,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if refs:
         for line in compare(outputs, refs, args.atol, args.rtol):
             print(line)
-    return 0
+    return exit_code("ok")
 
 
 def _module_from_spec(spec: str):
@@ -112,6 +220,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir))
     print(f"exported {args.model} -> {out}")
     if args.save_inputs:
+        _prepare_outdir(Path(args.save_inputs))
         import numpy as np
 
         d = Path(args.save_inputs)
@@ -122,28 +231,41 @@ def cmd_export(args: argparse.Namespace) -> int:
         for k, y in enumerate(outs):
             _save_npy(d / f"expected_{k}.npy", np.asarray(y.detach().numpy()))
         print(f"example inputs and eager outputs -> {d}")
-    return 0
+    return exit_code("ok")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Build the runtime, export the built-in example with torch, run it in aoti-run, compare with eager."""
+    """Build the runtime, export the built-in example with torch, verify the package against the runtime,
+    run it in aoti-run, compare with eager."""
     import numpy as np
+
+    from toolchain.verify import verify_paths
+    from toolchain.verify.formats import to_text
 
     build = Path(args.build_dir).resolve()
     scons = shutil.which("scons") or str(Path(sys.executable).with_name("scons"))
-    print(f"[1/3] building the host runtime: scons -C {REPO_ROOT} build_dir={build}", flush=True)
+    print(f"[1/4] building the host runtime: scons -C {REPO_ROOT} build_dir={build}", flush=True)
     subprocess.run([scons, "-C", str(REPO_ROOT), "-Q", "-s", f"build_dir={build}", f"-j{os.cpu_count() or 2}"], check=True)
     aoti_run = build / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
     work = build / "demo" / args.example
     pt2 = work / f"{args.example}.pt2"
-    print(f"[2/3] exporting example:{args.example} with torch -> {pt2}", flush=True)
+    print(f"[2/4] exporting example:{args.example} with torch -> {pt2}", flush=True)
     ns = argparse.Namespace(model=f"example:{args.example}", output=str(pt2), weights=args.weights,
                             build_dir=str(build), save_inputs=str(work))
     cmd_export(ns)
+    lib = build / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
+    print(f"[3/4] verifying it in the host it will load in: aoti-toolchain verify --host {lib} {pt2}", flush=True)
+    report = verify_paths([pt2], host=lib, host_source="the runtime library this demo built")
+    sys.stdout.write(to_text(report))
+    print(f"verify verdict: {report.verdict.upper()} ({report.count('error')} error(s), "
+          f"{report.count('warning')} warning(s))", flush=True)
+    if report.exit_code != 0:
+        msg = f"{pt2}: verify {report.verdict}: the exported package would not load as it is"
+        raise ToolchainError(msg, fix="read the findings above; each names its fix")
     n_in = len(list(work.glob("input_*.npy")))
     cmd = [str(aoti_run), str(pt2), *sum((["-i", str(work / f"input_{i}.npy")] for i in range(n_in)), []),
            "-o", str(work / "out")]
-    print(f"[3/3] running it in our LibTorch-free host: {' '.join(cmd)}", flush=True)
+    print(f"[4/4] running it in our LibTorch-free host: {' '.join(cmd)}", flush=True)
     subprocess.run(cmd, check=True)
     worst = 0.0
     for k, exp_path in enumerate(sorted(work.glob("expected_*.npy"))):
@@ -156,7 +278,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if worst > args.tolerance:
         msg = f"max error {worst:.3g} exceeds {args.tolerance}"
         raise CompareError(msg)
-    return 0
+    return exit_code("ok")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,6 +331,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except subprocess.CalledProcessError as exc:
         print(f"aoti-toolchain: error: {' '.join(map(str, exc.cmd))} exited with {exc.returncode}", file=sys.stderr)
-        return 1
+        return exit_code("failed")
     except KeyboardInterrupt:
-        return 130
+        return exit_code("interrupted")

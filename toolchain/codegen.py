@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.atomic import write_text
-from toolchain.errors import ToolchainError
+from toolchain.errors import (
+    EXIT_CODES,
+    EXIT_CODES_FILE,
+    ExitCode,
+    SpecError,
+    ToolchainError,
+    exit_code,
+    load_exit_codes,
+)
 from toolchain.spec import Spec, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +30,7 @@ TEMPLATE_DIR = REPO_ROOT / "templates"
 OUTPUTS: dict[str, str] = {
     "shims.h.j2": "include/aoti_host/shims.h",
     "entry_points.h.j2": "include/aoti_host/entry_points.h",
+    "exit_codes.h.j2": "include/aoti_host/exit_codes.h",
     "host.dynlist.j2": "link/host.dynlist",
     "runtime.version.j2": "link/runtime.version",
     "plugin.version.j2": "link/plugin.version",
@@ -32,8 +41,8 @@ OUTPUTS: dict[str, str] = {
 GROUPS_BY_CONFIG = {False: ("core", "cpu"), True: ("core", "cpu", "cuda")}
 
 
-class CodegenError(ToolchainError):
-    exit_code = 3
+class CodegenError(SpecError):
+    """A template does not render (a spec problem in the wide sense: the generated sources can't be made)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,12 @@ def _environment(template_dir: Path):  # -> jinja2.Environment; jinja2 imported 
     )
 
 
-def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
+#: Tools whose --help text the exit-code header carries (k<ident>ExitHelp), by their name in the table.
+HELP_TOOLS: tuple[dict[str, str], ...] = ({"name": "aoti-run", "ident": "AotiRun"},)
+
+
+def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DIR,
+           exit_codes: tuple[ExitCode, ...] = EXIT_CODES) -> dict[str, str]:
     """Render every output; returns {relative output path: text}."""
     import jinja2
 
@@ -72,10 +86,12 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
         try:
             text = env.get_template(template).render(
                 template=f"templates/{template}",
-                spec_files=spec_files,
+                spec_files=[f"toolchain/spec/{EXIT_CODES_FILE.name}"] if template == "exit_codes.h.j2" else spec_files,
                 groups=groups,
                 shims=shims,
                 entry_points=spec.entry_points,
+                exit_codes=exit_codes,
+                help_tools=HELP_TOOLS,
             )
         except jinja2.TemplateError as exc:
             where = getattr(exc, "filename", None) or template
@@ -103,9 +119,10 @@ def generate(
     cuda: bool = False,
     spec_dir: Path | None = None,
     template_dir: Path = TEMPLATE_DIR,
+    exit_codes_file: Path = EXIT_CODES_FILE,
 ) -> list[Written]:
     spec = load_spec(spec_dir)
-    rendered = render(spec, GROUPS_BY_CONFIG[cuda], template_dir)
+    rendered = render(spec, GROUPS_BY_CONFIG[cuda], template_dir, load_exit_codes(exit_codes_file))
     return [Written(out_dir / rel, write_if_changed(out_dir / rel, text)) for rel, text in rendered.items()]
 
 
@@ -121,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     except ToolchainError as exc:
         print(f"error: {exc}")
         return exc.exit_code
-    return 0
+    return exit_code("ok")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from toolchain.elf.reader import PF_R, PF_W, PF_X, ElfError, ElfFile
+from toolchain.errors import exit_code
 from toolchain.spec import load_spec
 from toolchain.verify import elf_members
 from toolchain.verify.checks import ENTRIES_API, classify
@@ -125,7 +126,7 @@ def cmd_inspect(args) -> int:
         print(json.dumps({"schema_version": 1, "files": infos}, indent=2))
     else:
         print("".join(to_text(i) for i in infos), end="")
-    return 3 if any(i["kind"] == "unreadable" for i in infos) else 0
+    return exit_code("bad_input") if any(i["kind"] == "unreadable" for i in infos) else exit_code("ok")
 
 
 __all__ = ["describe", "inspect_path", "cmd_inspect", "vstr"]

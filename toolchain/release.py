@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from toolchain.atomic import write_text
-from toolchain.errors import InputError, ToolchainError, UsageError
+from toolchain.errors import InputError, ToolchainError, UsageError, exit_code
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VARIANT = "cpu-gcc-release"
@@ -174,11 +174,11 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
     write_text(out / "release-report.json", json.dumps(report, indent=2) + "\n")
     if not verdict_ok:
         print(f"[release] FAILED; report: {out / 'release-report.json'} (no SHA256SUMS written)", file=sys.stderr)
-        return 3 if "error" in report else 1
+        return exit_code("bad_input") if "error" in report else exit_code("failed")
     sums = "".join(f"{a['sha256']}  {a['file']}\n" for a in report["artifacts"])
     write_text(out / "SHA256SUMS", sums)
     print(f"[release] OK: {len(report['artifacts'])} artifacts, {out / 'SHA256SUMS'}, {out / 'release-report.json'}")
-    return 0
+    return exit_code("ok")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,8 @@ namespace aoti_host {
 
 class MappedFile {
  public:
-  explicit MappedFile(const std::string& path);  // throws Error naming the path
+  // Only a regular file is mapped (see input_file.h); throws Error naming the path and `what` it is.
+  explicit MappedFile(const std::string& path, const std::string& what = "file");
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

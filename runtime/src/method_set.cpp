@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "aoti_host/error.h"
+#include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
 #include "aoti_host/shims.h"
 #include "constants.h"
@@ -36,15 +37,20 @@ bool is_file(const std::string& path) {
 }
 
 std::vector<MethodSpec> parse_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read the methods manifest", AOTI_HOST_NOT_FOUND);
-  std::stringstream text;
-  text << in.rdbuf();
+  // A regular file only (a FIFO named methods.json would block a stream read forever); bounded by its size.
+  const InputFile file(path, "methods manifest");
+  constexpr uint64_t kMaxManifest = uint64_t{16} << 20;
+  if (file.size() > kMaxManifest)
+    throw Error(path + ": a methods manifest of " + std::to_string(file.size()) + " bytes (at most " +
+                std::to_string(kMaxManifest) + " are read); give the small methods.json export_methods writes",
+                AOTI_HOST_INVALID_ARGUMENT);
+  std::string text(static_cast<size_t>(file.size()), '\0');
+  file.read_at(0, text.data(), text.size());
   const std::string fix = "; write {\"schema\": 1, \"methods\": [{\"name\": \"forward\", \"package\": \"forward.pt2\"}, "
                           "...]} (toolchain.export.export_methods does)";
   Json j;
   try {
-    j = Json::parse(text.str(), path);
+    j = Json::parse(text, path);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + fix, AOTI_HOST_INVALID_ARGUMENT);
   }

@@ -4,7 +4,9 @@
 #include "aoti_host/npy.h"
 
 #include "aoti_host/error.h"
+#include "aoti_host/input_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +23,10 @@ namespace {
 const char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicLen = 6;
 constexpr size_t kAlign = 64;  // numpy pads the header so the data starts 64-byte aligned
+// Largest header read. numpy writes a few hundred bytes (its own reader stops at 10000 by default); the
+// bound leaves room for very high-rank arrays (write_npy switches to format 2.0 past 65535 bytes) while a
+// crafted 4 GiB length is refused before it is allocated.
+constexpr size_t kMaxHeader = size_t{1} << 20;
 
 struct DtypeInfo {
   int32_t code;
@@ -57,16 +63,23 @@ const DtypeInfo* find_by_kind(char kind, int size) {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Closes on scope exit so every error path releases the descriptor.
-struct File {
-  std::FILE* f = nullptr;
-  File() = default;
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  ~File() {
-    if (f != nullptr) std::fclose(f);
+// The process umask, so outputs get the mode fopen would have given them. Read from /proc (umask(2) can
+// only read it by changing it, which races with other threads creating files); 022 where /proc is absent.
+mode_t current_umask() {
+  mode_t m = 022;
+  if (std::FILE* f = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    unsigned value = 0;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      if (std::sscanf(line, "Umask: %o", &value) == 1) {
+        m = static_cast<mode_t>(value & 0777);
+        break;
+      }
+    }
+    std::fclose(f);
   }
-};
+  return m;
+}
 
 // A minimal reader for the one Python literal numpy writes: {'key': value, ...} with string,
 // True/False and tuple-of-int values. Anything else is a malformed header.
@@ -286,29 +299,17 @@ class Writer {
 }  // namespace
 
 NpyArray read_npy(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) fail(path, "no such file; check the path");
-    fail(path, "cannot open: " + errno_text(errno));
-  }
-  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a .npy file; give the path of a file saved by numpy.save");
-  File file;
-  file.f = std::fopen(path.c_str(), "rb");
-  if (file.f == nullptr) fail(path, "cannot open: " + errno_text(errno) + "; check the permissions");
+  // A regular file only, its size from fstat: every length below is checked against that size before
+  // anything is allocated or read, so a FIFO or /dev/zero is refused instead of read forever.
+  const InputFile file(path, ".npy input");
+  const uint64_t file_size = file.size();
+  unsigned char pre[kMagicLen + 2 + 4] = {};
+  file.read_at(0, pre, static_cast<size_t>(std::min<uint64_t>(file_size, sizeof pre)));
 
-  // Size by reading, not stat: the file may be a pipe or change under us.
-  std::vector<unsigned char> bytes;
-  {
-    unsigned char chunk[1 << 16];
-    size_t n;
-    while ((n = std::fread(chunk, 1, sizeof chunk, file.f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
-    if (std::ferror(file.f)) fail(path, "read failed: " + errno_text(errno));
-  }
-
-  if (bytes.size() < kMagicLen + 2 || std::memcmp(bytes.data(), kMagic, kMagicLen) != 0) {
+  if (file_size < kMagicLen + 2 || std::memcmp(pre, kMagic, kMagicLen) != 0) {
     fail(path, "not a .npy file (no \\x93NUMPY magic); save the array with numpy.save(path, arr)");
   }
-  const int major = bytes[6], minor = bytes[7];
+  const int major = pre[6], minor = pre[7];
   int len_bytes;
   if (major == 1) {
     len_bytes = 2;
@@ -319,13 +320,19 @@ NpyArray read_npy(const std::string& path) {
                    " (1.0, 2.0 and 3.0 are read); re-save it with numpy.save");
   }
   const size_t prefix = kMagicLen + 2 + static_cast<size_t>(len_bytes);
-  if (bytes.size() < prefix) fail(path, "truncated .npy header; the file is incomplete, save it again");
-  const size_t header_len = read_le(bytes.data() + kMagicLen + 2, len_bytes);
-  if (bytes.size() - prefix < header_len) {
-    fail(path, "truncated .npy header (" + std::to_string(header_len) + " bytes announced, " +
-                   std::to_string(bytes.size() - prefix) + " present); the file is incomplete, save it again");
+  if (file_size < prefix) fail(path, "truncated .npy header; the file is incomplete, save it again");
+  const size_t header_len = read_le(pre + kMagicLen + 2, len_bytes);
+  if (header_len > kMaxHeader) {
+    fail(path, ".npy header of " + std::to_string(header_len) + " bytes is larger than the " +
+                   std::to_string(kMaxHeader) + " this reader accepts (numpy.save writes a few hundred bytes); "
+                   "the file is not a plain array, save it again with numpy.save");
   }
-  const std::string header(reinterpret_cast<const char*>(bytes.data() + prefix), header_len);
+  if (file_size - prefix < header_len) {
+    fail(path, "truncated .npy header (" + std::to_string(header_len) + " bytes announced, " +
+                   std::to_string(file_size - prefix) + " present); the file is incomplete, save it again");
+  }
+  std::string header(header_len, '\0');
+  file.read_at(prefix, header.data(), header_len);
 
   std::string descr;
   bool fortran = false;
@@ -340,8 +347,9 @@ NpyArray read_npy(const std::string& path) {
   int64_t nbytes = 0;
   if (mul_overflows(numel, info.size, &nbytes)) fail(path, "shape " + shape_repr(shape) + " overflows int64");
 
-  const size_t data_off = prefix + header_len;
-  const size_t have = bytes.size() - data_off;
+  // The declared shape bounds the read: the bytes after the header must be exactly shape * itemsize.
+  const uint64_t data_off = prefix + header_len;
+  const uint64_t have = file_size - data_off;
   if (have < static_cast<uint64_t>(nbytes)) {
     fail(path, "truncated data: shape " + shape_repr(shape) + " of '" + descr + "' needs " +
                    std::to_string(nbytes) + " bytes, the file has " + std::to_string(have) +
@@ -363,7 +371,8 @@ NpyArray read_npy(const std::string& path) {
   } else {
     for (size_t k = shape.size(); k-- > 1;) out.strides[k - 1] = out.strides[k] * std::max<int64_t>(shape[k], 1);
   }
-  out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_off), bytes.end());
+  out.data.resize(static_cast<size_t>(nbytes));
+  file.read_at(data_off, out.data.data(), out.data.size());
   return out;
 }
 
@@ -415,22 +424,38 @@ void write_npy(const std::string& path, int32_t dtype, const std::vector<int64_t
   for (size_t k = 0; k < (major == 1 ? 2u : 4u); ++k) head += static_cast<char>((header_len >> (8 * k)) & 0xff);
   head += dict;
 
-  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  // An existing target is replaced by rename; one that is not a file (a directory, a FIFO, a device) is
+  // the wrong path, not something to replace.
+  struct stat target {};
+  if (::lstat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode) && !S_ISLNK(target.st_mode)) {
+    fail(path, "exists and is " + file_type_name(target.st_mode) +
+                   ", not a file this writer may replace; remove it or choose another output directory");
+  }
+  // A fresh temp file beside the target: a random name created with O_EXCL (mkostemp), so nothing planted
+  // under a predictable name (a symlink) is followed or overwritten.
+  std::string tmp = path + ".tmp.XXXXXX";
   // Removes the temp file on every failure path; disarmed once renamed.
   struct TempGuard {
     const std::string& tmp;
     std::FILE* f = nullptr;
-    bool armed = true;
+    bool armed = false;
     ~TempGuard() {
       if (f != nullptr) std::fclose(f);
       if (armed) std::remove(tmp.c_str());
     }
   } guard{tmp};
 
-  guard.f = std::fopen(tmp.c_str(), "wb");
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) {
+    fail(path, "cannot create a file in its directory: " + errno_text(errno) +
+                   "; check the directory exists and is writable");
+  }
+  guard.armed = true;
+  ::fchmod(fd, 0644 & ~current_umask());
+  guard.f = ::fdopen(fd, "wb");
   if (guard.f == nullptr) {
-    guard.armed = false;  // nothing was created
-    fail(path, "cannot create " + tmp + ": " + errno_text(errno) + "; check the directory exists and is writable");
+    ::close(fd);
+    fail(path, "cannot write " + tmp + ": " + errno_text(errno));
   }
   Writer w(guard.f, tmp);
   w.put(head.data(), head.size());

@@ -11,11 +11,12 @@
 #include <map>
 
 #include "aoti_host/error.h"
+#include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
 #include "aoti_host/tensor.h"
 #include "constants.h"
+#include "contract.h"
 #include "packed_gemm.h"
-#include "json.h"
 #include "mapped_file.h"
 #include "plugin_store.h"
 #include "zip.h"
@@ -38,48 +39,6 @@ std::string dims(const std::vector<int64_t>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + (v[i] < 0 ? std::string("?") : std::to_string(v[i]));
   return out + "]";
-}
-
-std::vector<int64_t> int_list(const Json* j, const std::string& what) {
-  std::vector<int64_t> out;
-  if (j == nullptr) return out;
-  if (!j->is_array()) throw Error(what + " is not a list");
-  for (const auto& v : j->array()) out.push_back(v.is_number() ? static_cast<int64_t>(v.number()) : -1);
-  return out;
-}
-
-std::vector<TensorContract> parse_tensors(const Json* list, const std::string& what) {
-  std::vector<TensorContract> out;
-  if (list == nullptr || !list->is_array()) throw Error(what + " is missing or not a list");
-  for (size_t i = 0; i < list->array().size(); ++i) {
-    const Json& t = list->array()[i];
-    std::string w = what + "[" + std::to_string(i) + "]";
-    TensorContract c;
-    if (const Json* n = t.get("name"); n != nullptr && n->is_string()) c.name = n->string();
-    const Json* dt = t.get("dtype");
-    if (dt == nullptr || !dt->is_string() || (c.dtype = dtype_from_name(dt->string())) < 0)
-      throw Error(w + ".dtype is missing or unknown");
-    const Json* shape = t.get("shape");
-    if (shape == nullptr || !shape->is_array()) throw Error(w + ".shape is missing");
-    for (const auto& d : shape->array()) {
-      if (d.is_number()) {
-        auto v = static_cast<int64_t>(d.number());
-        c.sizes.push_back(v), c.min_sizes.push_back(v), c.max_sizes.push_back(v);
-      } else if (d.is_object()) {  // {"min": 1, "max": 64}: a dynamic dimension
-        const Json* lo = d.get("min");
-        const Json* hi = d.get("max");
-        c.sizes.push_back(-1);
-        c.min_sizes.push_back(lo != nullptr && lo->is_number() ? static_cast<int64_t>(lo->number()) : 0);
-        c.max_sizes.push_back(hi != nullptr && hi->is_number() ? static_cast<int64_t>(hi->number()) : INT64_MAX);
-      } else {
-        throw Error(w + ".shape has an entry that is neither a size nor {min, max}");
-      }
-    }
-    c.strides = int_list(t.get("strides"), w + ".strides");
-    if (!c.strides.empty() && c.strides.size() != c.sizes.size()) throw Error(w + ".strides and shape differ in rank");
-    out.push_back(std::move(c));
-  }
-  return out;
 }
 
 // Strides the plugin expects for these sizes: `layout` (the contract's strides for its example sizes,
@@ -123,19 +82,6 @@ constexpr const char* kCheckInputsEnv = "AOTI_RUNTIME_CHECK_INPUTS";
 
 }  // namespace
 
-int32_t dtype_from_name(const std::string& name) {
-  static const struct {
-    const char* name;
-    int32_t code;
-  } kTable[] = {{"uint8", 0},   {"int8", 1},    {"int16", 2},   {"int32", 3},     {"int64", 4},  {"float16", 5},
-                {"float32", 6}, {"float64", 7}, {"bool", 11},   {"bfloat16", 15}, {"half", 5},   {"float", 6},
-                {"double", 7},  {"long", 4},    {"int", 3}};
-  std::string n = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
-  for (const auto& e : kTable)
-    if (n == e.name) return e.code;
-  return -1;
-}
-
 std::string Program::plugin_error(const char* call) const {
   std::string msg = std::string(call) + " failed";
   const std::string why = plugin_->last_error();
@@ -153,18 +99,15 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   std::unique_ptr<ZipArchive> zip;
   const ZipEntry* blob = nullptr;
   {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) throw Error(path + ": no such file", AOTI_HOST_NOT_FOUND);
+    // Only a regular file: a FIFO or device given as the model is refused here, before anything reads it.
+    const InputFile file(path, "model (.pt2 package or plugin .so)");
     char magic[4] = {};
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-      size_t got = std::fread(magic, 1, 4, f);
-      std::fclose(f);
-      if (got == 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) {
-        try {
-          zip = std::make_unique<ZipArchive>(path);
-        } catch (const Error& e) {
-          throw Error(e.what(), AOTI_HOST_INVALID_PROGRAM);
-        }
+    if (file.size() >= 4) file.read_at(0, magic, 4);
+    if (file.size() >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) {
+      try {
+        zip = std::make_unique<ZipArchive>(path);
+      } catch (const Error& e) {
+        throw Error(e.what(), AOTI_HOST_INVALID_PROGRAM);
       }
     }
   }
@@ -200,9 +143,9 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
       const unsigned char* bytes = zip->data(*c);
       std::string text(reinterpret_cast<const char*>(bytes), c->size);
       try {
-        Json j = Json::parse(text, path + ":" + c->name);
-        p->inputs_ = parse_tensors(j.get("inputs"), path + ":" + c->name + ": inputs");
-        p->outputs_ = parse_tensors(j.get("outputs"), path + ":" + c->name + ": outputs");
+        Contract contract = parse_contract(text, path + ":" + c->name);
+        p->inputs_ = std::move(contract.inputs);
+        p->outputs_ = std::move(contract.outputs);
         p->has_contract_ = true;
       } catch (const Error& e) {
         throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export",
@@ -213,7 +156,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
       const unsigned char* bytes = zip->data(*c);
       try {
         p->constant_layouts_ = parse_constant_layouts(std::string(reinterpret_cast<const char*>(bytes), c->size),
-                                                      path + ":" + c->name);
+                                                      path + ":" + c->name, blob->size);
       } catch (const Error& e) {
         throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export",
                     AOTI_HOST_INVALID_PROGRAM);
@@ -367,7 +310,7 @@ void Program::load_pending_weights() {
   if (pending_zip_) {
     load_weights(pending_zip_->data(*pending_blob_), pending_blob_->size, path_ + ":" + pending_blob_->name);
   } else {
-    MappedFile weights(pending_weights_path_);
+    MappedFile weights(pending_weights_path_, "weights blob");
     load_weights(weights.data(), weights.size(), pending_weights_path_);
   }
   weights_supplied();

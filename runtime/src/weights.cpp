@@ -6,27 +6,30 @@
 #include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
+#include "contract.h"
 #include "json.h"
 
 namespace aoti_host {
 namespace {
 
+// A list of integer literals, each in [0, kMaxContractInt].
 std::vector<int64_t> int_list(const Json* j, const std::string& what) {
   if (j == nullptr || !j->is_array()) throw Error(what + " is missing or not a list", AOTI_HOST_INVALID_PROGRAM);
+  if (j->array().size() > kMaxContractRank)
+    throw Error(what + " has more than " + std::to_string(kMaxContractRank) + " entries", AOTI_HOST_INVALID_PROGRAM);
   std::vector<int64_t> out;
   for (const auto& v : j->array()) {
-    if (!v.is_number() || v.number() != static_cast<double>(static_cast<int64_t>(v.number())))
-      throw Error(what + " has an entry that is not an integer", AOTI_HOST_INVALID_PROGRAM);
-    out.push_back(static_cast<int64_t>(v.number()));
+    if (!v.is_integer() || v.integer() < 0 || v.integer() > kMaxContractInt)
+      throw Error(what + " has an entry that is not an integer in [0, 2^62]", AOTI_HOST_INVALID_PROGRAM);
+    out.push_back(v.integer());
   }
   return out;
 }
 
 int64_t non_negative(const Json* j, const std::string& what) {
-  if (j == nullptr || !j->is_number() || j->number() < 0 ||
-      j->number() != static_cast<double>(static_cast<int64_t>(j->number())))
-    throw Error(what + " is missing or not a non-negative integer", AOTI_HOST_INVALID_PROGRAM);
-  return static_cast<int64_t>(j->number());
+  if (j == nullptr || !j->is_integer() || j->integer() < 0 || j->integer() > kMaxContractInt)
+    throw Error(what + " is missing or not an integer in [0, 2^62]", AOTI_HOST_INVALID_PROGRAM);
+  return j->integer();
 }
 
 // ": <the plugin's message>", or nothing.
@@ -37,30 +40,70 @@ std::string plugin_message(const Plugin& plugin) {
 
 }  // namespace
 
-std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, const std::string& what) {
+bool storage_nbytes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, uint64_t itemsize,
+                    uint64_t offset, uint64_t* out) {
+  uint64_t extent = 1;  // elements from the storage offset to the last element, inclusive
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) {
+      *out = 0;
+      return true;
+    }
+  }
+  for (size_t i = 0; i < sizes.size() && i < strides.size(); ++i) {
+    uint64_t span = 0;
+    if (sizes[i] < 0 || strides[i] < 0 ||
+        __builtin_mul_overflow(static_cast<uint64_t>(strides[i]), static_cast<uint64_t>(sizes[i] - 1), &span) ||
+        __builtin_add_overflow(extent, span, &extent))
+      return false;
+  }
+  return !__builtin_add_overflow(extent, offset, &extent) && !__builtin_mul_overflow(extent, itemsize, out);
+}
+
+std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, const std::string& what,
+                                                   uint64_t blob_size) {
   Json j = Json::parse(text, what);
+  if (!j.is_object()) throw Error(what + ": the constant layouts are not a JSON object", AOTI_HOST_INVALID_PROGRAM);
   const Json* schema = j.get("schema");
-  if (schema == nullptr || !schema->is_number() || schema->number() != 1)
+  if (schema == nullptr || !schema->is_integer() || schema->integer() != 1)
     throw Error(what + ": schema is missing or not 1 (written by a newer aoti-toolchain?)", AOTI_HOST_INVALID_PROGRAM);
   const Json* list = j.get("constants");
   if (list == nullptr || !list->is_array()) throw Error(what + ": constants is missing or not a list", AOTI_HOST_INVALID_PROGRAM);
   std::vector<ConstantLayout> out;
+  uint64_t total = 0;  // each constant sits at the running sum of the data sizes before it
   for (size_t i = 0; i < list->array().size(); ++i) {
     const Json& c = list->array()[i];
     const std::string w = what + ": constants[" + std::to_string(i) + "]";
+    if (!c.is_object()) throw Error(w + " is not an object", AOTI_HOST_INVALID_PROGRAM);
     ConstantLayout l;
     const Json* name = c.get("name");
     if (name == nullptr || !name->is_string() || name->string().empty())
-      throw Error(w + ".name is missing", AOTI_HOST_INVALID_PROGRAM);
+      throw Error(w + ".name is missing or not a non-empty string", AOTI_HOST_INVALID_PROGRAM);
     l.name = name->string();
     l.sizes = int_list(c.get("shape"), w + ".shape");
     l.strides = int_list(c.get("stride"), w + ".stride");
     if (l.sizes.size() != l.strides.size()) throw Error(w + ": shape and stride differ in rank", AOTI_HOST_INVALID_PROGRAM);
-    for (int64_t s : l.sizes)
-      if (s < 0) throw Error(w + ".shape has a negative size", AOTI_HOST_INVALID_PROGRAM);
     l.offset = non_negative(c.get("offset"), w + ".offset");
     l.data_size = static_cast<uint64_t>(non_negative(c.get("data_size"), w + ".data_size"));
-    if (const Json* d = c.get("device"); d != nullptr && d->is_string()) l.device = d->string();
+    if (const Json* d = c.get("device")) {
+      if (!d->is_string()) throw Error(w + ".device is not a string", AOTI_HOST_INVALID_PROGRAM);
+      l.device = d->string();
+    }
+    // The dtype, when recorded as a name this runtime knows, gives the bytes the layout spans; otherwise
+    // at least one byte per element (plan_blob checks again with the plugin's own dtype).
+    uint64_t itemsize = 1;
+    if (const Json* d = c.get("dtype")) {
+      if (!d->is_string()) throw Error(w + ".dtype is not a string", AOTI_HOST_INVALID_PROGRAM);
+      const int32_t code = dtype_from_name(d->string());
+      if (code >= 0) itemsize = element_size(code);
+    }
+    uint64_t need = 0;
+    if (!storage_nbytes(l.sizes, l.strides, itemsize, static_cast<uint64_t>(l.offset), &need) || need > l.data_size)
+      throw Error(w + ": shape " + list_str(l.sizes) + ", stride " + list_str(l.strides) + " and offset " +
+                      std::to_string(l.offset) + " span more than its data_size of " + std::to_string(l.data_size) +
+                      " bytes", AOTI_HOST_INVALID_PROGRAM);
+    if (__builtin_add_overflow(total, l.data_size, &total) || total > blob_size)
+      throw Error(w + " ends beyond the weights blob (" + std::to_string(blob_size) + " bytes)",
+                  AOTI_HOST_INVALID_PROGRAM);
     out.push_back(std::move(l));
   }
   return out;
@@ -123,8 +166,9 @@ bool plan_blob(const Plugin& plugin, AOTInductorModelContainerHandle container,
       *why = std::string("constant ") + name + " has dtype code " + std::to_string(dtype) + ", which this runtime does not model";
       return false;
     }
-    const size_t need = compute_storage_nbytes(l.sizes, l.strides, element_size(dtype), l.offset);
-    if (need > data_size)
+    uint64_t need = 0;
+    if (!storage_nbytes(l.sizes, l.strides, element_size(dtype), static_cast<uint64_t>(l.offset), &need) ||
+        need > data_size)
       throw Error(path + ": constant " + l.name + " spans " + std::to_string(need) + " bytes with shape " +
                       list_str(l.sizes) + " and strides " + list_str(l.strides) + ", but the blob holds " +
                       std::to_string(data_size) + "; re-export the model with aoti-toolchain export",

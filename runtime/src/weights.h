@@ -37,8 +37,18 @@ struct ConstantLayout {
   std::string device;      // "cpu", "cuda", ... as recorded (empty: not recorded)
 };
 
-// Parses the package entry; throws Error(AOTI_HOST_INVALID_PROGRAM) naming `what` and the field.
-std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, const std::string& what);
+// Parses the package entry; throws Error(AOTI_HOST_INVALID_PROGRAM) naming `what` and the field. Rules
+// (docs/package-json.md, the same in toolchain/verify/package.py): strict JSON (json.h); "schema" is 1;
+// every shape, stride, offset and data_size entry is an integer in [0, 2^62]; shape and stride have one rank
+// (<= 64); the layout, at the recorded dtype's item size (1 byte when the name is unknown), spans at most
+// data_size bytes; the data sizes, laid end to end, fit in the blob's `blob_size` bytes.
+std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, const std::string& what,
+                                                   uint64_t blob_size);
+
+// Bytes a strided tensor spans from its storage's start: itemsize * (offset + 1 + sum(stride * (size - 1))),
+// or 0 when a size is 0. False when that overflows 64 bits or a size or stride is negative.
+bool storage_nbytes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, uint64_t itemsize,
+                    uint64_t offset, uint64_t* out);
 
 struct BlobPlan {
   struct Item {

@@ -3,15 +3,16 @@
 //   aoti-run MODEL.pt2|PLUGIN.so|METHODS_DIR|methods.json [--method NAME] [--weights BLOB] -i IN0.npy[:LAYOUT] ...
 //            -o OUTDIR [--strict] [--repeat N] [--quiet]
 //
-// Exit codes (stable: scripts and the Python CLI rely on them):
-//   0 success; 1 anything unexpected; 2 usage error; 3 bad input (a missing model/weights/input file, a bad
-//   .npy, the wrong number of inputs, inputs the contract refuses, an unusable OUTDIR); 4 the model does not
-//   load; 5 the run fails.
+// Exit codes come from the project's one exit-code table (toolchain/spec/exit_codes.toml, generated into
+// aoti_host/exit_codes.h), which aoti-toolchain reads too: a failure gets the same code from both CLIs.
 #include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
+#include "aoti_host/exit_codes.h"
+#include "aoti_host/input_file.h"
 #include "aoti_host/npy.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -47,7 +48,12 @@ int32_t aoti_torch_create_tensor_from_blob(void* data, int64_t ndim, const int64
 
 namespace {
 
-enum ExitCode { kOk = 0, kUnexpected = 1, kUsage = 2, kBadInput = 3, kLoadFailed = 4, kRunFailed = 5 };
+using aoti_host::exit_code_for_status;
+using aoti_host::kExitBadInput;
+using aoti_host::kExitFailed;
+using aoti_host::kExitOk;
+using aoti_host::kExitRunFailed;
+using aoti_host::kExitUsage;
 
 const char kUsageLine[] =
     "usage: aoti-run MODEL.pt2|PLUGIN.so|METHODS_DIR|methods.json [--method NAME] [--weights BLOB] "
@@ -78,8 +84,8 @@ const char kHelp[] =
     "  -q, --quiet           do not print one line per output\n"
     "  -h, --help            this text\n"
     "\n"
-    "Exit codes: 0 ok, 1 unexpected error, 2 usage error, 3 bad input (missing file, bad .npy,\n"
-    "wrong input count or dtype/shape), 4 the model does not load, 5 the run fails.\n";
+    "Only regular files are read (a FIFO, device or directory given as a model, weights or input is refused).\n"
+    "\n";
 
 // Carries an exit code and a message that already says what to do; thrown to main.
 struct Failure {
@@ -87,7 +93,7 @@ struct Failure {
   std::string message;
 };
 
-[[noreturn]] void usage_error(const std::string& what) { throw Failure{kUsage, what + "\n" + kUsageLine}; }
+[[noreturn]] void usage_error(const std::string& what) { throw Failure{kExitUsage, what + "\n" + kUsageLine}; }
 
 struct Args {
   std::string model;
@@ -203,28 +209,34 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
+// A model, weights blob or input must be a regular file: opened without blocking and checked by fstat
+// on that descriptor (aoti_host::InputFile), so a FIFO or device is refused at once, never read.
 void require_file(const std::string& path, const char* what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) {
-      throw Failure{kBadInput, path + ": no such file; check the path of the " + what};
-    }
-    throw Failure{kBadInput, path + ": cannot access the " + what + ": " + std::strerror(errno)};
+  try {
+    const aoti_host::InputFile file(path, what);
+  } catch (const aoti_host::Error& e) {
+    throw Failure{exit_code_for_status(e.status()), e.what()};
   }
-  if (S_ISDIR(st.st_mode)) throw Failure{kBadInput, path + ": is a directory; give the " + what + " file"};
 }
 
+// Creates OUTDIR (and its parents) and checks that files can be created in it, before the (possibly
+// slow) load and run: an unusable -o is a bad input, found early, with nothing written.
 void make_outdir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    throw Failure{kExitBadInput, dir + ": exists and is " + aoti_host::file_type_name(st.st_mode) +
+                                     ", not a directory; choose another -o"};
+  }
   std::error_code ec;
-  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
-    throw Failure{kBadInput, dir + ": exists and is not a directory; choose another -o"};
-  }
   std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    throw Failure{kBadInput, dir + ": cannot create the output directory: " + ec.message() + "; choose another -o"};
+  if (ec || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw Failure{kExitBadInput, dir + ": cannot create the output directory: " +
+                                     (ec ? ec.message() : std::string("it is not a directory")) +
+                                     "; choose another -o (a path under a directory you can write)"};
   }
-  if (!std::filesystem::is_directory(dir, ec)) {
-    throw Failure{kBadInput, dir + ": exists and is not a directory; choose another -o"};
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw Failure{kExitBadInput, dir + ": the output directory is not writable (" + std::strerror(errno) +
+                                     "); choose another -o or fix its permissions"};
   }
 }
 
@@ -303,15 +315,14 @@ void run_once(aoti_host_program* program, size_t method, const std::string& mode
   const int status = aoti_host_program_run_method(program, method, nullptr, views.data(), views.size(), outputs.data(),
                                                   outputs.size());
   if (status == AOTI_HOST_OK) return;
-  if (status == AOTI_HOST_INVALID_ARGUMENT) {
-    throw Failure{kBadInput, "the inputs do not fit " + model + ": " + last_error_or(status)};
-  }
-  throw Failure{kRunFailed, model + ": the run failed: " + last_error_or(status)};
+  const int code = exit_code_for_status(status);
+  if (code == kExitBadInput) throw Failure{code, "the inputs do not fit " + model + ": " + last_error_or(status)};
+  throw Failure{code, model + ": the run failed: " + last_error_or(status)};
 }
 
 void check_shim(int32_t err, const char* shim, size_t k) {
   if (err != 0) {
-    throw Failure{kUnexpected, std::string(shim) + " failed on output_" + std::to_string(k) +
+    throw Failure{kExitFailed, std::string(shim) + " failed on output_" + std::to_string(k) +
                                    " (error " + std::to_string(err) + "); this is a runtime bug, please report it"};
   }
 }
@@ -342,7 +353,7 @@ void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool 
   if (device_type != 0) {  // a device output: write its host copy
     AtenTensorHandle host = nullptr;
     const int st = aoti_host_tensor_to_cpu(h, &host);
-    if (st != AOTI_HOST_OK) throw Failure{kRunFailed, "cannot copy output_" + std::to_string(k) + " to the host: " + last_error_or(st)};
+    if (st != AOTI_HOST_OK) throw Failure{exit_code_for_status(st), "cannot copy output_" + std::to_string(k) + " to the host: " + last_error_or(st)};
     Outputs keep(1);
     keep.data()[0] = host;
     return write_output(host, k, outdir, quiet);
@@ -358,7 +369,7 @@ void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool 
   check_shim(aoti_torch_get_strides(h, &strides_p), "aoti_torch_get_strides", k);
   check_shim(aoti_torch_get_data_ptr(h, &data), "aoti_torch_get_data_ptr", k);
   if (dim < 0 || (dim > 0 && (sizes_p == nullptr || strides_p == nullptr))) {
-    throw Failure{kUnexpected, "output_" + std::to_string(k) + " has no valid sizes/strides (dim " +
+    throw Failure{kExitFailed, "output_" + std::to_string(k) + " has no valid sizes/strides (dim " +
                                    std::to_string(dim) + "); this is a runtime bug, please report it"};
   }
   const std::vector<int64_t> sizes(sizes_p, sizes_p + dim);
@@ -376,8 +387,8 @@ void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool 
     } else {
       aoti_host::write_npy(path, dtype, sizes, strides, data);
     }
-  } catch (const aoti_host::Error& e) {
-    throw Failure{kUnexpected, std::string("cannot write ") + name + " (" + dtype_label(dtype) +
+  } catch (const aoti_host::Error& e) {  // an OUTDIR that refuses the file: a bad -o, nothing half-written
+    throw Failure{kExitBadInput, std::string("cannot write ") + name + " (" + dtype_label(dtype) +
                                    shape_label(sizes) + "): " + e.what()};
   }
   if (!quiet) {
@@ -439,8 +450,10 @@ std::vector<int64_t> layout_strides(const std::string& layout, const std::string
 }
 
 int run(const Args& args) {
-  std::error_code dir_ec;
-  if (!std::filesystem::is_directory(args.model, dir_ec)) require_file(args.model, "model (.pt2 package or plugin .so)");
+  // A directory is a program of several methods; anything else must be a regular file.
+  struct stat model_st {};
+  if (::stat(args.model.c_str(), &model_st) != 0 || !S_ISDIR(model_st.st_mode))
+    require_file(args.model, "model (.pt2 package, plugin .so or methods.json)");
   if (args.has_weights) require_file(args.weights, "weights blob (--weights)");
 
   // Inputs first: a bad .npy is found before a possibly slow load.
@@ -450,7 +463,7 @@ int run(const Args& args) {
     try {
       arrays.push_back(aoti_host::read_npy(path));
     } catch (const aoti_host::Error& e) {
-      throw Failure{kBadInput, e.what()};
+      throw Failure{kExitBadInput, e.what()};
     }
   }
   make_outdir(args.outdir);
@@ -462,48 +475,43 @@ int run(const Args& args) {
   const int load_status = aoti_host_program_load(args.model.c_str(), &options, &raw);
   ProgramPtr program(raw);
   if (load_status != AOTI_HOST_OK) {
-    const std::string why = last_error_or(load_status);
-    struct stat st {};
-    if (load_status == AOTI_HOST_NOT_FOUND && ::stat(args.model.c_str(), &st) != 0) {
-      throw Failure{kBadInput, args.model + ": no such file; check the path of the model"};
-    }
-    throw Failure{kLoadFailed, "cannot load " + args.model + ": " + why};
+    throw Failure{exit_code_for_status(load_status), "cannot load " + args.model + ": " + last_error_or(load_status)};
   }
-  if (!program) throw Failure{kLoadFailed, "cannot load " + args.model + ": the runtime returned no program"};
+  if (!program) throw Failure{exit_code_for_status(AOTI_HOST_INVALID_PROGRAM), "cannot load " + args.model + ": the runtime returned no program"};
   if (args.cuda_graphs) {
     const int st = aoti_host_program_set_cuda_graphs(program.get(), true);
-    if (st != AOTI_HOST_OK) throw Failure{kLoadFailed, args.model + ": --cuda-graphs: " + last_error_or(st)};
+    if (st != AOTI_HOST_OK) throw Failure{exit_code_for_status(st), args.model + ": --cuda-graphs: " + last_error_or(st)};
   }
 
   size_t method = 0;
   if (!args.method.empty()) {
     const int found = aoti_host_program_find_method(program.get(), args.method.c_str(), &method);
-    if (found != AOTI_HOST_OK) throw Failure{kUsage, last_error_or(found) + "; choose one with --method"};
+    if (found != AOTI_HOST_OK) throw Failure{kExitUsage, last_error_or(found) + "; choose one with --method"};
   }
   size_t num_inputs = 0, num_outputs = 0;
   int status = aoti_host_program_method_num_inputs(program.get(), method, &num_inputs);
-  if (status != AOTI_HOST_OK) throw Failure{kUnexpected, args.model + ": cannot count inputs: " + last_error_or(status)};
+  if (status != AOTI_HOST_OK) throw Failure{kExitFailed, args.model + ": cannot count inputs: " + last_error_or(status)};
   status = aoti_host_program_method_num_outputs(program.get(), method, &num_outputs);
-  if (status != AOTI_HOST_OK) throw Failure{kUnexpected, args.model + ": cannot count outputs: " + last_error_or(status)};
+  if (status != AOTI_HOST_OK) throw Failure{kExitFailed, args.model + ": cannot count outputs: " + last_error_or(status)};
 
   if (num_inputs != arrays.size()) {
     std::string given;
     for (const auto& p : args.inputs) given += (given.empty() ? "-i " : " -i ") + p;
     if (given.empty()) given = "no -i given";
-    throw Failure{kBadInput, "the model takes " + std::to_string(num_inputs) +
+    throw Failure{kExitBadInput, "the model takes " + std::to_string(num_inputs) +
                                  (num_inputs == 1 ? " input" : " inputs") + ", got " + std::to_string(arrays.size()) +
                                  " (" + given + "); give one -i FILE.npy per input, in order"};
   }
 
   if (args.strict) {
     status = aoti_host_program_set_strict(program.get(), true);
-    if (status != AOTI_HOST_OK) throw Failure{kUnexpected, "--strict: " + last_error_or(status)};
+    if (status != AOTI_HOST_OK) throw Failure{exit_code_for_status(status), "--strict: " + last_error_or(status)};
   }
   for (size_t k = 0; k < arrays.size(); ++k) {
     if (args.layouts[k].empty()) continue;
     const std::vector<int64_t> st = layout_strides(args.layouts[k], args.inputs[k], arrays[k].sizes);
     status = aoti_host_program_set_input_layout(program.get(), method, k, st.data(), static_cast<int32_t>(st.size()));
-    if (status != AOTI_HOST_OK) throw Failure{kBadInput, last_error_or(status)};
+    if (status != AOTI_HOST_OK) throw Failure{exit_code_for_status(status), last_error_or(status)};
   }
 
   std::vector<aoti_host_tensor_view> views(arrays.size());
@@ -524,11 +532,11 @@ int run(const Args& args) {
       AtenTensorHandle host = nullptr;
       if (aoti_torch_create_tensor_from_blob(views[k].data, views[k].ndim, views[k].sizes, views[k].strides, 0,
                                              views[k].dtype, 0, 0, &host) != 0)
-        throw Failure{kBadInput, "input " + std::to_string(k) + ": " + last_error_or(AOTI_HOST_INVALID_ARGUMENT)};
+        throw Failure{kExitBadInput, "input " + std::to_string(k) + ": " + last_error_or(AOTI_HOST_INVALID_ARGUMENT)};
       Outputs host_keep(1);
       host_keep.data()[0] = host;
       const int st = aoti_host_tensor_to_cuda(host, index, &device_copies.data()[k]);
-      if (st != AOTI_HOST_OK) throw Failure{kLoadFailed, "--device-inputs: " + last_error_or(st)};
+      if (st != AOTI_HOST_OK) throw Failure{exit_code_for_status(st), "--device-inputs: " + last_error_or(st)};
       void* dptr = nullptr;
       check_shim(aoti_torch_get_data_ptr(device_copies[k], &dptr), "aoti_torch_get_data_ptr", k);
       views[k].data = dptr;
@@ -542,7 +550,7 @@ int run(const Args& args) {
     run_once(program.get(), method, args.model, views, outputs);
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (outputs[k] == nullptr) {
-        throw Failure{kRunFailed, args.model + ": the run returned no tensor for output_" + std::to_string(k)};
+        throw Failure{kExitRunFailed, args.model + ": the run returned no tensor for output_" + std::to_string(k)};
       }
       write_output(outputs[k], k, args.outdir, args.quiet);
     }
@@ -576,7 +584,7 @@ int run(const Args& args) {
       std::fflush(stdout);
     }
   }
-  return kOk;
+  return kExitOk;
 }
 
 }  // namespace
@@ -585,8 +593,8 @@ int main(int argc, char** argv) {
   try {
     const Args args = parse_args(argc, argv);
     if (args.help) {
-      std::printf("%s\n%s", kUsageLine, kHelp);
-      return kOk;
+      std::printf("%s\n%s%s", kUsageLine, kHelp, aoti_host::kAotiRunExitHelp);
+      return kExitOk;
     }
     return run(args);
   } catch (const Failure& f) {
@@ -595,12 +603,12 @@ int main(int argc, char** argv) {
     return f.code;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "aoti-run: out of memory; free memory or use smaller inputs\n");
-    return kUnexpected;
+    return kExitFailed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "aoti-run: unexpected error: %s; please report it with the command line\n", e.what());
-    return kUnexpected;
+    return kExitFailed;
   } catch (...) {
     std::fprintf(stderr, "aoti-run: unexpected error (unknown exception); please report it with the command line\n");
-    return kUnexpected;
+    return kExitFailed;
   }
 }

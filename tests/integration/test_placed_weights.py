@@ -81,11 +81,12 @@ def test_package_without_layouts_uses_the_plugins_loader(host_build, export_exam
 
 
 @pytest.mark.parametrize(("what", "edit", "message"), [
+    # the data sizes laid end to end no longer fit the blob: refused while reading the layouts
     ("data size", lambda d: d["constants"][0].update(data_size=d["constants"][0]["data_size"] + 64),
-     "in the package's layouts"),
+     "ends beyond the weights blob"),
     ("name", lambda d: d["constants"][1].update(name="constant_9_weight"), "in the package's layouts"),
     ("count", lambda d: d["constants"].pop(), "constant layouts, the plugin has"),
-    ("extent", lambda d: d["constants"][0].update(shape=[64, 64]), "but the blob holds"),
+    ("extent", lambda d: d["constants"][0].update(shape=[64, 64]), "span more than its data_size"),
     ("rank", lambda d: d["constants"][0].update(stride=[1]), "differ in rank"),
     ("schema", lambda d: d.update(schema=7), "schema"),
 ], ids=["data_size", "name", "count", "extent", "rank", "schema"])

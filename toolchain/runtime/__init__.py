@@ -30,10 +30,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from toolchain.errors import InputError, LoadError, RunError, ToolchainError
+from toolchain.errors import InputError, LoadError, RunError, error_for_status
+from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, default_library
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LIBRARY_ENV = "AOTI_HOST_LIBRARY"
 _Self = TypeVar("_Self", bound="_Owned")
 
 # torch ScalarType codes <-> numpy dtypes
@@ -41,7 +40,6 @@ _TO_CODE: dict[np.dtype[Any], int] = {np.dtype(np.uint8): 0, np.dtype(np.int8): 
             np.dtype(np.int64): 4, np.dtype(np.float16): 5, np.dtype(np.float32): 6, np.dtype(np.float64): 7,
             np.dtype(np.bool_): 11}
 _FROM_CODE: dict[int, np.dtype[Any]] = {v: k for k, v in _TO_CODE.items()}
-_STATUS = {1: InputError, 2: InputError, 3: LoadError, 4: LoadError, 5: RunError, 6: LoadError, 7: ToolchainError}
 
 
 class _View(ctypes.Structure):
@@ -71,20 +69,6 @@ class TensorSpec:
     name: str
     dtype: np.dtype | None
     shape: tuple[int | None, ...] | None  # None marks a dynamic dimension
-
-
-def default_library(device: str = "cpu") -> Path:
-    """$AOTI_HOST_LIBRARY, else the release build of this checkout (the CUDA one for device cuda)."""
-    env = os.environ.get(LIBRARY_ENV)
-    if env:
-        return Path(env)
-    cpu = ("cpu-gcc-release", "cpu-clang-release", "cpu-gcc-debug")
-    cuda = ("cuda-gcc-release", "cuda-clang-release", "cuda-gcc-debug")
-    for variant in (cuda + cpu if device.startswith("cuda") else cpu + cuda):
-        cand = REPO_ROOT / "build" / variant / "dist" / "lib" / "libaoti_host.so"
-        if cand.exists():
-            return cand
-    return REPO_ROOT / "build" / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
 
 
 class Library:
@@ -145,7 +129,7 @@ class Library:
     def check(self, status: int, what: str) -> None:
         if status != 0:
             msg = self.lib.aoti_host_last_error().decode(errors="replace")
-            raise _STATUS.get(status, ToolchainError)(msg or f"{what} failed with status {status}")
+            raise error_for_status(status)(msg or f"{what} failed with status {status}")
 
     def tensor_meta(self, handle: int) -> tuple[int, np.dtype, tuple[int, ...], tuple[int, ...]]:
         """(data pointer, numpy dtype, shape, element strides) of a tensor handle; RunError for a dtype

@@ -198,12 +198,14 @@ def AotiCheckConfig(env, target):
 
 def AotiCodegen(env):
     from toolchain.codegen import OUTPUTS, template_files
+    from toolchain.errors import EXIT_CODES_FILE
 
     spec_dir = Path(env["AOTI_SPEC_DIR"])
     targets = [f"$AOTI_GEN_DIR/{rel}" for rel in OUTPUTS.values()]
     sources = [*sorted(spec_dir.glob("*.toml")), *template_files(),
-               REPO_ROOT / "toolchain" / "codegen.py", REPO_ROOT / "toolchain" / "spec" / "__init__.py"]
-    nodes = env.Command(targets, [str(s) for s in sources],
+               REPO_ROOT / "toolchain" / "codegen.py", REPO_ROOT / "toolchain" / "spec" / "__init__.py",
+               REPO_ROOT / "toolchain" / "errors.py", EXIT_CODES_FILE]
+    nodes = env.Command(targets, list(dict.fromkeys(str(Path(s).resolve()) for s in sources)),
                         SCons.Action.Action(_codegen_action, "aoti-codegen: $AOTI_GEN_DIR"))
     # Which groups are generated depends on the configuration, not only on file contents.
     env.Depends(nodes, env.Value(repr(_groups(env))))

@@ -1,24 +1,43 @@
 """Prove before shipping that a plugin will load in a given host on a given target.
 
 API: ``verify_paths(paths, host=None, profile="host", strict=False) -> Report``; ``report.exit_code``.
-The SCons build, the release pipeline and ``aoti-toolchain verify`` all go through it.
+The SCons build, the release pipeline and ``aoti-toolchain verify`` all go through it. ``host=None`` checks
+standalone; the CLI's default host is this project's runtime library (``default_host``).
 """
 
 from __future__ import annotations
 
-import zipfile
-import zlib
 from pathlib import Path
 
 from toolchain.elf.reader import ElfError, ElfFile, parse_elf, read_elf
 from toolchain.elf.resolve import Loaded, Resolver
-from toolchain.errors import InputError
+from toolchain.errors import InputError, UsageError
 from toolchain.spec import load_spec
 from toolchain.verify import checks
 from toolchain.verify.profiles import DEFAULT_PROFILE, load_profile
 from toolchain.verify.report import FileResult, Report
 
-__all__ = ["verify_paths", "verify_buffer", "make_context", "Report", "DEFAULT_PROFILE", "elf_members"]
+__all__ = ["verify_paths", "verify_buffer", "make_context", "Report", "DEFAULT_PROFILE", "elf_members",
+           "default_host"]
+
+
+def default_host() -> Path:
+    """The host a plugin will load in by default: this project's runtime library (toolchain.hostlib finds it
+    as toolchain.runtime does). UsageError when there is none: a verdict against no host would differ from
+    what loads (Sleef_*, aoti_torch_* and the runtime's preloads come from it)."""
+    from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, candidates, find_library
+
+    lib = find_library()
+    if lib is not None and not lib.is_file():
+        msg = f"${LIBRARY_ENV}={lib}: not a file, so there is no runtime library to assume as the host"
+        raise UsageError(msg, fix=f"point {LIBRARY_ENV} at a built libaoti_host.so, unset it to use this checkout's "
+                         "build, or pass --host PATH / --host none")
+    if lib is None:
+        msg = ("no host given and this project's runtime library is not built (looked for $"
+               f"{LIBRARY_ENV} and {', '.join(str(c.relative_to(REPO_ROOT)) for c in candidates()[:3])}, ...)")
+        raise UsageError(msg, fix=f"build it (scons -C {REPO_ROOT}), or pass --host PATH (the host program or "
+                         "runtime library the plugin will load in), or --host none to check the plugin standalone")
+    return lib
 
 
 def elf_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
@@ -40,26 +59,28 @@ def elf_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
 
 
 def _pt2_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
+    """Each .so member of a package, read with the runtime's rules (toolchain.pt2): a package the runtime
+    would refuse, or a member whose CRC-32 does not match its bytes, is one 'malformed' finding."""
     from toolchain.elf.reader import MalformedError, NotElfError
+    from toolchain.pt2 import PackageError, open_package
 
     try:
-        with zipfile.ZipFile(path) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".so")]
+        with open_package(path) as pkg:
+            names = [n for n in pkg.members if n.endswith(".so")]
             if not names:
                 return [(str(path), NotElfError(f"{path}: a zip without any .so member: not a .pt2 with a plugin",
                                                 fix="pass a .pt2 written by aoti_compile_and_package"))]
             out: list[tuple[str, ElfFile | ElfError]] = []
             for n in names:
                 label = f"{path}!{n}"
+                data = pkg.read(n)
                 try:
-                    out.append((label, parse_elf(zf.read(n), label)))
+                    out.append((label, parse_elf(data, label)))
                 except ElfError as exc:
                     out.append((label, exc))
             return out
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
-            RuntimeError) as exc:
-        return [(str(path), MalformedError(f"{path}: not a readable .pt2 (zip): {exc}",
-                                           fix="re-export the package; the file is damaged"))]
+    except PackageError as exc:
+        return [(str(path), MalformedError(exc.args[0], fix=exc.fix or "re-export the package"))]
 
 
 _SPEC_CACHE: dict[tuple, object] = {}
@@ -77,11 +98,15 @@ def _spec():
 
 
 def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_PROFILE, strict: bool = False,
-                 kind: str = "auto") -> Report:
-    """Verify plugins (and hosts) against a target profile, optionally inside a given host."""
+                 kind: str = "auto", host_source: str | None = None) -> Report:
+    """Verify plugins (and hosts) against a target profile, optionally inside a given host. Every .so member
+    of a .pt2 is checked as a plugin, and the package's own entries (contract, constant layouts) as the runtime
+    reads them. `host_source` says in the report where the host came from (e.g. "default: this project's
+    runtime")."""
     prof = load_profile(profile)
     ctx = checks.Context(spec=_spec(), profile=prof, resolver=Resolver())  # type: ignore[arg-type]
-    report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict)
+    report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict,
+                    host_source=host_source or ("--host" if host else "none: each file checked standalone"))
     if host is not None:
         hpath = Path(host)
         members = elf_members(hpath)
@@ -93,14 +118,42 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
         ctx.host_scope = ctx.resolver.scope(helf, str(hpath)).objects
         report.files.append(_check_one(str(hpath), helf, ctx, "host"))
     for p in paths:
-        for label, elf in elf_members(Path(p)):
+        path = Path(p)
+        members = elf_members(path)
+        in_package = _is_zip(path) and any(label.startswith(f"{path}!") for label, _ in members)
+        if in_package:
+            report.files.append(_check_package(path))
+        for label, elf in members:
             if isinstance(elf, ElfError):
                 res = FileResult(label, "unreadable")
                 res.add(elf.rule, str(elf).split("\n  fix: ")[0], elf.fix or "rebuild or copy the file again")
                 report.files.append(res)
             else:
-                report.files.append(_check_one(label, elf, ctx, kind))
+                # inside a package every .so is a plugin: the runtime loads it as one
+                report.files.append(_check_one(label, elf, ctx, "plugin" if in_package else kind))
     return report
+
+
+def _is_zip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"PK\x03\x04"
+
+
+def _check_package(path: Path) -> FileResult:
+    """The package's entries as the runtime reads them (toolchain.verify.package)."""
+    from toolchain.pt2 import open_package
+    from toolchain.verify import package
+
+    res = FileResult(str(path), "package")
+    try:
+        with open_package(path) as pkg:
+            findings = package.check_package(path, package.package_members(pkg))
+    except package.READ_ERRORS as exc:
+        res.add("malformed", f"{path}: not a readable .pt2 (zip): {exc}", "re-export the package; the file is damaged")
+        return res
+    for f in findings:
+        res.add(f.rule, f.message, f.fix)
+    return res
 
 
 def make_context(profile: str = DEFAULT_PROFILE) -> checks.Context:
@@ -123,6 +176,8 @@ def _check_one(label: str, elf: ElfFile, ctx: checks.Context, kind: str) -> File
     k = checks.classify(elf) if kind == "auto" else kind
     res = FileResult(label, k, machine=f"{elf.machine}/{elf.elf_class}")
     if not checks.check_arch(elf, res, ctx):
+        return res
+    if k == "plugin" and not checks.check_loadable(elf, res):
         return res
     checks.check_static(elf, label, k, res, ctx)
     reported = checks.check_versions(elf, res, ctx)

@@ -60,6 +60,23 @@ def check_arch(elf: ElfFile, res: FileResult, ctx: Context) -> bool:
     return True
 
 
+DF_1_PIE = 0x08000000
+
+
+def check_loadable(elf: ElfFile, res: FileResult) -> bool:
+    """not-shared-object: dlopen loads only ET_DYN objects that are not position-independent executables
+    ("cannot dynamically load executable" / "... position-independent executable"). False stops the checks:
+    the rest would be about a file that never loads."""
+    if elf.etype == "DYN" and not elf.flags_1 & DF_1_PIE:
+        return True
+    what = ("a position-independent executable (ET_DYN with DF_1_PIE)" if elf.etype == "DYN"
+            else f"an ET_{elf.etype} file" if not elf.etype.startswith("ET_") else f"an {elf.etype} file")
+    res.add("not-shared-object", f"is {what}, not a shared object: dlopen refuses to load it as a plugin",
+            "pass the plugin .so (ET_DYN, linked with -shared), e.g. the one aoti-toolchain export packages; "
+            "a program or object file cannot be loaded as a plugin")
+    return False
+
+
 def check_static(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Context) -> None:
     """Rules that need only the file itself."""
     if elf.exec_stack:
@@ -99,7 +116,9 @@ def check_static(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Conte
                if unique else "DF_1_NODELETE is set")
         res.add("cannot-unload", f"can never be unloaded: {why}; dlclose returns 0 and the mapping stays",
                 "rebuild with -fvisibility=hidden -fno-gnu-unique, or a version script "
-                "{global: AOTInductor*; local: *;}", symbol=unique[0] if unique else None)
+                "{global: AOTInductor*; local: *;}; expected on torch-built plugins (aoti-toolchain export's too: "
+                "torch's inductor configs cannot pass -fno-gnu-unique), where it costs one mapping per distinct "
+                "plugin for the life of the process", symbol=unique[0] if unique else None)
     if kind == "plugin":
         check_plugin_api(elf, res, ctx)
 
@@ -198,6 +217,7 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                 f"install the package that provides {lib} on the target, or ship it beside the file and "
                 "set RUNPATH $ORIGIN (aoti-toolchain patch --set-runpath '$ORIGIN')", library=lib)
     own_names = own.names() | already
+    listed = set(elf.needed) | own.names()  # what its own DT_NEEDED closure brings
     scope = [*global_scope, *own.objects[1:]]
     cxx_listed = CXX_RUNTIME in elf.needed or CXX_RUNTIME in own.names()
     cxx_missing: list[Symbol] = []
@@ -209,7 +229,11 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
         prov = _provider(sym.name, ctx.spec.providers)
         is_cxx = prov is not None and CXX_RUNTIME in prov.sonames and not cxx_listed
         if found is not None:
-            if is_cxx and kind == "plugin" and any(found is g for g in global_scope) and \
+            from_host = any(found is g for g in global_scope)
+            lib = found.elf.soname or os.path.basename(found.path)
+            # "needed" when its own DT_NEEDED closure has the library (even if the host's scope binds it first)
+            res.note_resolved(lib, "host" if from_host and lib not in listed else "needed")
+            if is_cxx and kind == "plugin" and from_host and \
                     (found.elf.soname == CXX_RUNTIME or found is global_scope[0]):
                 cxx_from_host.append(sym)  # from the host's libstdc++ (or its own exported copy), not libc
             continue

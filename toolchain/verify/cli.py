@@ -18,7 +18,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from toolchain.verify import verify_paths
     from toolchain.verify.formats import render
 
-    report = verify_paths(args.files, host=args.host, profile=args.profile, strict=args.strict, kind=args.kind)
+    host, source = resolve_host(args.host)
+    report = verify_paths(args.files, host=host, profile=args.profile, strict=args.strict, kind=args.kind,
+                          host_source=source)
     text = render(report, args.format)
     if args.output:
         write_text(Path(args.output), text)
@@ -27,6 +29,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return report.exit_code
+
+
+def resolve_host(arg: str | None) -> tuple[Path | None, str]:
+    """--host: a path, "none" (standalone), or absent: this project's runtime library (UsageError when it is
+    not built). Returns the host and the report's line on where it came from."""
+    from toolchain.verify import default_host
+
+    if arg is None:
+        return default_host(), "default: this project's runtime library, the host aoti-run and toolchain.runtime load " \
+            "plugins in (--host PATH for another, --host none for standalone)"
+    if arg == "none":
+        return None, "none (--host none): each file checked standalone, as if loaded by a host that provides nothing"
+    return Path(arg), "--host"
 
 
 def _profile_names() -> str:
@@ -51,7 +66,8 @@ def register_commands(sub) -> None:
     v = sub.add_parser("verify", help="prove plugins (and hosts) will load on a target; rule ids, fixes",
                        description="Check plugins, .pt2 packages, hosts and libraries. " + EXIT_CODES)
     v.add_argument("files", nargs="+", metavar="FILE", help="plugin .so, .pt2, host program or shared library")
-    v.add_argument("--host", help="the host program or runtime library the plugins will be loaded into")
+    v.add_argument("--host", help="the host program or runtime library the plugins will be loaded into (default: "
+                   "this project's runtime library, libaoti_host.so; 'none': check each file standalone)")
     v.add_argument("--profile", default=DEFAULT_PROFILE,
                    help=f"target profile (default {DEFAULT_PROFILE}: this machine); one of {_profile_names()}")
     v.add_argument("--format", choices=("text", "json", "sarif", "junit"), default="text")

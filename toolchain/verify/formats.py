@@ -32,12 +32,15 @@ def to_json(report: Report) -> dict:
         "tool": {"name": "aoti-toolchain", "version": _tool_version()},
         "profile": report.profile,
         "host": report.host,
+        "host_source": report.host_source,
         "strict": report.strict,
         "summary": {"files": len(report.files), "errors": report.count("error"),
                     "warnings": report.count("warning"), "verdict": report.verdict, "exit_code": report.exit_code},
         "files": [{"path": f.path, "kind": f.kind, "machine": f.machine,
                    "errors": sum(1 for x in f.findings if x.severity == "error"),
-                   "warnings": sum(1 for x in f.findings if x.severity == "warning")} for f in report.files],
+                   "warnings": sum(1 for x in f.findings if x.severity == "warning"),
+                   "resolved": {lib: {"symbols": n, "via": via} for lib, (n, via) in sorted(f.resolved.items())}}
+                  for f in report.files],
         "findings": [f.to_json() for f in report.findings],
     }
 
@@ -45,11 +48,18 @@ def to_json(report: Report) -> dict:
 def to_text(report: Report) -> str:
     lines = [f"profile {report.profile['name']}: {report.profile['description']}"
              + (f"; host {report.host}" if report.host else "")]
+    if report.host_source:
+        lines.append(f"host assumed: {report.host_source}")
     for f in report.files:
         errs = sum(1 for x in f.findings if x.severity == "error")
         warns = sum(1 for x in f.findings if x.severity == "warning")
         status = "ok" if not f.findings else f"{errs} error(s), {warns} warning(s)"
         lines.append(f"{f.path} [{f.kind}{', ' + f.machine if f.machine else ''}]: {status}")
+        if f.kind == "plugin" and f.resolved:
+            for via, what in (("needed", "its DT_NEEDED"), ("host", "the host")):
+                libs = [f"{lib} ({n})" for lib, (n, v) in sorted(f.resolved.items()) if v == via]
+                if libs:
+                    lines.append(f"  imports bound by {what}: {', '.join(libs)}")
         for x in f.findings:
             lines.append(f"  {x.severity}: [{x.rule}] {x.message}")
             lines.append(f"    fix: {x.fix}")

@@ -1,15 +1,19 @@
 """Findings, the rule catalogue and the report; exit codes.
 
 Exit codes of `aoti-toolchain verify`: 0 pass (warnings allowed unless --strict), 1 a failure (an error
-finding, or a warning with --strict), 2 usage error, 3 an input that cannot be read as ELF (not-elf,
-truncated, malformed, missing file). Unreadable input wins over failures: the verdict is incomplete.
+finding, or a warning with --strict), 2 usage error (no runtime library to assume as the host included),
+3 an input that cannot be read (not-elf, truncated, malformed, missing file, a package entry the runtime
+cannot parse: bad-package-json). Unreadable input wins over failures: the verdict is incomplete.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
+from toolchain.errors import exit_code
+
+# From the project's exit-code table (toolchain/spec/exit_codes.toml).
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNREADABLE = (exit_code(n) for n in ("ok", "failed", "usage", "bad_input"))
 REPORT_SCHEMA_VERSION = 1
 
 
@@ -38,7 +42,11 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("exec-stack", "warning", "any", "Asks for an executable stack (error where glibc >= 2.41 refuses it)."),
     Rule("textrel", "warning", "any", "Has text relocations."),
     Rule("unsafe-runpath", "error", "any", "RUNPATH/RPATH entry outside the system dirs or not under $ORIGIN."),
-    Rule("cannot-unload", "warning", "plugin", "GNU_UNIQUE symbols or DF_1_NODELETE: dlclose never unmaps it."),
+    Rule("cannot-unload", "warning", "plugin",
+         "GNU_UNIQUE symbols or DF_1_NODELETE: dlclose never unmaps it. Expected on every torch-built plugin "
+         "(aoti-toolchain export's too): libstdc++ headers and inductor's own globals give GNU_UNIQUE symbols and "
+         "torch's inductor configs cannot pass -fno-gnu-unique; the cost is one mapping per distinct plugin for "
+         "the life of the process."),
     Rule("exports-shim", "error", "plugin", "The plugin defines aoti_torch_* shims itself."),
     Rule("two-cxx-runtimes", "warning", "plugin",
          "The plugin exports its own (static) C++ runtime with GNU_UNIQUE symbols and the host's global scope "
@@ -46,8 +54,15 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("shim-not-exported", "error", "host", "The host does not export a shim plugins import."),
     Rule("duplicate-shim-definition", "error", "host", "More than one object in the host's scope defines a shim."),
     Rule("mixed-config", "error", "any", "Objects linked into one binary were compiled with different configs."),
+    Rule("not-shared-object", "error", "plugin",
+         "Checked as a plugin but not a shared object (ET_EXEC, ET_REL, a PIE): dlopen refuses it."),
+    Rule("bad-package", "error", "package",
+         "The .pt2 is not one the runtime loads: no plugin under <model>/data/aotinductor/, or several."),
+    Rule("bad-package-json", "error", "package",
+         "The package's contract or constant-layout entry breaks the rules the runtime applies "
+         "(docs/package-json.md): the runtime refuses the package."),
 )}
-UNREADABLE_RULES = frozenset({"not-elf", "truncated", "malformed"})
+UNREADABLE_RULES = frozenset({"not-elf", "truncated", "malformed", "bad-package-json"})
 
 
 @dataclass(frozen=True)
@@ -72,9 +87,16 @@ class Finding:
 @dataclass
 class FileResult:
     path: str
-    kind: str  # plugin | host | library | unreadable
+    kind: str  # plugin | host | library | package | unreadable
     machine: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    # what its undefined symbols bind to: library -> [symbols, "host" (the host's global scope) or "needed"
+    # (its own DT_NEEDED closure)]
+    resolved: dict[str, list] = field(default_factory=dict)
+
+    def note_resolved(self, library: str, via: str) -> None:
+        entry = self.resolved.setdefault(library, [0, via])
+        entry[0] += 1
 
     def add(self, rule: str, message: str, fix: str, *, severity: str | None = None, **kw) -> None:
         sev = severity or RULES[rule].severity
@@ -87,6 +109,7 @@ class Report:
     host: str | None
     strict: bool
     files: list[FileResult] = field(default_factory=list)
+    host_source: str | None = None  # why this host: "--host", "default: ...", "none: ..."
 
     @property
     def findings(self) -> list[Finding]:

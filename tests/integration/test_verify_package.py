@@ -1,0 +1,296 @@
+"""Verify reads what runs: what `verify` passes is what the runtime loads, and what it refuses the runtime
+refuses too. Plugins that are no shared object, package members without entry points, export's own
+packages in the default host (this project's runtime), and the package's contract and constant-layout
+JSON, fed as the same crafted documents to verify and to the runtime (docs/package-json.md)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.integration import elf_builders as eb
+from toolchain.verify import verify_paths
+from toolchain.verify.package import CONSTANTS_ENTRY, CONTRACT_ENTRY
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "toolchain", *map(str, args)], capture_output=True, text=True,
+                          env=env)
+
+
+def rewrite(src: Path, dst: Path, replace: dict[str, bytes]) -> Path:
+    """A copy of package `src` with the members whose name ends with a key of `replace` given those bytes."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = next((v for k, v in replace.items() if info.filename.endswith(k)), None)
+            zout.writestr(info.filename, zin.read(info) if data is None else data)
+    return dst
+
+
+def member(pt2: Path, suffix: str) -> bytes:
+    with zipfile.ZipFile(pt2) as zf:
+        return zf.read(next(n for n in zf.namelist() if n.endswith(suffix)))
+
+
+# -- verdicts on what is checked as a plugin ----------------------------------------------------------------
+
+MAIN = "int main(void) { return 0; }\n"
+
+
+@pytest.mark.parametrize("flags", [["-no-pie", "-rdynamic"], ["-pie", "-fPIE", "-rdynamic"]], ids=["exec", "pie"])
+def test_a_program_is_refused_as_a_plugin(tmp_path, flags):
+    exe = eb.build(tmp_path, "prog", extra=MAIN, shared=False, flags=[*flags, "-Wl,-z,noexecstack"])
+    report = verify_paths([exe], kind="plugin")
+    assert report.exit_code == 1
+    (finding,) = [f for f in report.findings if f.rule == "not-shared-object"]
+    assert finding.severity == "error" and "dlopen refuses" in finding.message and finding.fix
+    assert ("ET_EXEC" in finding.message) == (flags[0] == "-no-pie")
+    # auto kind: a program exporting AOTInductor* looks like a plugin and is refused as one
+    r = cli("verify", "--host", "none", exe)
+    assert r.returncode == 1 and "[not-shared-object]" in r.stdout, r.stdout + r.stderr
+    assert "not-shared-object" not in cli("verify", "--host", "none", "--kind", "host", exe).stdout  # a host may be
+
+
+def test_a_package_member_without_entry_points_fails(tmp_path, export_example):
+    pt2, _m, _i = export_example("mlp", "embedded")
+    lib = eb.build(tmp_path, "notaplugin", entry_points=[], flags=["-Wl,-z,noexecstack"])
+    bad = rewrite(pt2, tmp_path / "bad.pt2", {".wrapper.so": lib.read_bytes()})
+    report = verify_paths([bad])
+    member_result = next(f for f in report.files if ".pt2!" in f.path)
+    assert member_result.kind == "plugin"  # forced: the runtime loads it as one
+    assert report.exit_code == 1
+    assert "missing-entry-point" in {f.rule for f in member_result.findings}
+    r = cli("verify", bad)
+    assert r.returncode == 1 and "[missing-entry-point]" in r.stdout
+
+
+# -- export's packages in the default host -----------------------------------------------------------------
+
+def test_export_output_passes_the_default_verify(export_example, host_build):
+    # two_outputs calls tanh/sigmoid: vectorised kernels import Sleef_*, which only the runtime provides
+    for name, weights in (("two_outputs", "embedded"), ("mlp", "blob")):
+        pt2, _m, _i = export_example(name, weights)
+        r = cli("verify", "--format", "json", pt2)
+        assert r.returncode == 0, r.stdout + r.stderr
+        data = json.loads(r.stdout)
+        assert data["host"] == str(host_build.lib) and data["host_source"].startswith("default")
+        rules = {f["rule"] for f in data["findings"]}
+        assert rules <= {"cannot-unload"}, rules  # the one warning left is explained in its rule
+        unload = next(f for f in data["findings"] if f["rule"] == "cannot-unload")
+        assert "-fno-gnu-unique" in unload["fix"] and "torch" in unload["fix"]
+        plugin = next(f for f in data["files"] if ".pt2!" in f["path"])
+        assert plugin["kind"] == "plugin"
+        assert plugin["resolved"]["libaoti_host.so"]["via"] == "host"
+        assert plugin["resolved"]["libstdc++.so.6"]["via"] == "needed"
+        if name == "two_outputs":
+            assert plugin["resolved"]["libsleef.so.3"]["via"] == "host"
+            text = cli("verify", pt2).stdout
+            assert "host assumed: default" in text and "imports bound by the host:" in text
+            assert "libsleef.so.3" in text.split("imports bound by the host:")[1].splitlines()[0]
+            # standalone, the same plugin does not load: Sleef comes from the runtime
+            alone = cli("verify", "--host", "none", pt2)
+            assert alone.returncode == 1 and "Sleef_" in alone.stdout and "host assumed: none" in alone.stdout
+
+
+def test_no_runtime_built_is_a_usage_error_with_the_fix(tmp_path, export_example):
+    pt2, _m, _i = export_example("mlp", "embedded")
+    env = {k: v for k, v in os.environ.items() if k != "AOTI_HOST_LIBRARY"}
+    # a copy of the toolchain package with no build beside it: nothing to find
+    shutil.copytree(eb.REPO_ROOT / "toolchain", tmp_path / "toolchain", ignore=shutil.ignore_patterns("__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "toolchain", "verify", str(pt2)], capture_output=True, text=True,
+                       env=env, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "runtime library is not built" in r.stderr and "--host none" in r.stderr and "scons" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "toolchain", "verify", "--host", "none", str(pt2)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = cli("verify", pt2, env={**env, "AOTI_HOST_LIBRARY": str(tmp_path / "nope.so")})
+    assert r.returncode == 2 and "AOTI_HOST_LIBRARY" in r.stderr and "--host none" in r.stderr, r.stderr
+
+
+def test_the_demo_prints_the_verify_verdict(host_build):
+    r = cli("demo", "--example", "mlp", "--build-dir", eb.REPO_ROOT / "build")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "[3/4] verifying it" in r.stdout and "verify verdict: PASS" in r.stdout
+
+
+# -- the package's JSON, in verify and in the runtime -------------------------------------------------------
+
+def _contract_docs(base: dict) -> list[tuple[str, bool, bytes]]:
+    """(id, valid, document) around the real contract of the mlp example (input [4, 16], output [4, 8])."""
+
+    def with_input(**kw) -> bytes:
+        d = copy.deepcopy(base)
+        d["inputs"][0].update(kw)
+        return json.dumps(d).encode()
+
+    def raw_dim(text: str) -> bytes:  # the first input's first dimension written as `text`
+        d = copy.deepcopy(base)
+        d["inputs"][0]["shape"][0] = "@@"
+        return json.dumps(d).encode().replace(b'"@@"', text.encode())
+
+    def nested(depth: int) -> bytes:  # the document plus an ignored key nesting lists to `depth` in all
+        d = copy.deepcopy(base)
+        d["extra"] = "@@"
+        return json.dumps(d).encode().replace(b'"@@"', b"[" * (depth - 1) + b"]" * (depth - 1))
+
+    good = json.dumps(base).encode()
+    no_names = copy.deepcopy(base)
+    no_names.pop("schema")
+    for t in no_names["inputs"] + no_names["outputs"]:
+        t.pop("name"), t.pop("strides", None)
+    return [
+        ("valid", True, good),
+        ("valid-no-schema-names-strides", True, json.dumps(no_names).encode()),
+        ("valid-dynamic", True, with_input(shape=[{"min": 1, "max": 4}, 16])),
+        ("valid-dynamic-unbounded", True, with_input(shape=[{"min": 0}, 16])),
+        ("valid-max-2^62", True, with_input(shape=[{"min": 1, "max": 2**62}, 16])),
+        ("valid-64-deep", True, nested(64)),
+        ("valid-escapes", True, with_input(name="x\u00e9\U0001f600\"\\/")),
+        ("valid-torch-prefix", True, with_input(dtype="torch.float32")),
+        ("nan", False, raw_dim("NaN")),
+        ("infinity", False, raw_dim("Infinity")),
+        ("-infinity", False, raw_dim("-Infinity")),
+        ("1e300", False, raw_dim("1e300")),
+        ("1e400-ignored-key", False, good.replace(b'"producer"', b'"x": 1e400, "producer"')),
+        ("huge-integer-ignored-key", False, good.replace(b'"producer"', b'"x": 1' + b"0" * 400 + b', "producer"')),
+        ("-1", False, raw_dim("-1")),
+        ("2.5", False, raw_dim("2.5")),
+        ("4.0", False, raw_dim("4.0")),
+        ("4e0", False, raw_dim("4e0")),
+        ("2^62+1", False, raw_dim(str(2**62 + 1))),
+        ("2^63", False, raw_dim(str(2**63))),
+        ("true", False, raw_dim("true")),
+        ("hex", False, raw_dim("0x4")),
+        ("leading-zero", False, raw_dim("04")),
+        ("plus", False, raw_dim("+4")),
+        ("huge-stride", False, with_input(strides=[2**62 + 1, 1])),
+        ("negative-stride", False, with_input(strides=[-16, 1])),
+        ("stride-2.0", False, with_input(strides=[16.0, 1])),
+        ("min>max", False, with_input(shape=[{"min": 5, "max": 4}, 16])),
+        ("min-1", False, with_input(shape=[{"min": -1, "max": 4}, 16])),
+        ("max-1e300", False, with_input(shape=[{"min": 1, "max": 1e300}, 16])),
+        ("max-string", False, with_input(shape=[{"min": 1, "max": "4"}, 16])),
+        ("wrong-rank", False, with_input(strides=[1])),
+        ("rank-65", False, with_input(shape=[1] * 65, strides=[1] * 65)),
+        ("unknown-dtype", False, with_input(dtype="float128")),
+        ("dtype-number", False, with_input(dtype=6)),
+        ("shape-string", False, with_input(shape="4,16")),
+        ("strides-object", False, with_input(strides={"0": 16})),
+        ("name-number", False, with_input(name=5)),
+        ("schema-2", False, json.dumps({**base, "schema": 2}).encode()),
+        ("schema-true", False, json.dumps({**base, "schema": True}).encode()),
+        ("inputs-missing", False, json.dumps({k: v for k, v in base.items() if k != "inputs"}).encode()),
+        ("inputs-object", False, json.dumps({**base, "inputs": {"0": base["inputs"][0]}}).encode()),
+        ("tensor-number", False, json.dumps({**base, "inputs": [7]}).encode()),
+        ("top-level-list", False, json.dumps([base]).encode()),
+        ("65-deep", False, nested(65)),
+        ("10000-deep", False, nested(10000)),
+        ("duplicate-key", False, good.replace(b'"producer"', b'"inputs": [], "producer"')),
+        ("not-utf8", False, with_input(name="@@").replace(b"@@", b"\xff\xfe")),
+        ("bom", False, b"\xef\xbb\xbf" + good),
+        ("trailing-comma", False, good[:-1] + b",}"),
+        ("bad-escape", False, with_input(name="@@").replace(b"@@", b"\\q")),
+        ("control-char", False, with_input(name="@@").replace(b"@@", b"\x01")),
+        ("empty", False, b""),
+        ("truncated", False, good[: len(good) // 2]),
+    ]
+
+
+def _constants_docs(base: dict, blob_size: int) -> list[tuple[str, bool, bytes]]:
+    def with_first(**kw) -> bytes:
+        d = copy.deepcopy(base)
+        d["constants"][0].update(kw)
+        return json.dumps(d).encode()
+
+    first = base["constants"][0]
+    no_dtype = copy.deepcopy(base)
+    for c in no_dtype["constants"]:
+        c.pop("dtype"), c.pop("device")
+    over = copy.deepcopy(base)
+    over["constants"][-1]["data_size"] += blob_size - sum(c["data_size"] for c in base["constants"]) + 64
+    return [
+        ("valid", True, json.dumps(base).encode()),
+        ("valid-no-dtype-device", True, json.dumps(no_dtype).encode()),
+        ("data_size-1e300", False, with_first(data_size=1e300)),
+        ("data_size-nan", False, json.dumps(base).encode().replace(
+            b'"data_size": %d' % first["data_size"], b'"data_size": NaN', 1)),
+        ("offset--1", False, with_first(offset=-1)),
+        ("offset-2.5", False, with_first(offset=2.5)),
+        ("shape-2.5", False, with_first(shape=[2.5, *first["shape"][1:]])),
+        ("stride-overflow", False, with_first(stride=[2**62, *first["stride"][1:]])),
+        ("data_size-short", False, with_first(data_size=first["data_size"] - 1)),
+        ("beyond-the-blob", False, json.dumps(over).encode()),
+        ("wrong-rank", False, with_first(stride=first["stride"][:-1])),
+        ("name-empty", False, with_first(name="")),
+        ("schema-2", False, json.dumps({**base, "schema": 2}).encode()),
+        ("schema-missing", False, json.dumps({k: v for k, v in base.items() if k != "schema"}).encode()),
+    ]
+
+
+@pytest.fixture(scope="module")
+def mlp_blob(export_example, tmp_path_factory):
+    pt2, module, inputs = export_example("mlp", "blob")
+    d = tmp_path_factory.mktemp("pkgjson")
+    x = inputs[0].detach().numpy()
+    np.save(d / "x.npy", x)
+    with zipfile.ZipFile(pt2) as zf:
+        blob_size = next(i.file_size for i in zf.infolist() if i.filename.endswith("_weights.blob"))
+    return pt2, d, blob_size
+
+
+def _both_decide(pt2: Path, d: Path, host_build, name: str, replace: dict[str, bytes]) -> tuple[bool, bool]:
+    pkg = rewrite(pt2, d / f"{name}.pt2", replace)
+    report = verify_paths([pkg], host=host_build.lib)
+    rules = {f.rule for f in report.findings if f.severity == "error"}
+    assert rules <= {"bad-package-json"}, rules
+    verify_ok = report.exit_code == 0
+    if not verify_ok:
+        assert report.exit_code == 3 and rules == {"bad-package-json"}
+    run = subprocess.run([str(host_build.aoti_run), str(pkg), "-i", str(d / "x.npy"), "-o", str(d / f"out-{name}")],
+                         capture_output=True, text=True)
+    assert run.returncode in (0, 4), f"{name}: aoti-run exited {run.returncode}: {run.stderr}"  # never a crash
+    if run.returncode == 4:
+        assert "re-export the model" in run.stderr, run.stderr
+    return verify_ok, run.returncode == 0
+
+
+def test_contract_json_same_decision_in_verify_and_runtime(mlp_blob, host_build):
+    pt2, d, _blob = mlp_blob
+    base = json.loads(member(pt2, CONTRACT_ENTRY))
+    docs = _contract_docs(base)
+    decisions = {name: _both_decide(pt2, d, host_build, f"contract-{name}", {CONTRACT_ENTRY: doc})
+                 for name, _valid, doc in docs}
+    expected = {name: (valid, valid) for name, valid, _doc in docs}
+    assert decisions == expected
+
+
+def test_constants_json_same_decision_in_verify_and_runtime(mlp_blob, host_build):
+    pt2, d, blob_size = mlp_blob
+    base = json.loads(member(pt2, CONSTANTS_ENTRY))
+    docs = _constants_docs(base, blob_size)
+    decisions = {name: _both_decide(pt2, d, host_build, f"constants-{name}", {CONSTANTS_ENTRY: doc})
+                 for name, _valid, doc in docs}
+    expected = {name: (valid, valid) for name, valid, _doc in docs}
+    assert decisions == expected
+
+
+def test_a_bad_contract_is_exit_3_with_the_field_named(mlp_blob, host_build):
+    pt2, d, _blob = mlp_blob
+    base = json.loads(member(pt2, CONTRACT_ENTRY))
+    base["inputs"][0]["shape"][0] = -1
+    pkg = rewrite(pt2, d / "cli.pt2", {CONTRACT_ENTRY: json.dumps(base).encode()})
+    r = cli("verify", pkg)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "[bad-package-json]" in r.stdout and "inputs[0].shape[0] is not an integer in [0, 2^62]" in r.stdout

@@ -1,0 +1,293 @@
+"""What verify checks in a `.pt2` beyond its plugin's ELF: the members the runtime reads, read as the
+runtime reads them (runtime/src/program.cpp, contract.cpp, weights.cpp, json.cpp).
+
+The rules for the contract and constants JSON are written down once, in docs/package-json.md; the C++
+parsers and this module apply them, and tests/integration/test_verify_package.py feeds the same crafted
+documents to both and requires the same accept/refuse decision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from toolchain.pt2 import Package, PackageError
+
+CONTRACT_ENTRY = "extra/aoti_toolchain_contract.json"
+CONSTANTS_ENTRY = "extra/aoti_toolchain_constants.json"
+PLUGIN_DIR = "/data/aotinductor/"
+MAX_INT = 1 << 62  # largest size, bound, stride, offset or data_size accepted (contract.h kMaxContractInt)
+MAX_RANK = 64  # contract.h kMaxContractRank
+MAX_DEPTH = 64  # json.h Json::kMaxDepth: nested arrays/objects
+
+# contract.cpp dtype_from_name -> (code, item size); "torch." prefixes are dropped first.
+DTYPES: dict[str, tuple[int, int]] = {
+    "uint8": (0, 1), "int8": (1, 1), "int16": (2, 2), "int32": (3, 4), "int64": (4, 8), "float16": (5, 2),
+    "float32": (6, 4), "float64": (7, 8), "bool": (11, 1), "bfloat16": (15, 2), "half": (5, 2), "float": (6, 4),
+    "double": (7, 8), "long": (4, 8), "int": (3, 4)}
+
+
+class PackageJsonError(ValueError):
+    """A contract or constants entry the runtime refuses; the message names the member and the field."""
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    size: int
+    read: Callable[[], bytes]
+
+
+def package_members(pkg: Package) -> list[Member]:
+    """The open package's members in central-directory order, each read (CRC-checked) through the strict
+    reader the runtime's rules are written in (toolchain.pt2)."""
+    return [Member(m.name, m.size, partial(pkg.read, m.name)) for m in pkg.members.values()]
+
+
+READ_ERRORS = (PackageError, OSError)
+
+
+# -- strict JSON (json.h) ------------------------------------------------------------------------------
+
+def _no_constant(name: str) -> Any:
+    msg = f"{name} is not a JSON number"
+    raise PackageJsonError(msg)
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        msg = f"number {text} is out of range"
+        raise PackageJsonError(msg)
+    return v
+
+
+def _int(text: str) -> int:
+    if not math.isfinite(float(text)):  # json.cpp reads every number as a double first
+        msg = f"number {text} is out of range"
+        raise PackageJsonError(msg)
+    return int(text)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            msg = f"duplicate key {k!r}"
+            raise PackageJsonError(msg)
+        out[k] = v
+    return out
+
+
+def _depth(doc: Any) -> int:
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def parse_json(data: bytes, what: str) -> Any:
+    """json.h's subset: UTF-8, RFC 8259 numbers that are finite as doubles, no NaN/Infinity, no duplicate
+    keys, at most MAX_DEPTH nested arrays/objects."""
+    try:
+        text = data.decode("utf-8")
+        doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_int,
+                         object_pairs_hook=_unique_keys)
+    except PackageJsonError as exc:
+        msg = f"{what}: invalid JSON: {exc}"
+        raise PackageJsonError(msg) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        msg = f"{what}: invalid JSON: {exc}"
+        raise PackageJsonError(msg) from None
+    if _depth(doc) > MAX_DEPTH:
+        msg = f"{what}: invalid JSON: nested more than {MAX_DEPTH} deep"
+        raise PackageJsonError(msg)
+    return doc
+
+
+# -- the contract (contract.cpp) -----------------------------------------------------------------------
+
+def _bounded(v: Any, what: str) -> int:
+    if type(v) is not int or not 0 <= v <= MAX_INT:
+        msg = f"{what} is not an integer in [0, 2^62]"
+        raise PackageJsonError(msg)
+    return v
+
+
+def _tensors(lst: Any, what: str) -> int:
+    if not isinstance(lst, list):
+        msg = f"{what} is missing or not a list"
+        raise PackageJsonError(msg)
+    for i, t in enumerate(lst):
+        w = f"{what}[{i}]"
+        if not isinstance(t, dict):
+            msg = f"{w} is not an object"
+            raise PackageJsonError(msg)
+        if "name" in t and not isinstance(t["name"], str):
+            msg = f"{w}.name is not a string"
+            raise PackageJsonError(msg)
+        dt = t.get("dtype")
+        if not isinstance(dt, str) or dt.removeprefix("torch.") not in DTYPES:
+            msg = f"{w}.dtype is missing or not a known dtype name"
+            raise PackageJsonError(msg)
+        shape = t.get("shape")
+        if not isinstance(shape, list):
+            msg = f"{w}.shape is missing or not a list"
+            raise PackageJsonError(msg)
+        if len(shape) > MAX_RANK:
+            msg = f"{w}.shape has {len(shape)} dimensions, more than {MAX_RANK}"
+            raise PackageJsonError(msg)
+        for d, dim in enumerate(shape):
+            wd = f"{w}.shape[{d}]"
+            if isinstance(dim, dict):
+                lo = _bounded(dim["min"], wd + ".min") if "min" in dim else 0
+                hi = _bounded(dim["max"], wd + ".max") if "max" in dim else (1 << 63) - 1
+                if lo > hi:
+                    msg = f"{wd} has min {lo} > max {hi}"
+                    raise PackageJsonError(msg)
+            else:
+                _bounded(dim, wd)
+        if "strides" in t:
+            st = t["strides"]
+            if not isinstance(st, list):
+                msg = f"{w}.strides is not a list"
+                raise PackageJsonError(msg)
+            if len(st) != len(shape):
+                msg = f"{w}.strides has {len(st)} entries, the shape {len(shape)}"
+                raise PackageJsonError(msg)
+            for d, s in enumerate(st):
+                _bounded(s, f"{w}.strides[{d}]")
+    return len(lst)
+
+
+def check_contract(data: bytes, where: str) -> tuple[int, int]:
+    """(inputs, outputs) of a valid contract; PackageJsonError naming the field otherwise."""
+    doc = parse_json(data, where)
+    if not isinstance(doc, dict):
+        msg = f"{where}: the contract is not a JSON object"
+        raise PackageJsonError(msg)
+    if "schema" in doc and not (type(doc["schema"]) is int and doc["schema"] == 1):
+        msg = f"{where}: schema is not 1 (written by a newer aoti-toolchain?)"
+        raise PackageJsonError(msg)
+    return _tensors(doc.get("inputs"), f"{where}: inputs"), _tensors(doc.get("outputs"), f"{where}: outputs")
+
+
+# -- constant layouts (weights.cpp parse_constant_layouts) -----------------------------------------------
+
+def storage_nbytes(sizes: list[int], strides: list[int], itemsize: int, offset: int) -> int:
+    if any(s == 0 for s in sizes):
+        return 0
+    return itemsize * (offset + 1 + sum(st * (sz - 1) for sz, st in zip(sizes, strides, strict=True)))
+
+
+def _int_list(v: Any, what: str) -> list[int]:
+    if not isinstance(v, list):
+        msg = f"{what} is missing or not a list"
+        raise PackageJsonError(msg)
+    if len(v) > MAX_RANK:
+        msg = f"{what} has more than {MAX_RANK} entries"
+        raise PackageJsonError(msg)
+    if any(type(x) is not int or not 0 <= x <= MAX_INT for x in v):
+        msg = f"{what} has an entry that is not an integer in [0, 2^62]"
+        raise PackageJsonError(msg)
+    return v
+
+
+def check_constant_layouts(data: bytes, where: str, blob_size: int) -> int:
+    """The number of constant layouts of a valid entry; PackageJsonError naming the field otherwise."""
+    doc = parse_json(data, where)
+    if not isinstance(doc, dict):
+        msg = f"{where}: the constant layouts are not a JSON object"
+        raise PackageJsonError(msg)
+    if not (type(doc.get("schema")) is int and doc["schema"] == 1):
+        msg = f"{where}: schema is missing or not 1 (written by a newer aoti-toolchain?)"
+        raise PackageJsonError(msg)
+    lst = doc.get("constants")
+    if not isinstance(lst, list):
+        msg = f"{where}: constants is missing or not a list"
+        raise PackageJsonError(msg)
+    total = 0
+    for i, c in enumerate(lst):
+        w = f"{where}: constants[{i}]"
+        if not isinstance(c, dict):
+            msg = f"{w} is not an object"
+            raise PackageJsonError(msg)
+        if not isinstance(c.get("name"), str) or not c["name"]:
+            msg = f"{w}.name is missing or not a non-empty string"
+            raise PackageJsonError(msg)
+        sizes, strides = _int_list(c.get("shape"), f"{w}.shape"), _int_list(c.get("stride"), f"{w}.stride")
+        if len(sizes) != len(strides):
+            msg = f"{w}: shape and stride differ in rank"
+            raise PackageJsonError(msg)
+        for key in ("offset", "data_size"):
+            if type(c.get(key)) is not int or not 0 <= c[key] <= MAX_INT:
+                msg = f"{w}.{key} is missing or not an integer in [0, 2^62]"
+                raise PackageJsonError(msg)
+        if "device" in c and not isinstance(c["device"], str):
+            msg = f"{w}.device is not a string"
+            raise PackageJsonError(msg)
+        itemsize = 1
+        if "dtype" in c:
+            if not isinstance(c["dtype"], str):
+                msg = f"{w}.dtype is not a string"
+                raise PackageJsonError(msg)
+            itemsize = DTYPES.get(c["dtype"].removeprefix("torch."), (0, 1))[1]
+        if storage_nbytes(sizes, strides, itemsize, c["offset"]) > c["data_size"]:
+            msg = (f"{w}: shape {sizes}, stride {strides} and offset {c['offset']} span more than its data_size "
+                   f"of {c['data_size']} bytes")
+            raise PackageJsonError(msg)
+        total += c["data_size"]
+        if total > blob_size:
+            msg = f"{w} ends beyond the weights blob ({blob_size} bytes)"
+            raise PackageJsonError(msg)
+    return len(lst)
+
+
+# -- the package as the runtime reads it ----------------------------------------------------------------
+
+@dataclass
+class PackageFinding:
+    rule: str  # bad-package-json | bad-package
+    message: str
+    fix: str
+
+
+def check_package(path: Path, members: list[Member]) -> list[PackageFinding]:
+    """The runtime's view of a package (program.cpp Program::load): one plugin under data/aotinductor/, its
+    contract and (when a weights blob is there) its constant layouts, each valid."""
+    out: list[PackageFinding] = []
+    plugins = [m for m in members if PLUGIN_DIR in m.name and m.name.endswith(".so")]
+    blobs = [m for m in members if PLUGIN_DIR in m.name and m.name.endswith("_weights.blob")]
+    if not plugins:
+        out.append(PackageFinding("bad-package", f"{path}: holds no plugin (no <model>/data/aotinductor/*.so); the "
+                                  "runtime refuses it", "pass a .pt2 written by aoti-toolchain export"))
+        return out
+    if len(plugins) > 1:
+        out.append(PackageFinding("bad-package", f"{path}: holds {len(plugins)} plugins; the runtime loads one "
+                                  "plugin per package", "export one model per package (several methods: "
+                                  "aoti-toolchain export_methods writes one package per method)"))
+        return out
+    prefix = plugins[0].name[:plugins[0].name.find("/") + 1]
+    by_name = {m.name: m for m in members}
+    fix = "re-export the model with aoti-toolchain export"
+    contract = by_name.get(prefix + CONTRACT_ENTRY)
+    if contract is not None:
+        try:
+            check_contract(contract.read(), f"{path}:{contract.name}")
+        except PackageJsonError as exc:
+            out.append(PackageFinding("bad-package-json", str(exc), fix))
+    constants = by_name.get(prefix + CONSTANTS_ENTRY) if blobs else None
+    if constants is not None:
+        try:
+            check_constant_layouts(constants.read(), f"{path}:{constants.name}", blobs[-1].size)
+        except PackageJsonError as exc:
+            out.append(PackageFinding("bad-package-json", str(exc), fix))
+    return out
