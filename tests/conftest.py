@@ -20,7 +20,9 @@ _TORCH_DIR = BUILD_DIR / "torch"
 (_TORCH_DIR / "tmp").mkdir(parents=True, exist_ok=True)
 os.environ["TMPDIR"] = str(_TORCH_DIR / "tmp")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_TORCH_DIR / "inductor-cache"))
-os.environ.setdefault("AOTI_HOST_CACHE_DIR", str(BUILD_DIR / "plugin-cache"))
+# Plugins load from a sealed memfd (nothing on disk); the file cache (cubins, or AOTI_HOST_CACHE_DIR) defaults
+# to $XDG_CACHE_HOME/aoti-toolchain: keep that in the build dir too.
+os.environ["XDG_CACHE_HOME"] = str(BUILD_DIR / "xdg-cache")
 
 
 def scons_command() -> list[str]:

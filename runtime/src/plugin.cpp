@@ -113,10 +113,11 @@ Plugin::~Plugin() {
   if (handle != nullptr) ::dlclose(handle);
 }
 
-std::shared_ptr<Plugin> open_plugin(const std::string& path) {
+std::shared_ptr<Plugin> open_plugin(const std::string& load_path, const std::string& shown) {
+  const std::string& path = shown.empty() ? load_path : shown;
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": no such file", AOTI_HOST_NOT_FOUND);
-  ElfImports imports = scan_elf_imports(path);
+  if (::stat(load_path.c_str(), &st) != 0) throw Error(path + ": no such file", AOTI_HOST_NOT_FOUND);
+  ElfImports imports = scan_elf_imports(load_path);
   if (!imports.ok) {
     throw Error(path + ": not a plugin: " + imports.error + "; pass a .pt2 package or the plugin .so inside it",
                 AOTI_HOST_INVALID_PROGRAM);
@@ -138,7 +139,7 @@ std::shared_ptr<Plugin> open_plugin(const std::string& path) {
   auto plugin = std::make_shared<Plugin>();
   plugin->path = path;
   ::dlerror();
-  plugin->handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  plugin->handle = ::dlopen(load_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (plugin->handle == nullptr) {
     const char* why = ::dlerror();
     throw Error(path + ": dlopen failed: " + (why ? why : "unknown reason"), AOTI_HOST_LOAD_FAILED);

@@ -26,6 +26,7 @@ struct Plugin {
 };
 
 // Throws Error with status AOTI_HOST_LOAD_FAILED (or NOT_FOUND / INVALID_PROGRAM) and the reason.
-std::shared_ptr<Plugin> open_plugin(const std::string& path);
+// `shown` is what messages and Plugin::path call it (e.g. package.pt2:member for /proc/self/fd/N); "" = path.
+std::shared_ptr<Plugin> open_plugin(const std::string& path, const std::string& shown = "");
 
 }  // namespace aoti_host

@@ -18,6 +18,7 @@
 #include "contract.h"
 #include "packed_gemm.h"
 #include "mapped_file.h"
+#include "plugin_store.h"
 #include "zip.h"
 #if CUDA_AVAILABLE
 #include <chrono>
@@ -38,58 +39,6 @@ std::string dims(const std::vector<int64_t>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + (v[i] < 0 ? std::string("?") : std::to_string(v[i]));
   return out + "]";
-}
-
-void mkdir_p(const std::string& dir) {
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos == dir.size() || dir[pos] == '/') {
-      std::string part = dir.substr(0, pos);
-      if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
-        throw Error("cannot create " + part + ": " + std::strerror(errno));
-    }
-  }
-}
-
-// Plugins never unload and each new path maps a new copy, so a package's plugin is extracted once
-// per content (CRC-32 + size + member name) and reused by every later load.
-std::string extract_plugin(const ZipArchive& zip, const ZipEntry& entry, const std::string& into = "") {
-  const char* base = std::getenv("AOTI_HOST_CACHE_DIR");
-  std::string root;
-  if (base != nullptr && *base != '\0') {
-    root = base;
-  } else {
-    const char* tmp = std::getenv("TMPDIR");
-    root = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/aoti-host-" + std::to_string(::getuid());
-  }
-  char key[64];
-  std::snprintf(key, sizeof key, "%08x-%llu", entry.crc32, static_cast<unsigned long long>(entry.size));
-  std::string leaf = entry.name.substr(entry.name.rfind('/') + 1);
-  std::string dir = into.empty() ? root + "/" + key : into;
-  std::string path = dir + "/" + leaf;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == entry.size) return path;
-  mkdir_p(dir);
-  const unsigned char* bytes = zip.data(entry);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
-  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno) + "; set AOTI_HOST_CACHE_DIR");
-  uint64_t done = 0;
-  while (done < entry.size) {
-    ssize_t w = ::write(fd, bytes + done, entry.size - done);
-    if (w <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error("cannot write " + tmp + ": " + std::strerror(err));
-    }
-    done += static_cast<uint64_t>(w);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error("cannot rename " + tmp + ": " + std::strerror(errno));
-  }
-  return path;
 }
 
 // Strides the plugin expects for these sizes: `layout` (the contract's strides for its example sizes,
@@ -146,6 +95,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   std::unique_ptr<Program> p(new Program());
   p->path_ = path;
   std::string so_path = path;
+  std::string so_shown = path;  // what messages call the plugin: the file, or package:member
   std::unique_ptr<ZipArchive> zip;
   const ZipEntry* blob = nullptr;
   {
@@ -175,13 +125,18 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
     if (sos.size() > 1)
       throw Error(path + ": package holds " + std::to_string(sos.size()) +
                       " plugins; this runtime loads one plugin per package", AOTI_HOST_NOT_SUPPORTED);
+    // The plugin loads from a sealed memfd or the private cache (plugin_store.h), never from a shared path;
+    // the same bytes map once per process however often they are loaded.
     try {
-      so_path = extract_plugin(*zip, *sos[0]);
-      // A CUDA plugin loads its kernels from <cubin_dir>/<name>.cubin: keep them beside its .so.
-      if (!cubins.empty()) cubin_dir = so_path.substr(0, so_path.rfind('/'));
-      for (const ZipEntry* c : cubins) extract_plugin(*zip, *c, cubin_dir);
+      so_shown = path + ":" + sos[0]->name;
+      so_path = store_plugin(zip->data(*sos[0]), sos[0]->size, so_shown).load_path;
+      // A CUDA plugin loads its kernels from <cubin_dir>/<name>.cubin.
+      std::vector<CubinMember> members;
+      for (const ZipEntry* c : cubins) members.push_back({c->name, zip->data(*c), c->size});
+      if (!members.empty()) cubin_dir = store_cubins(members);
     } catch (const Error& e) {
-      throw Error(path + ": " + e.what(), AOTI_HOST_INVALID_PROGRAM);
+      throw Error(path + ": " + e.what(), e.status() == AOTI_HOST_LOAD_FAILED ? AOTI_HOST_LOAD_FAILED
+                                                                              : AOTI_HOST_INVALID_PROGRAM);
     }
     std::string prefix = sos[0]->name.substr(0, sos[0]->name.find('/') + 1);
     if (const ZipEntry* c = zip->find(prefix + kContractEntry)) {
@@ -209,7 +164,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
     }
   }
 
-  p->plugin_ = open_plugin(so_path);
+  p->plugin_ = open_plugin(so_path, so_shown);
   const AotiEntryPoints& fns = p->plugin_->fns;
   const char* device = options.device != nullptr ? options.device : "cpu";
   if (std::strcmp(device, "cpu") != 0 && CUDA_AVAILABLE == 0)

@@ -23,7 +23,9 @@ def rss():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
 def mappings():
-    return sum(1 for line in open("/proc/self/maps") if line.rstrip().endswith(".so") and {needle!r} in line)
+    # a plugin from a package maps from its memfd ("/memfd:<leaf> (deleted)") or its cache entry
+    return sum(1 for line in open("/proc/self/maps")
+               if (line.rstrip().endswith(".so") or "/memfd:" in line) and {needle!r} in line)
 def once():
     p = runtime.load({path!r}, library_path={lib!r})
     s = p.session() if {session} else None
