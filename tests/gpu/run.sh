@@ -40,7 +40,8 @@ ls -la "$AOTI_HOST_LIBRARY" "$AOTI_RUN" || exit 2
 cp "$AOTI_HOST_LIBRARY" "$OUT/" 2>/dev/null || true   # for addr2line on a crash trace
 
 step "export CUDA plugins with this machine's torch"
-export AOTI_GPU_ARTIFACTS=$REPO/build/gpu-artifacts AOTI_HOST_CACHE_DIR=$REPO/build/plugin-cache
+# Plugins load from a sealed memfd (the default); cubins go to the private file cache, kept in the build dir.
+export AOTI_GPU_ARTIFACTS=$REPO/build/gpu-artifacts XDG_CACHE_HOME=$REPO/build/xdg-cache
 $PY tests/gpu/prepare.py "$AOTI_GPU_ARTIFACTS" ${PREPARE_ONLY:-} 2>&1 | grep -v "^W[0-9]" | tail -40
 [ -f "$AOTI_GPU_ARTIFACTS/manifest.json" ] || { echo "export failed"; exit 3; }
 
