@@ -1,8 +1,16 @@
 #include "zip.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <unordered_set>
 
+#include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
+#include "crc32.h"
+
+// The rules below are mirrored, decision for decision, by toolchain/pt2.py; a differential test
+// (tests/integration/test_package_reader.py) runs both readers over a corpus of crafted archives.
 
 namespace aoti_host {
 namespace {
@@ -15,74 +23,295 @@ uint32_t u32(const unsigned char* p) {
 uint64_t u64(const unsigned char* p) { return u32(p) | (static_cast<uint64_t>(u32(p + 4)) << 32); }
 
 constexpr uint32_t kEocd = 0x06054b50, kEocd64 = 0x06064b50, kEocd64Locator = 0x07064b50;
-constexpr uint32_t kCentral = 0x02014b50, kLocal = 0x04034b50;
+constexpr uint32_t kCentral = 0x02014b50, kLocal = 0x04034b50, kDescriptor = 0x08074b50;
+constexpr uint64_t kEocdSize = 22, kLocatorSize = 20, kEocd64Size = 56, kCentralSize = 46, kLocalSize = 30;
+constexpr uint32_t kSat32 = 0xffffffffu;
+constexpr uint16_t kSat16 = 0xffffu;
+// General-purpose flag bits that mean the bytes are not plain: encrypted, strong encryption, masked headers.
+constexpr uint16_t kEncryptedFlags = 0x0001 | 0x0040 | 0x2000;
+constexpr uint16_t kDescriptorFlag = 0x0008;
+
+const char kFix[] = "re-create the package with aoti-toolchain export or torch._inductor.aoti_compile_and_package";
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// The checked end of the range [offset, offset + length): false when it overflows or passes `limit`.
+bool end_of(uint64_t offset, uint64_t length, uint64_t limit, uint64_t* end) {
+  return !__builtin_add_overflow(offset, length, end) && *end <= limit;
+}
+
+// Well-formed UTF-8 (Unicode table 3-7: no overlongs, no surrogates, nothing above U+10FFFF), the
+// same set Python's strict "utf-8" codec decodes.
+bool valid_utf8(const std::string& s) {
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int more;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      more = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      more = 2;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      more = 3;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else {
+      return false;
+    }
+    if (n - i - 1 < static_cast<size_t>(more)) return false;
+    for (int k = 1; k <= more; ++k) {
+      unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xbf)) return false;
+    }
+    i += static_cast<size_t>(more) + 1;
+  }
+  return true;
+}
+
+// Why a member name is refused, or "" when it is a plain relative '/'-separated path.
+std::string name_defect(const std::string& name) {
+  if (name.empty()) return "an empty member name";
+  if (name.find('\0') != std::string::npos) return "a member name with a NUL byte";
+  if (name.find('\\') != std::string::npos) return "a member name with a backslash";
+  if (!valid_utf8(name)) return "a member name that is not UTF-8";
+  if (name[0] == '/') return "an absolute member name";
+  size_t start = 0;
+  while (true) {
+    size_t slash = name.find('/', start);
+    std::string part = name.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part.empty()) return "a member name with an empty path component";
+    if (part == "." || part == "..") return "a member name with a '" + part + "' component";
+    if (slash == std::string::npos) return "";
+    start = slash + 1;
+  }
+}
+
+// The zip64 extended-information field (id 1) of an extra area, after checking that the area is a
+// well-formed sequence of (id, length, data) records with at most one zip64 field.
+struct Zip64Extra {
+  bool present = false;
+  const unsigned char* data = nullptr;
+  uint16_t size = 0;
+};
+
+bool parse_extra(const unsigned char* x, uint16_t len, Zip64Extra* z64) {
+  uint32_t i = 0;
+  while (i < len) {
+    if (len - i < 4) return false;
+    uint16_t id = u16(x + i), size = u16(x + i + 2);
+    if (len - i - 4 < size) return false;
+    if (id == 0x0001) {
+      if (z64->present) return false;
+      z64->present = true;
+      z64->data = x + i + 4;
+      z64->size = size;
+    }
+    i += 4u + size;
+  }
+  return true;
+}
+
+struct Member {
+  size_t index;      // in central-directory order
+  uint64_t local;    // offset of the local header
+  uint64_t end = 0;  // one past its data (and data descriptor)
+  uint16_t flags = 0;
+};
 
 }  // namespace
 
-ZipArchive::ZipArchive(const std::string& path) : file_(std::make_shared<MappedFile>(path)) {
-  const unsigned char* d = file_->data();
-  const uint64_t n = file_->size();
-  auto bad = [&](const std::string& why) {
-    return Error(path + ": not a valid .pt2 (zip) archive: " + why +
-                 "; re-create it with torch._inductor.aoti_compile_and_package or aoti-toolchain export");
+ZipArchive::ZipArchive(const std::string& path) : file_(std::make_shared<MappedFile>(path)), label_(path) {
+  base_ = file_->data();
+  size_ = file_->size();
+  parse();
+}
+
+ZipArchive::ZipArchive(const unsigned char* data, size_t size, std::string label)
+    : base_(data), size_(size), label_(std::move(label)) {
+  parse();
+}
+
+void ZipArchive::parse() {
+  const unsigned char* d = base_;
+  const uint64_t n = size_;
+  auto bad = [&](const std::string& why, const char* fix = kFix) {
+    return Error(label_ + ": not a valid .pt2 (zip) package: " + why + "; " + fix, AOTI_HOST_INVALID_PROGRAM);
   };
-  if (n < 22) throw bad("file is too short");
-  // The end-of-central-directory record is in the last 64 KiB + 22 bytes.
+  if (d == nullptr && n != 0) throw bad("no bytes");
+  if (n < kEocdSize) throw bad("the file is too short to be a zip archive (truncated?)");
+
+  // The end record: its comment must run exactly to the end of the file, and only one position may
+  // satisfy that (a comment that holds a second end record is ambiguous).
   uint64_t eocd = UINT64_MAX;
-  uint64_t lowest = n > 65557 ? n - 65557 : 0;
-  for (uint64_t i = n - 22 + 1; i-- > lowest;) {
-    if (u32(d + i) == kEocd) {
+  const uint64_t lowest = n - kEocdSize > 0xffff ? n - kEocdSize - 0xffff : 0;
+  for (uint64_t i = n - kEocdSize + 1; i-- > lowest;) {
+    if (u32(d + i) == kEocd && u16(d + i + 20) == n - i - kEocdSize) {
+      if (eocd != UINT64_MAX) throw bad("the archive comment holds a second end-of-central-directory record");
       eocd = i;
-      break;
     }
   }
-  if (eocd == UINT64_MAX) throw bad("no end-of-central-directory record (truncated?)");
+  if (eocd == UINT64_MAX)
+    throw bad("no end-of-central-directory record ending at the end of the file (truncated, or bytes appended)");
+  if (u16(d + eocd + 4) != 0 || u16(d + eocd + 6) != 0 || u16(d + eocd + 8) != u16(d + eocd + 10))
+    throw bad("a multi-disk archive");
   uint64_t count = u16(d + eocd + 10);
   uint64_t cd_size = u32(d + eocd + 12);
   uint64_t cd_offset = u32(d + eocd + 16);
-  if (eocd >= 20 && u32(d + eocd - 20) == kEocd64Locator) {
-    uint64_t off64 = u64(d + eocd - 20 + 8);
-    if (off64 + 56 > n || u32(d + off64) != kEocd64) throw bad("broken zip64 end record");
-    count = u64(d + off64 + 32);
-    cd_size = u64(d + off64 + 40);
-    cd_offset = u64(d + off64 + 48);
+  uint64_t cd_limit = eocd;  // where the central directory must end
+
+  if (eocd >= kLocatorSize && u32(d + eocd - kLocatorSize) == kEocd64Locator) {
+    const unsigned char* loc = d + eocd - kLocatorSize;
+    if (u32(loc + 4) != 0 || u32(loc + 16) > 1) throw bad("a multi-disk zip64 archive");
+    const uint64_t at = u64(loc + 8);
+    if (eocd - kLocatorSize < kEocd64Size || at != eocd - kLocatorSize - kEocd64Size)
+      throw bad("the zip64 locator does not point at a zip64 end record right before it");
+    const unsigned char* r = d + at;
+    if (u32(r) != kEocd64 || u64(r + 4) != kEocd64Size - 12) throw bad("a malformed zip64 end record");
+    if (u32(r + 16) != 0 || u32(r + 20) != 0 || u64(r + 24) != u64(r + 32)) throw bad("a multi-disk zip64 archive");
+    const uint64_t count64 = u64(r + 32), size64 = u64(r + 40), offset64 = u64(r + 48);
+    if ((count != kSat16 && count != count64) || (cd_size != kSat32 && cd_size != size64) ||
+        (cd_offset != kSat32 && cd_offset != offset64))
+      throw bad("the end record and the zip64 end record disagree");
+    count = count64;
+    cd_size = size64;
+    cd_offset = offset64;
+    cd_limit = at;
   }
-  if (cd_offset > n || cd_size > n - cd_offset) throw bad("central directory out of bounds");
+  uint64_t cd_end = 0;
+  if (!end_of(cd_offset, cd_size, cd_limit, &cd_end) || cd_end != cd_limit)
+    throw bad("the central directory does not end where the end record begins (bytes between or missing)");
+  // Each central entry takes at least 46 bytes: bound the count before allocating for it.
+  if (count > cd_size / kCentralSize)
+    throw bad("the end record claims " + std::to_string(count) + " members in a " + std::to_string(cd_size) +
+              "-byte central directory");
+
+  std::vector<ZipEntry> entries;
+  std::vector<Member> members;
+  entries.reserve(static_cast<size_t>(count));
+  members.reserve(static_cast<size_t>(count));
+  std::unordered_set<std::string> names;
+  names.reserve(static_cast<size_t>(count));
   uint64_t p = cd_offset;
-  const uint64_t end = cd_offset + cd_size;
-  entries_.reserve(static_cast<size_t>(count));
   for (uint64_t k = 0; k < count; ++k) {
-    if (p + 46 > end || u32(d + p) != kCentral) throw bad("central directory entry " + std::to_string(k));
+    const std::string which = "central directory entry " + std::to_string(k);
+    uint64_t fixed_end = 0;
+    if (!end_of(p, kCentralSize, cd_end, &fixed_end) || u32(d + p) != kCentral)
+      throw bad(which + " is missing or truncated");
+    const unsigned char* c = d + p;
+    const uint16_t flags = u16(c + 8), method = u16(c + 10);
+    const uint32_t crc = u32(c + 16);
+    uint64_t csize = u32(c + 20), usize = u32(c + 24);
+    const uint16_t name_len = u16(c + 28), extra_len = u16(c + 30), comment_len = u16(c + 32);
+    uint64_t local = u32(c + 42);
+    uint64_t entry_end = 0;
+    if (!end_of(fixed_end, uint64_t{name_len} + extra_len + comment_len, cd_end, &entry_end))
+      throw bad(which + " runs past the central directory");
     ZipEntry e;
-    e.method = u16(d + p + 10);
-    e.crc32 = u32(d + p + 16);
-    uint64_t csize = u32(d + p + 20);
-    uint64_t usize = u32(d + p + 24);
-    uint16_t name_len = u16(d + p + 28), extra_len = u16(d + p + 30), comment_len = u16(d + p + 32);
-    uint64_t local = u32(d + p + 42);
-    if (p + 46 + name_len + extra_len + comment_len > end) throw bad("central directory entry " + std::to_string(k));
-    e.name.assign(reinterpret_cast<const char*>(d + p + 46), name_len);
-    // Zip64 extra field: the 0xffffffff fields follow in order usize, csize, local offset.
-    const unsigned char* x = d + p + 46 + name_len;
-    for (uint16_t i = 0; i + 4 <= extra_len;) {
-      uint16_t id = u16(x + i), len = u16(x + i + 2);
-      if (i + 4 + len > extra_len) break;
-      if (id == 0x0001) {
-        const unsigned char* f = x + i + 4;
-        uint16_t used = 0;
-        if (usize == 0xffffffffu && used + 8 <= len) usize = u64(f + used), used += 8;
-        if (csize == 0xffffffffu && used + 8 <= len) csize = u64(f + used), used += 8;
-        if (local == 0xffffffffu && used + 8 <= len) local = u64(f + used), used += 8;
-      }
-      i = static_cast<uint16_t>(i + 4 + len);
+    e.name.assign(reinterpret_cast<const char*>(c + 46), name_len);
+    const std::string member = "member '" + e.name + "'";
+    std::string defect = name_defect(e.name);
+    if (!defect.empty()) throw bad(which + " has " + defect);
+    if (!names.insert(e.name).second) throw bad("two members are named '" + e.name + "'");
+    if (flags & kEncryptedFlags)
+      throw bad(member + " is encrypted", "re-export the package unencrypted with aoti-toolchain export");
+    if (method != 0)
+      throw bad(member + " is compressed (method " + std::to_string(method) + ")",
+                "torch stores .pt2 members uncompressed: re-save it with zip -0 or re-export it with "
+                "aoti-toolchain export");
+    if (u16(c + 34) != 0) throw bad(member + " starts on another disk (a multi-disk archive)");
+    // Zip64: the extra field holds exactly the saturated fields, in the order usize, csize, offset.
+    Zip64Extra z64;
+    if (!parse_extra(c + 46 + name_len, extra_len, &z64)) throw bad(member + " has a malformed central extra field");
+    uint16_t want = static_cast<uint16_t>(8 * ((usize == kSat32) + (csize == kSat32) + (local == kSat32)));
+    if (z64.present != (want != 0) || (z64.present && z64.size != want))
+      throw bad(member + ": its central zip64 field does not match the saturated header fields");
+    uint16_t used = 0;
+    if (usize == kSat32) usize = u64(z64.data + used), used += 8;
+    if (csize == kSat32) csize = u64(z64.data + used), used += 8;
+    if (local == kSat32) local = u64(z64.data + used);
+    if (csize != usize) throw bad(member + " is stored but its compressed and uncompressed sizes differ");
+
+    // The local header must repeat what the central one says.
+    uint64_t local_fixed_end = 0;
+    if (!end_of(local, kLocalSize, cd_offset, &local_fixed_end) || u32(d + local) != kLocal)
+      throw bad(member + ": no local header at offset " + std::to_string(local));
+    const unsigned char* l = d + local;
+    const uint16_t lname_len = u16(l + 26), lextra_len = u16(l + 28);
+    uint64_t data_offset = 0;
+    if (!end_of(local_fixed_end, uint64_t{lname_len} + lextra_len, cd_offset, &data_offset))
+      throw bad(member + ": its local header runs past the members");
+    if (lname_len != name_len || std::memcmp(l + 30, c + 46, name_len) != 0)
+      throw bad(member + ": the local header names another member");
+    if (u16(l + 6) != flags || u16(l + 8) != method) throw bad(member + ": local and central headers disagree on flags or method");
+    Zip64Extra lz64;
+    if (!parse_extra(l + 30 + lname_len, lextra_len, &lz64)) throw bad(member + " has a malformed local extra field");
+    uint32_t lcrc = u32(l + 14);
+    uint64_t lcsize = u32(l + 18), lusize = u32(l + 22);
+    uint16_t lwant = static_cast<uint16_t>(8 * ((lusize == kSat32) + (lcsize == kSat32)));
+    if (lz64.present != (lwant != 0) || (lz64.present && lz64.size != lwant))
+      throw bad(member + ": its local zip64 field does not match the saturated header fields");
+    used = 0;
+    if (lusize == kSat32) lusize = u64(lz64.data + used), used += 8;
+    if (lcsize == kSat32) lcsize = u64(lz64.data + used);
+    uint64_t data_end = 0;
+    if (!end_of(data_offset, usize, cd_offset, &data_end)) throw bad(member + ": its data runs past the members");
+    uint64_t member_end = data_end;
+    if (flags & kDescriptorFlag) {
+      // Sizes and CRC follow the data (optionally after a signature), 8-byte sizes when the local
+      // header carries a zip64 field; the local header holds zeros or the same values.
+      if (!((lcrc == 0 && lcsize == 0 && lusize == 0) || (lcrc == crc && lcsize == csize && lusize == usize)))
+        throw bad(member + ": local and central headers disagree on CRC-32 or sizes");
+      uint64_t q = data_end, wide = lz64.present ? 8 : 4, desc_end = 0;
+      if (end_of(q, 4, cd_offset, &desc_end) && u32(d + q) == kDescriptor) q = desc_end;
+      if (!end_of(q, 4 + 2 * wide, cd_offset, &desc_end)) throw bad(member + ": its data descriptor is truncated");
+      const unsigned char* x = d + q;
+      uint64_t dcsize = wide == 8 ? u64(x + 4) : u32(x + 4), dusize = wide == 8 ? u64(x + 12) : u32(x + 8);
+      if (u32(x) != crc || dcsize != csize || dusize != usize)
+        throw bad(member + ": its data descriptor and central header disagree");
+      member_end = desc_end;
+    } else if (lcrc != crc || lcsize != csize || lusize != usize) {
+      throw bad(member + ": local and central headers disagree on CRC-32 or sizes");
     }
-    if (local + 30 > n || u32(d + local) != kLocal) throw bad("local header of " + e.name);
-    e.data_offset = local + 30 + u16(d + local + 26) + u16(d + local + 28);
-    e.size = e.method == 0 ? usize : csize;
-    if (e.data_offset > n || e.size > n - e.data_offset) throw bad("data of " + e.name + " is truncated");
-    entries_.push_back(std::move(e));
-    p += 46 + name_len + extra_len + comment_len;
+    e.data_offset = data_offset;
+    e.size = usize;
+    e.crc32 = crc;
+    e.method = method;
+    members.push_back(Member{entries.size(), local, member_end, flags});
+    entries.push_back(std::move(e));
+    p = entry_end;
   }
+  if (p != cd_end) throw bad("the central directory has bytes after its last entry");
+
+  // The members and the central directory tile the file: no bytes before the first member, between
+  // two members or before the central directory (prepended data, hidden or overlapping members).
+  std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) { return a.local < b.local; });
+  uint64_t expect = 0;
+  for (const Member& m : members) {
+    const std::string& name = entries[m.index].name;
+    if (m.local < expect) throw bad("member '" + name + "' overlaps the member before it");
+    if (m.local > expect)
+      throw bad(std::to_string(m.local - expect) + " unlisted bytes at offset " + std::to_string(expect) +
+                (expect == 0 ? " (data before the first member)" : " (between members)"));
+    expect = m.end;
+  }
+  if (expect != cd_offset)
+    throw bad(std::to_string(cd_offset - expect) + " unlisted bytes at offset " + std::to_string(expect) +
+              " (before the central directory)");
+
+  entries_ = std::move(entries);
+  crc_ok_.reset(new std::atomic<bool>[entries_.size()]);
+  for (size_t i = 0; i < entries_.size(); ++i) crc_ok_[i].store(false, std::memory_order_relaxed);
 }
 
 const ZipEntry* ZipArchive::find(const std::string& name) const {
@@ -92,11 +321,23 @@ const ZipEntry* ZipArchive::find(const std::string& name) const {
 }
 
 const unsigned char* ZipArchive::data(const ZipEntry& entry) const {
-  if (entry.method != 0) {
-    throw Error(path() + ": entry " + entry.name + " is compressed (method " + std::to_string(entry.method) +
-                "); torch writes .pt2 entries stored: re-save the archive without compression (zip -0)");
+  if (entries_.empty() || &entry < entries_.data() || &entry >= entries_.data() + entries_.size())
+    throw Error(label_ + ": member '" + entry.name + "' is not a member of this archive (internal error)");
+  const size_t index = static_cast<size_t>(&entry - entries_.data());
+  const unsigned char* bytes = base_ + entry.data_offset;
+  if (!crc_ok_[index].load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(crc_mutex_);
+    if (!crc_ok_[index].load(std::memory_order_relaxed)) {
+      const uint32_t actual = crc32(0, bytes, static_cast<size_t>(entry.size));
+      if (actual != entry.crc32)
+        throw Error(label_ + ": member '" + entry.name + "' is corrupt: the CRC-32 of its bytes is " + hex32(actual) +
+                        ", the archive declares " + hex32(entry.crc32) +
+                        "; the package was damaged or tampered with: re-export it or fetch it again",
+                    AOTI_HOST_INVALID_PROGRAM);
+      crc_ok_[index].store(true, std::memory_order_release);
+    }
   }
-  return file_->data() + entry.data_offset;
+  return bytes;
 }
 
 }  // namespace aoti_host
