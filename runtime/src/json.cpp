@@ -1,16 +1,87 @@
 #include "json.h"
 
+#include <cmath>
 #include <cstdlib>
 
+#include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
 
 namespace aoti_host {
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Offset of the first byte that is not well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF), or
+// text.size().
+size_t utf8_error(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    size_t len = 0;
+    uint32_t lo = 0x80, hi = 0xBF;  // range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (n - i < len || s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return n;
+}
+
+}  // namespace
 
 class JsonParser {
  public:
   JsonParser(const std::string& text, const std::string& what) : s_(text), what_(what) {}
 
   Json document() {
+    const size_t bad = utf8_error(s_);
+    if (bad != s_.size()) {
+      i_ = bad;
+      fail("not UTF-8");
+    }
     Json v = value(0);
     ws();
     if (i_ != s_.size()) fail("trailing characters");
@@ -23,7 +94,7 @@ class JsonParser {
   size_t i_ = 0;
 
   [[noreturn]] void fail(const std::string& why) {
-    throw Error(what_ + ": invalid JSON at offset " + std::to_string(i_) + ": " + why);
+    throw Error(what_ + ": invalid JSON at offset " + std::to_string(i_) + ": " + why, AOTI_HOST_INVALID_PROGRAM);
   }
   void ws() {
     while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
@@ -47,6 +118,17 @@ class JsonParser {
     }
     return false;
   }
+  uint32_t hex4() {
+    if (s_.size() - i_ < 4) fail("short \\u escape");
+    uint32_t cp = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int h = hex_value(s_[i_ + k]);
+      if (h < 0) fail("bad \\u escape");
+      cp = cp * 16 + static_cast<uint32_t>(h);
+    }
+    i_ += 4;
+    return cp;
+  }
   std::string str() {
     expect('"');
     std::string out;
@@ -54,6 +136,7 @@ class JsonParser {
       if (i_ >= s_.size()) fail("unterminated string");
       char c = s_[i_++];
       if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
       if (c != '\\') {
         out += c;
         continue;
@@ -61,46 +144,99 @@ class JsonParser {
       if (i_ >= s_.size()) fail("unterminated escape");
       char e = s_[i_++];
       switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
         case 'n': out += '\n'; break;
         case 't': out += '\t'; break;
         case 'r': out += '\r'; break;
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
         case 'u': {
-          if (i_ + 4 > s_.size()) fail("short \\u escape");
-          unsigned cp = static_cast<unsigned>(std::strtoul(s_.substr(i_, 4).c_str(), nullptr, 16));
-          i_ += 4;
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
+          uint32_t cp = hex4();
+          // A surrogate pair is one code point; a lone surrogate is kept as its 3-byte form (as Python does).
+          if (cp >= 0xD800 && cp <= 0xDBFF && s_.compare(i_, 2, "\\u") == 0) {
+            const size_t at = i_;
+            i_ += 2;
+            const uint32_t low = hex4();
+            if (low >= 0xDC00 && low <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            else i_ = at;
           }
+          append_utf8(out, cp);
           break;
         }
-        default: out += e;
+        default: --i_, fail("unknown escape");
+      }
+    }
+  }
+  // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  void number(Json& v) {
+    const size_t start = i_;
+    if (i_ < s_.size() && s_[i_] == '-') ++i_;
+    if (i_ >= s_.size() || !is_digit(s_[i_])) fail("unexpected character");
+    if (s_[i_] == '0') {
+      ++i_;
+    } else {
+      while (i_ < s_.size() && is_digit(s_[i_])) ++i_;
+    }
+    bool integer = true;
+    if (i_ < s_.size() && s_[i_] == '.') {
+      integer = false;
+      ++i_;
+      if (i_ >= s_.size() || !is_digit(s_[i_])) fail("a digit must follow '.'");
+      while (i_ < s_.size() && is_digit(s_[i_])) ++i_;
+    }
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      integer = false;
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      if (i_ >= s_.size() || !is_digit(s_[i_])) fail("a digit must follow the exponent");
+      while (i_ < s_.size() && is_digit(s_[i_])) ++i_;
+    }
+    const std::string token = s_.substr(start, i_ - start);
+    v.kind_ = Json::Kind::Number;
+    v.number_ = std::strtod(token.c_str(), nullptr);
+    if (!std::isfinite(v.number_)) {
+      i_ = start;
+      fail("number " + token + " is out of range");
+    }
+    if (integer) {  // exact int64 value, or not an integer (beyond int64 it is only a number)
+      const bool negative = token[0] == '-';
+      uint64_t mag = 0;
+      bool fits = true;
+      for (size_t k = negative ? 1 : 0; k < token.size() && fits; ++k) {
+        const uint64_t d = static_cast<uint64_t>(token[k] - '0');
+        if (__builtin_mul_overflow(mag, uint64_t{10}, &mag) || __builtin_add_overflow(mag, d, &mag)) fits = false;
+      }
+      const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
+      if (fits && mag <= limit) {
+        v.integer_ = true;
+        v.int_ = negative ? (mag == limit ? INT64_MIN : -static_cast<int64_t>(mag)) : static_cast<int64_t>(mag);
       }
     }
   }
   Json value(int depth) {
-    if (depth > 64) fail("nested too deeply");
     ws();
     if (i_ >= s_.size()) fail("unexpected end");
     Json v;
     char c = s_[i_];
+    if (c == '{' || c == '[') {
+      if (depth + 1 > Json::kMaxDepth) fail("nested more than " + std::to_string(Json::kMaxDepth) + " deep");
+    }
     if (c == '{') {
       ++i_;
       v.kind_ = Json::Kind::Object;
       if (eat('}')) return v;
       do {
         ws();
+        const size_t at = i_;
         std::string key = str();
         expect(':');
-        v.object_[key] = value(depth + 1);
+        Json item = value(depth + 1);
+        if (!v.object_.emplace(std::move(key), std::move(item)).second) {
+          i_ = at;
+          fail("duplicate key");
+        }
       } while (eat(','));
       expect('}');
     } else if (c == '[') {
@@ -122,12 +258,7 @@ class JsonParser {
     } else if (literal("null")) {
       v.kind_ = Json::Kind::Null;
     } else {
-      const char* start = s_.c_str() + i_;
-      char* end = nullptr;
-      v.number_ = std::strtod(start, &end);
-      if (end == start) fail("unexpected character");
-      i_ += static_cast<size_t>(end - start);
-      v.kind_ = Json::Kind::Number;
+      number(v);
     }
     return v;
   }

@@ -14,8 +14,8 @@
 #include "aoti_host/log.h"
 #include "aoti_host/tensor.h"
 #include "constants.h"
+#include "contract.h"
 #include "packed_gemm.h"
-#include "json.h"
 #include "mapped_file.h"
 #include "zip.h"
 #if CUDA_AVAILABLE
@@ -91,48 +91,6 @@ std::string extract_plugin(const ZipArchive& zip, const ZipEntry& entry, const s
   return path;
 }
 
-std::vector<int64_t> int_list(const Json* j, const std::string& what) {
-  std::vector<int64_t> out;
-  if (j == nullptr) return out;
-  if (!j->is_array()) throw Error(what + " is not a list");
-  for (const auto& v : j->array()) out.push_back(v.is_number() ? static_cast<int64_t>(v.number()) : -1);
-  return out;
-}
-
-std::vector<TensorContract> parse_tensors(const Json* list, const std::string& what) {
-  std::vector<TensorContract> out;
-  if (list == nullptr || !list->is_array()) throw Error(what + " is missing or not a list");
-  for (size_t i = 0; i < list->array().size(); ++i) {
-    const Json& t = list->array()[i];
-    std::string w = what + "[" + std::to_string(i) + "]";
-    TensorContract c;
-    if (const Json* n = t.get("name"); n != nullptr && n->is_string()) c.name = n->string();
-    const Json* dt = t.get("dtype");
-    if (dt == nullptr || !dt->is_string() || (c.dtype = dtype_from_name(dt->string())) < 0)
-      throw Error(w + ".dtype is missing or unknown");
-    const Json* shape = t.get("shape");
-    if (shape == nullptr || !shape->is_array()) throw Error(w + ".shape is missing");
-    for (const auto& d : shape->array()) {
-      if (d.is_number()) {
-        auto v = static_cast<int64_t>(d.number());
-        c.sizes.push_back(v), c.min_sizes.push_back(v), c.max_sizes.push_back(v);
-      } else if (d.is_object()) {  // {"min": 1, "max": 64}: a dynamic dimension
-        const Json* lo = d.get("min");
-        const Json* hi = d.get("max");
-        c.sizes.push_back(-1);
-        c.min_sizes.push_back(lo != nullptr && lo->is_number() ? static_cast<int64_t>(lo->number()) : 0);
-        c.max_sizes.push_back(hi != nullptr && hi->is_number() ? static_cast<int64_t>(hi->number()) : INT64_MAX);
-      } else {
-        throw Error(w + ".shape has an entry that is neither a size nor {min, max}");
-      }
-    }
-    c.strides = int_list(t.get("strides"), w + ".strides");
-    if (!c.strides.empty() && c.strides.size() != c.sizes.size()) throw Error(w + ".strides and shape differ in rank");
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
 // Strides the plugin expects for these sizes: `layout` (the contract's strides for its example sizes,
 // or a layout the caller gave) when it fits them, else the same dimension order (e.g. channels-last)
 // recomputed for the actual sizes. An empty layout means contiguous.
@@ -173,19 +131,6 @@ std::string layout_name(const std::vector<int64_t>& sizes, const std::vector<int
 constexpr const char* kCheckInputsEnv = "AOTI_RUNTIME_CHECK_INPUTS";
 
 }  // namespace
-
-int32_t dtype_from_name(const std::string& name) {
-  static const struct {
-    const char* name;
-    int32_t code;
-  } kTable[] = {{"uint8", 0},   {"int8", 1},    {"int16", 2},   {"int32", 3},     {"int64", 4},  {"float16", 5},
-                {"float32", 6}, {"float64", 7}, {"bool", 11},   {"bfloat16", 15}, {"half", 5},   {"float", 6},
-                {"double", 7},  {"long", 4},    {"int", 3}};
-  std::string n = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
-  for (const auto& e : kTable)
-    if (n == e.name) return e.code;
-  return -1;
-}
 
 std::string Program::plugin_error(const char* call) const {
   std::string msg = std::string(call) + " failed";
@@ -245,9 +190,9 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
       const unsigned char* bytes = zip->data(*c);
       std::string text(reinterpret_cast<const char*>(bytes), c->size);
       try {
-        Json j = Json::parse(text, path + ":" + c->name);
-        p->inputs_ = parse_tensors(j.get("inputs"), path + ":" + c->name + ": inputs");
-        p->outputs_ = parse_tensors(j.get("outputs"), path + ":" + c->name + ": outputs");
+        Contract contract = parse_contract(text, path + ":" + c->name);
+        p->inputs_ = std::move(contract.inputs);
+        p->outputs_ = std::move(contract.outputs);
         p->has_contract_ = true;
       } catch (const Error& e) {
         throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export",

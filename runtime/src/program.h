@@ -8,6 +8,7 @@
 
 #include "aoti_host/c_api.h"
 #include "aoti_host/entry_points.h"
+#include "contract.h"
 #include "plugin.h"
 #include "weights.h"
 #include "zip.h"
@@ -16,16 +17,6 @@ namespace aoti_host {
 namespace cuda {
 class ProgramState;  // runtime/src/cuda/program_state.h; only created by a CUDA build
 }
-
-// One input or output as the package's contract describes it (recorded by aoti-toolchain export).
-struct TensorContract {
-  std::string name;
-  int32_t dtype = -1;
-  std::vector<int64_t> sizes;      // -1: dynamic
-  std::vector<int64_t> min_sizes;  // for dynamic dims; equal to sizes for static ones
-  std::vector<int64_t> max_sizes;
-  std::vector<int64_t> strides;    // expected layout for the example sizes; empty: contiguous
-};
 
 class Program {
  public:
@@ -97,7 +88,5 @@ class Program {
   std::unique_ptr<PlacedWeights> placed_weights_;
   bool place_weights(const unsigned char* blob, size_t size, const std::string& from);
 };
-
-int32_t dtype_from_name(const std::string& name);  // -1 when unknown
 
 }  // namespace aoti_host
