@@ -20,6 +20,7 @@ import argparse
 import io
 import json
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -156,6 +157,44 @@ def zips(contract: dict, plugin: bytes) -> dict[str, bytes]:
     return out
 
 
+def _npy_with_header(header: str) -> bytes:
+    text = header.encode()
+    text += b" " * (63 - (10 + len(text)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text
+
+
+def _eocd(count: int, cd_size: int, cd_offset: int) -> bytes:
+    return struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, cd_size, cd_offset, 0)
+
+
+def regressions() -> dict[str, dict[str, bytes]]:
+    """Inputs that crashed (or were undefined behaviour in) a reader once, by target: each run replays them."""
+    near_2_64 = (1 << 64) - 16
+    # A zip64 end locator whose record offset is near 2^64 (offset + 56 wrapped past the bounds check).
+    locator = struct.pack("<IIQI", 0x07064B50, 0, near_2_64, 1)
+    zip64_locator = b"PK\x03\x04" + bytes(26) + locator + _eocd(0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
+    # A central entry whose zip64 extra puts the local header near 2^64 (local + 30 wrapped).
+    name = b"model/data/aotinductor/model/model.so"
+    extra = struct.pack("<HHQ", 0x0001, 8, near_2_64)
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, 0, 0, 0, 0, 0, 0, len(name), len(extra),
+                          0, 0, 0, 0, 0xFFFFFFFF) + name + extra
+    local_offset = b"PK\x03\x04" + bytes(26) + central + _eocd(1, len(central), 30)
+    # An ELF header without section headers (e_shnum 0): the scan copied 0 bytes into a null vector.
+    ehdr = bytearray(64)
+    ehdr[:7] = b"\x7fELF\x02\x01\x01"
+    struct.pack_into("<HHIQQQIHHHHHH", ehdr, 16, 3, 62, 1, 0, 64, 0, 0, 64, 56, 0, 64, 0, 0)
+    return {
+        # Dims whose product is 0 but whose non-zero dims overflow int64: the strides overflowed (UB).
+        "npy": {"regress_strides_overflow.npy": _npy_with_header(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296), }"),
+                "regress_fortran_strides_overflow.npy": _npy_with_header(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (4294967296, 4294967296, 0), }")},
+        "elf_scan": {"regress_no_section_headers.so": bytes(ehdr)},
+        "zip": {"regress_zip64_locator_near_2_64.pt2": zip64_locator,
+                "regress_local_offset_near_2_64.pt2": local_offset},
+    }
+
+
 def generate(out_dir: Path, pt2: list[Path], so: list[Path]) -> dict[str, int]:
     seeds: dict[str, dict[str, bytes]] = {t: {} for t in TARGETS}
     for name, c in contracts().items():
@@ -173,6 +212,8 @@ def generate(out_dir: Path, pt2: list[Path], so: list[Path]) -> dict[str, int]:
     seeds["zip"] = zips(contracts()["mlp"], plugin)
     for path in pt2:
         seeds["zip"][path.name] = path.read_bytes()
+    for target, files in regressions().items():
+        seeds[target].update(files)
     counts = {}
     for target, files in seeds.items():
         d = out_dir / target
