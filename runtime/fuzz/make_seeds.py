@@ -9,7 +9,8 @@ OUT_DIR/<target>/ gets, per target:
   elf_scan        small shared objects compiled here by the C compiler (imports, weak imports, DT_NEEDED,
                   a C++ one), plus each --so
   zip             stored zip archives laid out like a .pt2 (plugin, contract, weights; zip64; a comment),
-                  plus each --pt2 (a real export)
+                  plus each --pt2 (a real export; one over MAX_SEED_BYTES is also added with its large
+                  members cut short, keeping its real layout)
 Inputs larger than MAX_SEED_BYTES are left out: libFuzzer's mutations are as long as its largest seed, and
 one multi-megabyte seed makes every execution slow.
 """
@@ -195,6 +196,18 @@ def regressions() -> dict[str, dict[str, bytes]]:
     }
 
 
+def shrunk_package(path: Path, keep: int = 4096) -> bytes:
+    """A real package's layout (its member names, order, small members) with each large member cut to its
+    first `keep` bytes: a seed of the real shape that stays small enough to mutate quickly."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            out = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            dst.writestr(out, data if len(data) <= 4 * keep else data[:keep])
+    return buf.getvalue()
+
+
 def generate(out_dir: Path, pt2: list[Path], so: list[Path]) -> dict[str, int]:
     seeds: dict[str, dict[str, bytes]] = {t: {} for t in TARGETS}
     for name, c in contracts().items():
@@ -212,6 +225,8 @@ def generate(out_dir: Path, pt2: list[Path], so: list[Path]) -> dict[str, int]:
     seeds["zip"] = zips(contracts()["mlp"], plugin)
     for path in pt2:
         seeds["zip"][path.name] = path.read_bytes()
+        if path.stat().st_size > MAX_SEED_BYTES:
+            seeds["zip"][f"{path.stem}_small.pt2"] = shrunk_package(path)
     for target, files in regressions().items():
         seeds[target].update(files)
     counts = {}

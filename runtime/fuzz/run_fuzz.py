@@ -3,6 +3,8 @@
     python runtime/fuzz/run_fuzz.py [--seconds S] [--runs N] [--targets json,npy,...] [--work DIR]
                                     [--pt2 PKG.pt2] [--so LIB.so] [--json RESULTS.json]
     python runtime/fuzz/run_fuzz.py --probe      exit 0 when clang++ can build a libFuzzer target, else say why
+    python runtime/fuzz/run_fuzz.py --bin-dir DIR --seeds DIR --parallel   prebuilt targets and seeds, all at
+                                    once (a bigger machine without clang or numpy: copy both there)
 
 `nox -s fuzz_native -- ARGS` runs this; tests/integration/test_fuzz_native.py runs it with a few seconds
 per target. Each target's corpus persists in WORK/corpus/<target> (default build/<variant>/fuzz-work), so
@@ -112,33 +114,48 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--so", type=Path, action="append", default=[], help="a real shared object for elf_scan")
     ap.add_argument("--json", type=Path, help="write the per-target results here")
     ap.add_argument("--scons", default=shutil.which("scons") or str(Path(sys.executable).with_name("scons")))
+    ap.add_argument("--bin-dir", type=Path, help="run these prebuilt fuzz_* binaries instead of building")
+    ap.add_argument("--seeds", type=Path, help="use this seed dir (make_seeds.py's layout) instead of generating")
+    ap.add_argument("--parallel", action="store_true", help="run the targets at the same time (one core each)")
     args = ap.parse_args(argv)
 
-    reason = probe()
-    if args.probe or reason is not None:
-        print(f"run_fuzz: {reason}" if reason else "run_fuzz: clang++ builds libFuzzer targets here")
-        return 0 if reason is None else 2
     wanted = [t for t in args.targets.split(",") if t]
     unknown = sorted(set(wanted) - set(TARGETS))
     if unknown:
         print(f"run_fuzz: unknown target(s) {', '.join(unknown)}; the targets are {', '.join(TARGETS)}")
         return 2
-    bin_dir, skipped = build(args.scons)
-    for line in skipped:
-        print(line)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import make_seeds
+    if args.bin_dir is None:
+        reason = probe()
+        if args.probe or reason is not None:
+            print(f"run_fuzz: {reason}" if reason else "run_fuzz: clang++ builds libFuzzer targets here")
+            return 0 if reason is None else 2
+        bin_dir, skipped = build(args.scons)
+        for line in skipped:
+            print(line)
+    else:
+        bin_dir = args.bin_dir
+    seeds = args.seeds
+    if seeds is None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import make_seeds
 
-    seeds = args.work / "seeds"
-    shutil.rmtree(seeds, ignore_errors=True)
-    make_seeds.generate(seeds, args.pt2, args.so)
-    results = []
-    for target in wanted:
-        binary = bin_dir / f"fuzz_{target}"
-        if not binary.exists():
-            results.append({"target": binary.name, "skipped": "not built (see the scons line above)"})
-            continue
-        r = run_target(binary, args.work, seeds / target, args.seconds, args.runs)
+        seeds = args.work / "seeds"
+        shutil.rmtree(seeds, ignore_errors=True)
+        make_seeds.generate(seeds, args.pt2, args.so)
+    binaries = [bin_dir / f"fuzz_{t}" for t in wanted]
+    results = [{"target": b.name, "skipped": "not built (see the scons line above)"} for b in binaries
+               if not b.exists()]
+    present = [b for b in binaries if b.exists()]
+    if args.parallel:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, len(present))) as pool:
+            ran = list(pool.map(lambda b: run_target(b, args.work, seeds / b.name.removeprefix("fuzz_"), args.seconds,
+                                                     args.runs), present))
+    else:
+        ran = [run_target(b, args.work, seeds / b.name.removeprefix("fuzz_"), args.seconds, args.runs)
+               for b in present]
+    for r in ran:
         results.append(r)
         verdict = "FINDING" if (r["returncode"] != 0 or r["findings"]) else "clean"
         print(f"run_fuzz: {r['target']}: {verdict}: {r['executions']} executions in {r['seconds']} s "
