@@ -1,6 +1,11 @@
 """aoti-run built with AddressSanitizer + UndefinedBehaviorSanitizer (`scons sanitize=address`) on hostile
-packages: every one is refused with exit 3 and a message naming the file, with no sanitizer report (memory
-error, leak or undefined behaviour), and a valid package still runs and gives torch's result."""
+packages: every one is refused with the exit code of a malformed package and a message naming the file, with
+no sanitizer report (memory error, leak or undefined behaviour), and a valid package still runs and gives
+torch's result.
+
+Leak checking is on with no suppressions: the runtime, the dlopened torch plugin, OpenBLAS and libgomp leave
+no report on these runs (measured with gcc 12's libasan); a report that appears is a finding to fix or, for
+a library outside the project, to suppress with a commented LSAN_OPTIONS=suppressions= file."""
 
 from __future__ import annotations
 
@@ -21,7 +26,6 @@ sys.path.insert(0, str(REPO_ROOT / "runtime" / "fuzz"))
 import make_seeds  # noqa: E402
 
 ASAN_VARIANT = "cpu-gcc-release-asan"
-SUPPRESSIONS = REPO_ROOT / "runtime" / "fuzz" / "lsan.supp"
 SANITIZER_EXIT = 86  # a sanitizer report exits with this, distinct from every exit code aoti-run uses
 REPORT_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "SUMMARY: ")
 
@@ -29,7 +33,6 @@ REPORT_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime er
 def _sanitizer_env() -> dict[str, str]:
     env = dict(os.environ)
     env["ASAN_OPTIONS"] = f"detect_leaks=1:exitcode={SANITIZER_EXIT}:abort_on_error=0:strict_string_checks=1"
-    env["LSAN_OPTIONS"] = f"suppressions={SUPPRESSIONS}:print_suppressions=0"
     env["UBSAN_OPTIONS"] = f"halt_on_error=1:print_stacktrace=1:exitcode={SANITIZER_EXIT}"
     return env
 
@@ -51,6 +54,19 @@ def asan_run() -> Path:
     exe = BUILD_DIR / ASAN_VARIANT / "dist" / "bin" / "aoti-run"
     assert exe.exists()
     return exe
+
+
+def malformed_package_exit_code() -> int:
+    """The exit code aoti-run gives a package the runtime refuses (AOTI_HOST_INVALID_PROGRAM): from the
+    exit-code table where the project has one, else README's 4 ("the plugin does not load")."""
+    table = REPO_ROOT / "toolchain" / "spec" / "exit_codes.toml"
+    if table.exists():
+        import tomllib
+
+        for entry in tomllib.loads(table.read_text())["code"]:
+            if "AOTI_HOST_INVALID_PROGRAM" in entry.get("statuses", []):
+                return int(entry["code"])
+    return 4
 
 
 def _run(exe: Path, *args) -> subprocess.CompletedProcess:
@@ -120,15 +136,17 @@ def test_asan_aoti_run_refuses_every_hostile_package(asan_run, mlp, tmp_path):
     pt2, _module, inputs = mlp
     x = tmp_path / "x.npy"
     np.save(x, inputs[0].numpy())
+    want = malformed_package_exit_code()
     failures = []
     cases = hostile_packages(pt2, tmp_path)
     for name, pkg in cases.items():
         p = _run(asan_run, pkg, "-i", x, "-o", tmp_path / "out")
         _assert_no_report(p)
-        if p.returncode != 3 or pkg.name not in p.stderr:
+        if p.returncode != want or pkg.name not in p.stderr:
             failures.append(f"{name}: exit {p.returncode}: {p.stderr.strip()[-400:]}")
-    print(f"\n{len(cases)} hostile packages through the ASan aoti-run")
-    assert not failures, "not refused with exit 3 naming the package:\n" + "\n".join(failures)
+        assert not (tmp_path / "out").exists(), f"{name}: refused, yet an output directory was written"
+    print(f"\n{len(cases)} hostile packages through the ASan aoti-run: each refused with exit {want}, no report")
+    assert not failures, f"not refused with exit {want} naming the package:\n" + "\n".join(failures)
 
 
 def test_asan_aoti_run_runs_a_valid_package(asan_run, mlp, tmp_path, torch):
