@@ -1,5 +1,6 @@
 // CRC-32 (the zip / zlib polynomial 0xEDB88320, reflected), fast enough to check a gigabyte member
-// at load time: slicing-by-16 tables, or carry-less multiplication folding where the CPU has it.
+// at load time: carry-less multiplication folding where the CPU has it (x86-64 PCLMULQDQ), else
+// slicing-by-16 tables.
 #pragma once
 
 #include <cstddef>

@@ -6,8 +6,6 @@ The SCons build, the release pipeline and ``aoti-toolchain verify`` all go throu
 
 from __future__ import annotations
 
-import zipfile
-import zlib
 from pathlib import Path
 
 from toolchain.elf.reader import ElfError, ElfFile, parse_elf, read_elf
@@ -40,26 +38,28 @@ def elf_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
 
 
 def _pt2_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
+    """Each .so member of a package, read with the runtime's rules (toolchain.pt2): a package the runtime
+    would refuse, or a member whose CRC-32 does not match its bytes, is one 'malformed' finding."""
     from toolchain.elf.reader import MalformedError, NotElfError
+    from toolchain.pt2 import PackageError, open_package
 
     try:
-        with zipfile.ZipFile(path) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".so")]
+        with open_package(path) as pkg:
+            names = [n for n in pkg.members if n.endswith(".so")]
             if not names:
                 return [(str(path), NotElfError(f"{path}: a zip without any .so member: not a .pt2 with a plugin",
                                                 fix="pass a .pt2 written by aoti_compile_and_package"))]
             out: list[tuple[str, ElfFile | ElfError]] = []
             for n in names:
                 label = f"{path}!{n}"
+                data = pkg.read(n)
                 try:
-                    out.append((label, parse_elf(zf.read(n), label)))
+                    out.append((label, parse_elf(data, label)))
                 except ElfError as exc:
                     out.append((label, exc))
             return out
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
-            RuntimeError) as exc:
-        return [(str(path), MalformedError(f"{path}: not a readable .pt2 (zip): {exc}",
-                                           fix="re-export the package; the file is damaged"))]
+    except PackageError as exc:
+        return [(str(path), MalformedError(exc.args[0], fix=exc.fix or "re-export the package"))]
 
 
 _SPEC_CACHE: dict[tuple, object] = {}
