@@ -10,7 +10,8 @@ OUT_DIR/<target>/ gets, per target:
                   a C++ one), plus each --so
   zip             stored zip archives laid out like a .pt2 (plugin, contract, weights; zip64; a comment),
                   plus each --pt2 (a real export; one over MAX_SEED_BYTES is also added with its large
-                  members cut short, keeping its real layout)
+                  members cut short, keeping its real layout), and the crafted archives of
+                  tests/integration/crafted_zips.py (every refusal class of the readers)
 Inputs larger than MAX_SEED_BYTES are left out: libFuzzer's mutations are as long as its largest seed, and
 one multi-megabyte seed makes every execution slow.
 """
@@ -208,6 +209,18 @@ def shrunk_package(path: Path, keep: int = 4096) -> bytes:
     return buf.getvalue()
 
 
+def crafted_archives() -> dict[str, bytes]:
+    """The differential test's crafted archives (tests/integration/crafted_zips.py: every refusal class of the
+    package readers, and valid layouts torch and zipfile write), where this checkout has them."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "tests" / "integration" / "crafted_zips.py").exists():
+        return {}
+    sys.path.insert(0, str(root))
+    from tests.integration import crafted_zips
+
+    return {name: case.data for name, case in crafted_zips.corpus().items()}
+
+
 def generate(out_dir: Path, pt2: list[Path], so: list[Path]) -> dict[str, int]:
     seeds: dict[str, dict[str, bytes]] = {t: {} for t in TARGETS}
     for name, c in contracts().items():
@@ -229,6 +242,8 @@ def generate(out_dir: Path, pt2: list[Path], so: list[Path]) -> dict[str, int]:
             seeds["zip"][f"{path.stem}_small.pt2"] = shrunk_package(path)
     for target, files in regressions().items():
         seeds[target].update(files)
+    for name, data in crafted_archives().items():
+        seeds["zip"][f"crafted_{name}.zip"] = data
     counts = {}
     for target, files in seeds.items():
         d = out_dir / target
