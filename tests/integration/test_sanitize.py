@@ -175,3 +175,31 @@ def test_asan_aoti_run_reports_a_real_memory_error(asan_run, tmp_path):
     env["LD_PRELOAD"] = f"{libasan}:{lib}"  # ASan's runtime must come first in the process
     p = subprocess.run([str(asan_run), "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == SANITIZER_EXIT and "heap-buffer-overflow" in p.stderr, p.stderr[-3000:]
+
+
+def _scons(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*scons_command(), *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_sanitize_is_part_of_the_variant_and_reaches_every_compile_and_link(tmp_path):
+    proc = _scons("-n", "-Q", "sanitize=address", f"build_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    compiles = [ln for ln in lines if " -c " in ln and ln.split()[-1].endswith(".cpp")]
+    links = [ln for ln in lines if ln.startswith("g++ -o ") and " -c " not in ln]
+    assert compiles and links
+    for ln in compiles + links:
+        assert "-fsanitize=address" in ln and "-fsanitize=undefined" in ln and "-fno-sanitize-recover=undefined" in ln, ln
+        assert f"{tmp_path}/{ASAN_VARIANT}/" in ln or f"{tmp_path.name}/{ASAN_VARIANT}/" in ln, ln
+
+
+def test_sanitize_fuzzer_needs_clang_and_says_so(tmp_path):
+    proc = _scons("-Q", "sanitize=fuzzer", "cxx=g++", f"build_dir={tmp_path}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "sanitize=fuzzer needs libFuzzer, which only clang has" in proc.stdout and "cxx=clang++" in proc.stdout
+    assert not any(tmp_path.iterdir())
+
+
+def test_help_documents_sanitize():
+    out = _scons("-h").stdout
+    assert "sanitize:" in out and "fuzzer" in out and "address" in out
