@@ -79,12 +79,12 @@ def parse_stats(output: str) -> dict[str, int]:
     return out
 
 
-def run_target(binary: Path, work: Path, seeds: Path, seconds: int, runs: int | None) -> dict:
+def run_target(binary: Path, work: Path, seeds: Path, seconds: int, runs: int | None, extra: list[str]) -> dict:
     corpus, crashes = work / "corpus" / binary.name, work / "crashes" / binary.name
     corpus.mkdir(parents=True, exist_ok=True)
     crashes.mkdir(parents=True, exist_ok=True)
     args = [str(binary), str(corpus), str(seeds), f"-artifact_prefix={crashes}/", "-print_final_stats=1",
-            f"-max_total_time={seconds}", *LIBFUZZER_LIMITS, *([f"-runs={runs}"] if runs is not None else [])]
+            f"-max_total_time={seconds}", *LIBFUZZER_LIMITS, *([f"-runs={runs}"] if runs is not None else []), *extra]
     env = dict(os.environ)
     # Stop on the first report; leaks are findings (libFuzzer checks them after each input that allocated).
     env.setdefault("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1:allocator_may_return_null=0")
@@ -117,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bin-dir", type=Path, help="run these prebuilt fuzz_* binaries instead of building")
     ap.add_argument("--seeds", type=Path, help="use this seed dir (make_seeds.py's layout) instead of generating")
     ap.add_argument("--parallel", action="store_true", help="run the targets at the same time (one core each)")
+    ap.add_argument("--value-profile", action="store_true",
+                    help="libFuzzer's -use_value_profile=1: guide by compared values (magic numbers, bounds)")
     args = ap.parse_args(argv)
+    extra = ["-use_value_profile=1"] if args.value_profile else []
 
     wanted = [t for t in args.targets.split(",") if t]
     unknown = sorted(set(wanted) - set(TARGETS))
@@ -151,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
 
         with ThreadPoolExecutor(max_workers=max(1, len(present))) as pool:
             ran = list(pool.map(lambda b: run_target(b, args.work, seeds / b.name.removeprefix("fuzz_"), args.seconds,
-                                                     args.runs), present))
+                                                     args.runs, extra), present))
     else:
-        ran = [run_target(b, args.work, seeds / b.name.removeprefix("fuzz_"), args.seconds, args.runs)
+        ran = [run_target(b, args.work, seeds / b.name.removeprefix("fuzz_"), args.seconds, args.runs, extra)
                for b in present]
     for r in ran:
         results.append(r)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,43 @@ def test_numpy_reads_what_the_npy_seeds_hold(tmp_path):
         (tmp_path / f"{name}.npy").write_bytes(data)
         np.load(tmp_path / f"{name}.npy")
     assert len(files) >= 10
+
+
+def _elf_with_shared_names(name_len: int, symbols: int) -> bytes:
+    """An ELF64 image whose .dynsym holds `symbols` undefined symbols that all name one `name_len`-byte
+    string: each copied out, the names are symbols * name_len bytes from a file of about name_len + 24 *
+    symbols bytes."""
+    strtab = b"\0" + b"n" * name_len + b"\0"
+    sym = struct.pack("<IBBHQQ", 1, (1 << 4) | 2, 0, 0, 0, 0)  # GLOBAL FUNC, undefined
+    dynsym = bytes(24) + sym * symbols
+    str_off, sym_off = 64, 64 + len(strtab)
+    sh_off = sym_off + len(dynsym)
+    shdrs = bytes(64)
+    shdrs += struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, str_off, len(strtab), 0, 0, 1, 0)  # SHT_STRTAB
+    shdrs += struct.pack("<IIQQQQIIQQ", 0, 11, 0, 0, sym_off, len(dynsym), 1, 1, 8, 24)  # SHT_DYNSYM
+    ehdr = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, sh_off, 0, 64, 0, 0,
+                                                           64, 3, 0)
+    return ehdr + strtab + dynsym + shdrs
+
+
+def malformed_program_exit_code() -> int:
+    from tests.integration.test_sanitize import malformed_package_exit_code
+
+    return malformed_package_exit_code()
+
+
+@pytest.mark.parametrize("case", ["no_section_headers", "shared_names"])
+def test_elf_scan_refuses_crafted_plugins(host_build, tmp_path, case):
+    """The import scan that runs before dlopen: an ELF without section headers (the scan copied 0 bytes into a
+    null vector: UB) and one whose symbols all share one long name (copying each made 200 KB of file into
+    ~800 MB of names) are refused by aoti-run, naming the file, instead of crashing or exhausting memory."""
+    if case == "no_section_headers":
+        data, why = make_seeds.regressions()["elf_scan"]["regress_no_section_headers.so"], "section headers missing"
+    else:
+        data, why = _elf_with_shared_names(100_000, 8_000), "symbol names overlap far more than a linker writes"
+    so = tmp_path / f"{case}.so"
+    so.write_bytes(data)
+    p = subprocess.run([str(host_build.aoti_run), str(so), "-o", str(tmp_path / "o")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == malformed_program_exit_code(), p.stderr
+    assert so.name in p.stderr and why in p.stderr, p.stderr
