@@ -149,23 +149,24 @@ def main(argv: list[str] | None = None) -> int:
     results = [{"target": b.name, "skipped": "not built (see the scons line above)"} for b in binaries
                if not b.exists()]
     present = [b for b in binaries if b.exists()]
-    if args.parallel:
-        from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=max(1, len(present))) as pool:
-            ran = list(pool.map(lambda b: run_target(b, args.work, seeds / b.name.removeprefix("fuzz_"), args.seconds,
-                                                     args.runs, extra), present))
-    else:
-        ran = [run_target(b, args.work, seeds / b.name.removeprefix("fuzz_"), args.seconds, args.runs, extra)
-               for b in present]
-    for r in ran:
-        results.append(r)
+    def run(b: Path) -> dict:
+        r = run_target(b, args.work, seeds / b.name.removeprefix("fuzz_"), args.seconds, args.runs, extra)
         verdict = "FINDING" if (r["returncode"] != 0 or r["findings"]) else "clean"
         print(f"run_fuzz: {r['target']}: {verdict}: {r['executions']} executions in {r['seconds']} s "
               f"({r['exec_per_s']} exec/s), corpus {r['corpus_files']} files / {r['corpus_bytes']} bytes, "
               f"coverage {r.get('coverage', 0)}, peak RSS {r['peak_rss_mb']} MB", flush=True)
         if verdict != "clean":
-            print("\n".join(r["findings"]) + "\n" + r.get("log_tail", ""))
+            print("\n".join(r["findings"]) + "\n" + r.get("log_tail", ""), flush=True)
+        return r
+
+    if args.parallel:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, len(present))) as pool:
+            results += list(pool.map(run, present))
+    else:
+        results += [run(b) for b in present]
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     ran = [r for r in results if "skipped" not in r]

@@ -34,13 +34,20 @@ def libfuzzer() -> None:
 
 
 @pytest.fixture(scope="module")
-def fuzz_results(libfuzzer, host_build, tmp_path_factory) -> dict[str, dict]:
-    """One run of every target (build, seeds, SECONDS each), shared by the per-target tests."""
+def mlp_package(export_example) -> Path:
+    pt2, _module, _inputs = export_example("mlp", "embedded")
+    return pt2
+
+
+@pytest.fixture(scope="module")
+def fuzz_results(libfuzzer, host_build, mlp_package, tmp_path_factory) -> dict[str, dict]:
+    """One run of every target (build, seeds, SECONDS each), shared by the per-target tests. The zip target is
+    seeded with a real export too, the ELF scan with the build's test plugin."""
     work = tmp_path_factory.mktemp("fuzz-work")
     out = work / "results.json"
     so = host_build.tests_dir / "link_test_plugin.so"
     proc = subprocess.run([sys.executable, str(RUN_FUZZ), "--seconds", str(SECONDS), "--work", str(work),
-                           "--json", str(out), *(["--so", str(so)] if so.exists() else [])],
+                           "--json", str(out), "--pt2", str(mlp_package), *(["--so", str(so)] if so.exists() else [])],
                           capture_output=True, text=True, timeout=600)
     print(proc.stdout[-8000:])
     assert out.exists(), f"run_fuzz.py wrote no results (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -68,19 +75,13 @@ def test_regression_inputs_are_in_the_seeds(tmp_path):
             assert (tmp_path / target / name).read_bytes() == data
 
 
-@pytest.fixture()
-def mlp(export_example):
-    pt2, _module, _inputs = export_example("mlp", "embedded")
-    return pt2
-
-
 @pytest.mark.parametrize("name", sorted(make_seeds.regressions()["npy"]))
-def test_npy_whose_strides_overflow_is_refused(host_build, mlp, tmp_path, name):
+def test_npy_whose_strides_overflow_is_refused(host_build, mlp_package, tmp_path, name):
     """fuzz_npy found it: a 0 dim kept the element count at 0 while the strides (products of the other dims)
     overflowed int64. aoti-run refuses the input with exit 3, naming the file."""
     bad = tmp_path / name
     bad.write_bytes(make_seeds.regressions()["npy"][name])
-    p = subprocess.run([str(host_build.aoti_run), str(mlp), "-i", str(bad), "-o", str(tmp_path / "o")],
+    p = subprocess.run([str(host_build.aoti_run), str(mlp_package), "-i", str(bad), "-o", str(tmp_path / "o")],
                        capture_output=True, text=True)
     assert p.returncode == 3, p.stderr
     assert name in p.stderr and "overflows int64" in p.stderr
