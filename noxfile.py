@@ -8,6 +8,7 @@
     nox -s gpu                  on the GPU machine only (not a default session)
     nox -s release              the release pipeline (python -m toolchain.release)
     nox -s fuzz                 verify/inspect on 20,000 mutated real plugins (AOTI_FUZZ_CASES)
+    nox -s fuzz_native -- --seconds 600    the runtime's libFuzzer targets (clang), 10 minutes each
 
 The build, e2e, gpu and release sessions run in the current environment (`bash .ci/setup` makes .venv
 with scons, lief, torch): they build C++ and need no package of their own.
@@ -109,3 +110,15 @@ def fuzz(session: nox.Session) -> None:
     """verify/inspect on mutated real plugins: AOTI_FUZZ_CASES (default here 20,000; the test run uses 2,000)."""
     session.env.setdefault("AOTI_FUZZ_CASES", "20000")
     session.run(sys.executable, "-m", "pytest", "tests/integration/test_verify_fuzz.py", "-q", "-s", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False, tags=["fuzz"])
+def fuzz_native(session: nox.Session) -> None:
+    """The runtime's parsers under libFuzzer + ASan + UBSan (runtime/fuzz): build the targets with clang, generate
+    their seeds and run each for a budget. posargs go to runtime/fuzz/run_fuzz.py: --seconds S (default 300
+    here), --runs N, --targets json,npy,elf_scan,zip,contract, --pt2 PKG (a real package as a zip seed), --json
+    OUT. Corpora accumulate in build/cpu-clang-release-fuzz/fuzz-work across runs."""
+    args = list(session.posargs)
+    if not any(a == "--seconds" or a.startswith("--seconds=") for a in args):
+        args = ["--seconds", "300", *args]
+    session.run(sys.executable, str(ROOT / "runtime" / "fuzz" / "run_fuzz.py"), *args)

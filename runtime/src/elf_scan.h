@@ -2,6 +2,7 @@
 // its DT_NEEDED list and the symbols it imports. ELF64 little-endian, read through section headers.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,8 @@ struct ElfImports {
 };
 
 ElfImports scan_elf_imports(const std::string& path);
+// The same scan of an ELF image in memory (a package member, a fuzz input). A non-empty `label` (what the
+// image is: "pkg.pt2:member.so") starts `error`; the path overload leaves it empty, its callers name the file.
+ElfImports scan_elf_imports(const unsigned char* data, size_t size, const std::string& label);
 
 }  // namespace aoti_host

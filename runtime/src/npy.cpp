@@ -340,9 +340,12 @@ NpyArray read_npy(const std::string& path) {
   HeaderParser(path, header).parse(descr, fortran, shape);
   const DtypeInfo& info = dtype_from_descr(path, descr);
 
-  int64_t numel = 1;
+  // The strides below are products of the non-zero dims: bound those too, not only the element count (which
+  // a 0 dim keeps at 0 however large the others are).
+  int64_t numel = 1, span = 1;
   for (int64_t d : shape) {
-    if (mul_overflows(numel, d, &numel)) fail(path, "shape " + shape_repr(shape) + " overflows int64");
+    if (mul_overflows(numel, d, &numel) || mul_overflows(span, std::max<int64_t>(d, 1), &span))
+      fail(path, "shape " + shape_repr(shape) + " overflows int64; re-save the array with numpy.save");
   }
   int64_t nbytes = 0;
   if (mul_overflows(numel, info.size, &nbytes)) fail(path, "shape " + shape_repr(shape) + " overflows int64");

@@ -44,6 +44,10 @@ def add_variables(vars) -> None:
         EnumVariable("export", "what host programs export: shims (the aoti_torch_* shims and the C API, "
                      "through the generated dynamic list) or all (--export-dynamic)", "shims",
                      allowed_values=("shims", "all")),
+        EnumVariable("sanitize", "instrumentation: address (AddressSanitizer + UndefinedBehaviorSanitizer, every "
+                     "UB report fatal; aoti-run and the native tests), fuzzer (libFuzzer + ASan + UBSan, cxx=clang++; "
+                     "builds only the fuzz targets of runtime/fuzz) or none", "none",
+                     allowed_values=("none", "address", "fuzzer")),
         PathVariable("build_dir", "where variant directories go", "build", PathVariable.PathAccept),
         PathVariable("cache_dir", "SCons CacheDir shared between builds and machines (empty: no cache)", "",
                      PathVariable.PathAccept),
@@ -207,7 +211,33 @@ def _variant_name(env, cuda: bool, family: str) -> str:
     parts.append(env["mode"])
     if env["export"] == "all":
         parts.append("exportall")
+    if env["sanitize"] != "none":
+        parts.append(SANITIZE_SUFFIX[env["sanitize"]])
     return "-".join(parts)
+
+
+# The variant-name part of each sanitize= value.
+SANITIZE_SUFFIX = {"address": "asan", "fuzzer": "fuzz"}
+# Every UB report stops the program (exit code and report, like ASan's), so tests can't miss one.
+_UBSAN = ["-fsanitize=undefined", "-fno-sanitize-recover=undefined"]
+
+
+def _sanitize_flags(env, family: str) -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) of the sanitize= option."""
+    choice = env["sanitize"]
+    if choice == "none":
+        return [], []
+    common = ["-fno-omit-frame-pointer"]
+    if choice == "fuzzer":
+        # Objects get the coverage hooks only; the fuzz targets link libFuzzer's main (-fsanitize=fuzzer).
+        return ["-fsanitize=fuzzer-no-link,address", *_UBSAN, *common], ["-fsanitize=address", *_UBSAN]
+    link = ["-fsanitize=address", *_UBSAN]
+    if family == "clang":
+        # clang links its sanitizer runtimes statically into executables only, so libaoti_host.so (linked
+        # with -z defs) would have undefined __asan_* symbols: link the shared runtime into everything.
+        # gcc always uses the shared libasan/libubsan.
+        link.append("-shared-libasan")
+    return ["-fsanitize=address", *_UBSAN, *common], link
 
 
 def configure(env) -> Variant:
@@ -224,8 +254,14 @@ def configure(env) -> Variant:
     if env["stdlib"] == "libc++" and family != "clang":
         _fail(f"stdlib=libc++ needs cxx=clang++ (got cxx={cxx}); install Debian's clang, libc++-dev and "
               "libc++abi-dev")
+    if env["sanitize"] == "fuzzer" and family != "clang":
+        _fail(f"sanitize=fuzzer needs libFuzzer, which only clang has (got cxx={cxx}); pass cxx=clang++ "
+              "(Debian: clang and libclang-rt-dev)")
     nvcc = _resolve_cuda(env)
     cuda = nvcc is not None
+    if cuda and env["sanitize"] != "none":
+        _fail(f"sanitize={env['sanitize']} with cuda: the sanitized variants are CPU-only (ASan's shadow memory "
+              "collides with the CUDA driver's mappings); build them with cuda=off")
     if cuda and env["stdlib"] == "libc++":
         # Measured with nvcc 13.0: crt/host_defines.h stops with "libc++ is not supported on x86 system".
         _fail("cuda=on with stdlib=libc++: nvcc does not support libc++ on x86-64 (its crt/host_defines.h "
@@ -248,6 +284,8 @@ def configure(env) -> Variant:
     env["AOTI_DIST_DIR"] = os.path.join(vdir, "dist")
     env["AOTI_VARIANT"] = name
     env["AOTI_EXPORT"] = env["export"]
+    env["AOTI_SANITIZE"] = env["sanitize"]
+    san_cc, san_link = _sanitize_flags(env, family)
     opt = ["-O0", "-g"] if env["mode"] == "debug" else ["-O2", "-g1"]
     stdlib = ["-stdlib=libc++"] if env["stdlib"] == "libc++" else []
     # The feature defines: every translation unit of the variant gets them, and records them in its object
@@ -261,11 +299,11 @@ def configure(env) -> Variant:
     env.Append(
         CPPDEFINES=[*env["AOTI_FEATURE_DEFINES"].items()] + ([] if env["mode"] == "debug" else ["NDEBUG"]),
         CCFLAGS=["-include", CONFIG_HEADER, '-DAOTI_CONFIG_SOURCE_NAME=\\"$SOURCE\\"', *opt, "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
-                 "-pthread"],
+                 "-pthread", *san_cc],
         CXXFLAGS=["-std=c++17", "-fvisibility-inlines-hidden", *stdlib],
         CFLAGS=["-std=c11"],
-        LINKFLAGS=["-pthread", "-Wl,-z,noexecstack", "-Wl,--as-needed", *stdlib],
-        SHLINKFLAGS=["-pthread", "-Wl,-z,noexecstack", *stdlib],
+        LINKFLAGS=["-pthread", "-Wl,-z,noexecstack", "-Wl,--as-needed", *stdlib, *san_link],
+        SHLINKFLAGS=["-pthread", "-Wl,-z,noexecstack", *stdlib, *san_link],
         LIBS=["dl"],
     )
     # Usage requirements of the runtime: what a program or library that depends on it receives (the
@@ -288,7 +326,8 @@ def configure(env) -> Variant:
 
 HELP_INTRO = """aoti-toolchain: `scons [option=value ...]` builds one variant into build_dir/<variant>/:
   dist/lib/libaoti_host.so, dist/bin/aoti-run, dist/include/, tests/, compile_commands.json.
-  The variant name holds every option that changes the objects (cpu|cuda, compiler, stdlib, mode, export).
+  The variant name holds every option that changes the objects (cpu|cuda, compiler, stdlib, mode, export,
+  sanitize). sanitize=fuzzer builds only the libFuzzer targets, into build_dir/<variant>/fuzz/.
 
 """
 
