@@ -15,12 +15,30 @@ import tomllib
 EXIT_CODES_FILE = Path(__file__).resolve().parent / "spec" / "exit_codes.toml"
 EXIT_CODES_SCHEMA = 1
 
-#: The runtime's aoti_host_status values (runtime/include/aoti_host/c_api.h), by name.
-RUNTIME_STATUSES: dict[str, int] = {
-    "AOTI_HOST_OK": 0, "AOTI_HOST_INVALID_ARGUMENT": 1, "AOTI_HOST_NOT_FOUND": 2, "AOTI_HOST_LOAD_FAILED": 3,
-    "AOTI_HOST_INVALID_PROGRAM": 4, "AOTI_HOST_RUN_FAILED": 5, "AOTI_HOST_NOT_SUPPORTED": 6,
-    "AOTI_HOST_INTERNAL": 7,
-}
+C_API_FILE = EXIT_CODES_FILE.with_name("c_api.toml")
+
+
+def load_runtime_statuses(path: Path = C_API_FILE) -> dict[str, int]:
+    """The runtime's aoti_host_status values by name: the [[status]] rows of the C API spec (c_api.toml).
+
+    Read here with tomllib alone, because the spec loader (toolchain.spec, which validates the whole file)
+    imports this module."""
+    try:
+        rows = tomllib.loads(path.read_text(encoding="utf-8")).get("status")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read: {exc}", fix="restore it (git checkout -- toolchain/spec/c_api.toml)"
+                        ) from None
+    out: dict[str, int] = {}
+    for i, row in enumerate(rows if isinstance(rows, list) else []):
+        name, value = (row.get("name"), row.get("value")) if isinstance(row, dict) else (None, None)
+        if (not isinstance(name, str) or type(value) is not int or name in out
+                or value in out.values()):
+            raise SpecError(f"{path}: status[{i}]: needs a new name (string) and a new value (integer)",
+                            fix="give each [[status]] its own name and value")
+        out[name] = value
+    if not out:
+        raise SpecError(f"{path}: no [[status]] tables", fix="list the aoti_host_status values as [[status]] tables")
+    return out
 
 
 class ToolchainError(Exception):
@@ -65,6 +83,10 @@ class CompareError(ToolchainError):
 
 class ExportError(ToolchainError):
     """torch could not export or compile the module."""
+
+
+#: The runtime's aoti_host_status values (runtime/include/aoti_host/c_api.h, from the C API spec), by name.
+RUNTIME_STATUSES: dict[str, int] = load_runtime_statuses()
 
 
 #: The classes the table may name.

@@ -35,10 +35,13 @@ from typing import Any
 
 from toolchain.atomic import replacing, write_text
 from toolchain.errors import ExportError, InputError, ToolchainError
+from toolchain.spec import load_abi
 
-CONTRACT_ENTRY = "extra/aoti_toolchain_contract.json"
-CONSTANTS_ENTRY = "extra/aoti_toolchain_constants.json"  # blob-mode constant layouts (runtime/src/weights.h)
-CONTRACT_SCHEMA = 1
+_LAYOUT = load_abi().package  # the package's member names and schema versions (toolchain/spec/abi.toml)
+CONTRACT_ENTRY = _LAYOUT.contract_entry
+CONSTANTS_ENTRY = _LAYOUT.constants_entry  # blob-mode constant layouts (runtime/src/weights.h)
+CONTRACT_SCHEMA = _LAYOUT.contract_schema
+PLUGIN_DIR = _LAYOUT.plugin_dir
 WEIGHTS_MODES = ("embedded", "blob")
 
 
@@ -215,7 +218,7 @@ def contract_of(ep: Any, example_inputs: Sequence[Any]) -> dict[str, Any]:
 def _package_prefix(path: Path) -> str:
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
-    prefixes = {n.split("/", 1)[0] for n in names if "/data/aotinductor/" in n}
+    prefixes = {n.split("/", 1)[0] for n in names if PLUGIN_DIR in n}
     if len(prefixes) != 1:
         msg = f"{path}: expected one model directory in the package, found {sorted(prefixes)}"
         raise ExportError(msg)
@@ -273,7 +276,7 @@ def add_constant_layouts(package: Path) -> bool:
     """Records the constant layouts of a blob-mode package (CONSTANTS_ENTRY); False when there are none."""
     prefix = _package_prefix(package)
     with zipfile.ZipFile(package) as zf:
-        wrappers = [n for n in zf.namelist() if n.endswith(".wrapper.cpp") and "/data/aotinductor/" in n]
+        wrappers = [n for n in zf.namelist() if n.endswith(".wrapper.cpp") and PLUGIN_DIR in n]
         blobs = [n for n in zf.namelist() if n.endswith("_weights.blob")]
         if len(wrappers) != 1 or not blobs:
             return False
@@ -282,7 +285,7 @@ def add_constant_layouts(package: Path) -> bool:
         print(f"aoti-toolchain: note: {package.name}: constant layouts not understood; the plugin will load its "
               "weights blob itself", file=sys.stderr)
         return False
-    doc = {"schema": 1, "source": wrappers[0].rsplit("/", 1)[-1], "constants": layouts}
+    doc = {"schema": _LAYOUT.constants_schema, "source": wrappers[0].rsplit("/", 1)[-1], "constants": layouts}
     with zipfile.ZipFile(package, "a", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr(f"{prefix}/{CONSTANTS_ENTRY}", json.dumps(doc, indent=1))
     return True
@@ -321,7 +324,7 @@ def clear_exec_stack(package: Path) -> list[str]:
     from toolchain.elf.reader import PF_X
 
     with zipfile.ZipFile(package) as zf:
-        infos = [i for i in zf.infolist() if "/data/aotinductor/" in i.filename and i.filename.endswith(".so")]
+        infos = [i for i in zf.infolist() if PLUGIN_DIR in i.filename and i.filename.endswith(".so")]
         start_dir = zf.start_dir  # type: ignore[attr-defined]
     fixed = []
     with open(package, "r+b") as f:
@@ -448,8 +451,8 @@ def export(
     return out
 
 
-MANIFEST_NAME = "methods.json"
-MANIFEST_SCHEMA = 1
+MANIFEST_NAME = _LAYOUT.methods_manifest
+MANIFEST_SCHEMA = _LAYOUT.methods_schema
 
 
 def method_as_forward(module: Any, method: str) -> Any:

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "aoti_host/tensor.h"

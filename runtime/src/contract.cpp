@@ -1,7 +1,9 @@
 #include "contract.h"
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
+#include "aoti_host/package_layout.h"
+#include "aoti_host/status.h"
 #include "json.h"
 
 namespace aoti_host {
@@ -67,14 +69,8 @@ std::vector<TensorContract> parse_tensors(const Json* list, const std::string& w
 }  // namespace
 
 int32_t dtype_from_name(const std::string& name) {
-  static const struct {
-    const char* name;
-    int32_t code;
-  } kTable[] = {{"uint8", 0},   {"int8", 1},    {"int16", 2},   {"int32", 3},     {"int64", 4},  {"float16", 5},
-                {"float32", 6}, {"float64", 7}, {"bool", 11},   {"bfloat16", 15}, {"half", 5},   {"float", 6},
-                {"double", 7},  {"long", 4},    {"int", 3}};
   std::string n = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
-  for (const auto& e : kTable)
+  for (const auto& e : dtypes::kNames)  // generated from toolchain/spec/abi.toml
     if (n == e.name) return e.code;
   return -1;
 }
@@ -82,8 +78,10 @@ int32_t dtype_from_name(const std::string& name) {
 Contract parse_contract(const std::string& text, const std::string& where) {
   Json j = Json::parse(text, where);
   if (!j.is_object()) refuse(where + ": the contract is not a JSON object");
-  if (const Json* s = j.get("schema"); s != nullptr && !(s->is_integer() && s->integer() == 1))
-    refuse(where + ": schema is not 1 (written by a newer aoti-toolchain?)");
+  if (const Json* s = j.get("schema");
+      s != nullptr && !(s->is_integer() && s->integer() == package_layout::kContractSchema))
+    refuse(where + ": schema is not " + std::to_string(package_layout::kContractSchema) +
+           " (written by a newer aoti-toolchain?)");
   Contract c;
   c.inputs = parse_tensors(j.get("inputs"), where + ": inputs");
   c.outputs = parse_tensors(j.get("outputs"), where + ": outputs");

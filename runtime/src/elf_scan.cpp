@@ -6,6 +6,7 @@
 
 #include "mapped_file.h"
 #include "aoti_host/error.h"
+#include "aoti_host/providers.h"
 
 namespace aoti_host {
 
@@ -75,9 +76,8 @@ ElfImports scan_elf_imports(const unsigned char* d, size_t n, const std::string&
           if (name.rfind("_ZNSt", 0) == 0 || name.rfind("_ZSt", 0) == 0 || name.rfind("_ZNKSt", 0) == 0)
             ++out.exported_std;
           if (ELF64_ST_BIND(sym.st_info) == STB_GNU_UNIQUE) ++out.exported_unique;
-          if (name == "_ZNSt6locale7classicEv" || name == "__cxa_throw" || name == "__gxx_personality_v0" ||
-              name == "_ZSt4cerr")
-            out.defines_cxx_runtime = true;
+          for (const char* core : providers::kCxxRuntimeCore)  // generated from toolchain/spec/abi.toml
+            if (name == core) out.defines_cxx_runtime = true;
           continue;
         }
         std::string name = str_at(strtab, sym.st_name);

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 
 namespace aoti_host {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/input_file.h"
 

@@ -13,6 +13,7 @@
 #include "aoti_host/error.h"
 #include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
+#include "aoti_host/package_layout.h"
 #include "aoti_host/shims.h"
 #include "constants.h"
 #include "json.h"
@@ -20,7 +21,7 @@
 namespace aoti_host {
 namespace {
 
-constexpr const char* kManifest = "methods.json";
+constexpr const char* kManifest = package_layout::kMethodsManifest;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -3,6 +3,7 @@
 // file name and the numpy call that fixes it, because a silently reinterpreted input is worse than none.
 #include "aoti_host/npy.h"
 
+#include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
 #include "aoti_host/input_file.h"
 
@@ -34,27 +35,26 @@ struct DtypeInfo {
   int size;
 };
 
-// torch ScalarType codes (c10/core/ScalarType.h).
-constexpr DtypeInfo kDtypes[] = {
-    {0, 'u', 1},   // uint8
-    {1, 'i', 1},   // int8
-    {2, 'i', 2},   // int16
-    {3, 'i', 4},   // int32
-    {4, 'i', 8},   // int64
-    {5, 'f', 2},   // float16
-    {6, 'f', 4},   // float32
-    {7, 'f', 8},   // float64
-    {11, 'b', 1},  // bool
-};
+// The dtypes a .npy file may hold: the runtime's dtypes that numpy has (aoti_host/dtypes.h, generated
+// from toolchain/spec/abi.toml).
+const std::vector<DtypeInfo>& npy_dtypes() {
+  static const std::vector<DtypeInfo> table = [] {
+    std::vector<DtypeInfo> out;
+    for (const auto& d : dtypes::kTable)
+      if (d.runtime && d.numpy_kind != 0) out.push_back({d.code, d.numpy_kind, static_cast<int>(d.itemsize)});
+    return out;
+  }();
+  return table;
+}
 
 const DtypeInfo* find_by_code(int32_t code) {
-  for (const auto& d : kDtypes)
+  for (const auto& d : npy_dtypes())
     if (d.code == code) return &d;
   return nullptr;
 }
 
 const DtypeInfo* find_by_kind(char kind, int size) {
-  for (const auto& d : kDtypes)
+  for (const auto& d : npy_dtypes())
     if (d.kind == kind && d.size == size) return &d;
   return nullptr;
 }

@@ -1,28 +1,45 @@
 #include "plugin.h"
 
 #include <dlfcn.h>
+#include <fnmatch.h>
 #include <sys/stat.h>
 
 #include <cstring>
 #include <vector>
 
-#include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
+#include "aoti_host/providers.h"
+#include "aoti_host/status.h"
 #include "elf_scan.h"
 
 namespace aoti_host {
 namespace {
 
-constexpr const char* kCxxRuntime = "libstdc++.so.6";
+using providers::kCxxRuntime;
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-// Symbols the C++ runtime (libstdc++/libsupc++) provides. Whether one is already available is
-// decided by resolving it in the global scope, never by the name alone (libc defines __cxa_atexit).
-bool is_cxx_runtime_symbol(const std::string& s) {
-  return starts_with(s, "_Z") || starts_with(s, "__cxa_") || starts_with(s, "__gxx_") ||
-         starts_with(s, "__dynamic_cast");
+// The library that provides an imported symbol (providers.toml, through the generated providers.h): the first
+// whose patterns match; null for none. Whether the symbol is already available is decided by resolving it in
+// the global scope, never by the name alone (libc defines __cxa_atexit).
+const providers::Provider* provider_of(const std::string& symbol) {
+  for (const auto& p : providers::kProviders)
+    for (const char* const* pat = p.symbol_patterns; *pat != nullptr; ++pat)
+      if (::fnmatch(*pat, symbol.c_str(), 0) == 0) return &p;
+  return nullptr;
+}
+
+bool is_one_of(const std::string& name, const char* const* sonames) {
+  for (const char* const* s = sonames; *s != nullptr; ++s)
+    if (name == *s) return true;
+  return false;
+}
+
+bool lists_any(const ElfImports& imports, const char* const* sonames) {
+  for (const auto& n : imports.needed)
+    if (is_one_of(n, sonames)) return true;
+  return false;
 }
 
 // What a plugin opened RTLD_LOCAL binds against first: the executable, its dependencies and every object
@@ -41,13 +58,7 @@ std::string join(const std::vector<std::string>& v, size_t limit = 8) {
 }
 
 // The upstream `undefined symbol: _ZSt4cerr` case: the plugin uses the C++ runtime without listing it.
-void ensure_cxx_runtime(const std::string& path, const ElfImports& imports) {
-  for (const auto& n : imports.needed)
-    if (n == kCxxRuntime) return;  // its own scope provides it
-  std::vector<std::string> unresolved;
-  for (const auto& s : imports.undefined)
-    if (is_cxx_runtime_symbol(s) && !in_global_scope(s)) unresolved.push_back(s);
-  if (unresolved.empty()) return;
+void ensure_cxx_runtime(const std::string& path, const std::vector<std::string>& unresolved) {
   void* loaded = ::dlopen(kCxxRuntime, RTLD_NOW | RTLD_NOLOAD);
   if (loaded == nullptr && in_global_scope("_ZSt4cerr")) {
     // A C++ runtime linked statically into the host: a shared one beside it would be a second runtime.
@@ -72,6 +83,56 @@ void ensure_cxx_runtime(const std::string& path, const ElfImports& imports) {
   log(LogLevel::Info, "%s: imports %zu C++ runtime symbols (%s) without listing %s: preloaded it RTLD_GLOBAL",
       path.c_str(), unresolved.size(), join(unresolved, 3).c_str(), kCxxRuntime);
   // The handle is kept for the life of the process: plugins bound to it can't be unloaded anyway.
+}
+
+// Whether the plugin's own DT_NEEDED closure could bring a provider: true unless it lists only providers
+// and the C library's parts, so that a library it gets through a dependency (libtorch's OpenMP runtime, say)
+// is never shadowed by a second copy in the global scope.
+bool may_come_through_dependencies(const ElfImports& imports) {
+  static const char* const kLibc[] = {"libc.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
+                                      "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", nullptr};
+  for (const auto& n : imports.needed) {
+    bool known = is_one_of(n, kLibc);
+    for (const auto& p : providers::kProviders) known = known || is_one_of(n, p.sonames);
+    if (!known) return true;
+  }
+  return false;
+}
+
+// The providers with preload = true (providers.toml) whose symbols the plugin imports without listing them
+// and that the global scope lacks: load each RTLD_GLOBAL before the plugin (the `undefined symbol: _ZSt4cerr`
+// and `cudaFree` failures). The C++ runtime is required (ensure_cxx_runtime); another provider is preloaded
+// only when the plugin's dependencies can't bring it, and one that does not load is left to dlopen's message.
+void preload_providers(const std::string& path, const ElfImports& imports) {
+  constexpr size_t kCount = sizeof providers::kProviders / sizeof providers::kProviders[0];
+  std::vector<std::string> unresolved[kCount];
+  for (const auto& s : imports.undefined) {
+    const providers::Provider* p = provider_of(s);
+    if (p != nullptr && p->preload && !in_global_scope(s)) unresolved[p - providers::kProviders].push_back(s);
+  }
+  for (size_t i = 0; i < kCount; ++i) {
+    const providers::Provider& p = providers::kProviders[i];
+    if (unresolved[i].empty() || lists_any(imports, p.sonames)) continue;  // its own scope provides it
+    if (p.cxx_runtime) {
+      ensure_cxx_runtime(path, unresolved[i]);
+      continue;
+    }
+    if (may_come_through_dependencies(imports)) continue;
+    const char* why = nullptr;
+    for (const char* const* soname = p.sonames; *soname != nullptr; ++soname) {
+      if (::dlopen(*soname, RTLD_NOW | RTLD_GLOBAL) != nullptr) {  // kept for the life of the process
+        log(LogLevel::Info, "%s: imports %zu %s symbols (%s) without listing %s: preloaded it RTLD_GLOBAL",
+            path.c_str(), unresolved[i].size(), p.name, join(unresolved[i], 3).c_str(), *soname);
+        why = nullptr;
+        break;
+      }
+      why = ::dlerror();
+    }
+    if (why != nullptr)
+      log(LogLevel::Warning, "%s: imports %zu %s symbols (%s) without listing it, and preloading it failed (%s). "
+          "fix: install %s or aoti-toolchain patch --add-needed %s %s", path.c_str(), unresolved[i].size(), p.name,
+          join(unresolved[i], 3).c_str(), why, p.name, p.sonames[0], path.c_str());
+  }
 }
 
 // FACTS (measured on the H200, GPU run 4): a plugin that carries its own C++ runtime AND exports it splits in
@@ -133,7 +194,7 @@ std::shared_ptr<Plugin> open_plugin(const std::string& load_path, const std::str
                     "archive with --whole-archive and export the shims",
                 AOTI_HOST_LOAD_FAILED);
   }
-  ensure_cxx_runtime(path, imports);
+  preload_providers(path, imports);
   bind_exported_cxx_runtime(path, imports);
 
   auto plugin = std::make_shared<Plugin>();

@@ -17,7 +17,7 @@
 #include <map>
 #include <mutex>
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "sha256.h"

@@ -13,6 +13,7 @@
 #include "aoti_host/error.h"
 #include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
+#include "aoti_host/package_layout.h"
 #include "aoti_host/tensor.h"
 #include "constants.h"
 #include "contract.h"
@@ -29,7 +30,7 @@
 namespace aoti_host {
 namespace {
 
-constexpr const char* kContractEntry = "extra/aoti_toolchain_contract.json";
+constexpr const char* kContractEntry = package_layout::kContractEntry;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -115,7 +116,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   if (zip) {
     std::vector<const ZipEntry*> sos, cubins;
     for (const auto& e : zip->entries()) {
-      if (e.name.find("/data/aotinductor/") == std::string::npos) continue;
+      if (e.name.find(package_layout::kPluginDir) == std::string::npos) continue;
       if (ends_with(e.name, ".so")) sos.push_back(&e);
       if (ends_with(e.name, "_weights.blob")) blob = &e;
       if (ends_with(e.name, ".cubin")) cubins.push_back(&e);

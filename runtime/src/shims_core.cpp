@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "aoti_host/shims.h"
@@ -108,36 +109,8 @@ void copy_any(Tensor& dst, const Tensor& src) {
 
 extern "C" {
 
-// ---- constants (torch's c10 codes) ----
-AOTI_HOST_API int32_t aoti_torch_device_type_cpu(void) { return 0; }
-AOTI_HOST_API int32_t aoti_torch_device_type_cuda(void) { return 1; }
-AOTI_HOST_API int32_t aoti_torch_device_type_meta(void) { return 14; }
-AOTI_HOST_API int32_t aoti_torch_device_type_xpu(void) { return 12; }
-AOTI_HOST_API int32_t aoti_torch_device_type_mps(void) { return 13; }
-AOTI_HOST_API int32_t aoti_torch_device_type_privateuse1(void) { return 20; }
-
-AOTI_HOST_API int32_t aoti_torch_dtype_float8_e5m2(void) { return 23; }
-AOTI_HOST_API int32_t aoti_torch_dtype_float8_e4m3fn(void) { return 24; }
-AOTI_HOST_API int32_t aoti_torch_dtype_float8_e5m2fnuz(void) { return 25; }
-AOTI_HOST_API int32_t aoti_torch_dtype_float8_e4m3fnuz(void) { return 26; }
-AOTI_HOST_API int32_t aoti_torch_dtype_float8_e8m0fnu(void) { return 44; }
-AOTI_HOST_API int32_t aoti_torch_dtype_float4_e2m1fn_x2(void) { return 45; }
-AOTI_HOST_API int32_t aoti_torch_dtype_bfloat16(void) { return 15; }
-AOTI_HOST_API int32_t aoti_torch_dtype_float16(void) { return 5; }
-AOTI_HOST_API int32_t aoti_torch_dtype_float32(void) { return 6; }
-AOTI_HOST_API int32_t aoti_torch_dtype_float64(void) { return 7; }
-AOTI_HOST_API int32_t aoti_torch_dtype_uint8(void) { return 0; }
-AOTI_HOST_API int32_t aoti_torch_dtype_uint16(void) { return 27; }
-AOTI_HOST_API int32_t aoti_torch_dtype_uint32(void) { return 28; }
-AOTI_HOST_API int32_t aoti_torch_dtype_uint64(void) { return 29; }
-AOTI_HOST_API int32_t aoti_torch_dtype_int8(void) { return 1; }
-AOTI_HOST_API int32_t aoti_torch_dtype_int16(void) { return 2; }
-AOTI_HOST_API int32_t aoti_torch_dtype_int32(void) { return 3; }
-AOTI_HOST_API int32_t aoti_torch_dtype_int64(void) { return 4; }
-AOTI_HOST_API int32_t aoti_torch_dtype_bool(void) { return 11; }
-AOTI_HOST_API int32_t aoti_torch_dtype_complex32(void) { return 8; }
-AOTI_HOST_API int32_t aoti_torch_dtype_complex64(void) { return 9; }
-AOTI_HOST_API int32_t aoti_torch_dtype_complex128(void) { return 10; }
+// ---- constants (torch's c10 codes) and aoti_torch_scalar_to_tensor_<dtype>: generated from the spec ----
+#include "aoti_host/shims_constants.inc"
 
 // Unknown codes give 0 (the C signature has no error channel) and record why.
 AOTI_HOST_API size_t aoti_torch_dtype_element_size(int32_t dtype) {
@@ -149,45 +122,31 @@ AOTI_HOST_API size_t aoti_torch_dtype_element_size(int32_t dtype) {
   }
 }
 
-AOTI_HOST_API int32_t aoti_torch_layout_strided(void) { return 0; }
-AOTI_HOST_API int32_t aoti_torch_layout_sparse_coo(void) { return 1; }
-AOTI_HOST_API int32_t aoti_torch_layout_sparse_csr(void) { return 2; }
-AOTI_HOST_API int32_t aoti_torch_layout__mkldnn(void) { return 3; }
-AOTI_HOST_API int32_t aoti_torch_layout_sparse_csc(void) { return 4; }
-AOTI_HOST_API int32_t aoti_torch_layout_sparse_bsr(void) { return 5; }
-AOTI_HOST_API int32_t aoti_torch_layout_sparse_bsc(void) { return 6; }
-AOTI_HOST_API int32_t aoti_torch_layout_jagged(void) { return 7; }
-
-AOTI_HOST_API int32_t aoti_torch_memory_format_contiguous_format(void) { return 0; }
-AOTI_HOST_API int32_t aoti_torch_memory_format_preserve_format(void) { return 1; }
-AOTI_HOST_API int32_t aoti_torch_memory_format_channels_last(void) { return 2; }
-AOTI_HOST_API int32_t aoti_torch_memory_format_channels_last_3d(void) { return 3; }
-
 // ---- grad mode: the runtime never records autograd; the flag is kept for plugins that toggle it ----
 AOTI_HOST_API bool aoti_torch_grad_mode_is_enabled(void) { return t_grad_mode; }
 AOTI_HOST_API void aoti_torch_grad_mode_set_enabled(bool enabled) { t_grad_mode = enabled; }
 
 // ---- scalars ----
 AOTI_HOST_API AOTITorchError aoti_torch_item_float32(AtenTensorHandle tensor, float* ret_value) {
-  return item("aoti_torch_item_float32", tensor, ret_value, 6);
+  return item("aoti_torch_item_float32", tensor, ret_value, aoti_host::dtypes::kFloat32);
 }
 AOTI_HOST_API AOTITorchError aoti_torch_item_float64(AtenTensorHandle tensor, double* ret_value) {
-  return item("aoti_torch_item_float64", tensor, ret_value, 7);
+  return item("aoti_torch_item_float64", tensor, ret_value, aoti_host::dtypes::kFloat64);
 }
 AOTI_HOST_API AOTITorchError aoti_torch_item_uint8(AtenTensorHandle tensor, uint8_t* ret_value) {
-  return item("aoti_torch_item_uint8", tensor, ret_value, 0);
+  return item("aoti_torch_item_uint8", tensor, ret_value, aoti_host::dtypes::kUint8);
 }
 AOTI_HOST_API AOTITorchError aoti_torch_item_int8(AtenTensorHandle tensor, int8_t* ret_value) {
-  return item("aoti_torch_item_int8", tensor, ret_value, 1);
+  return item("aoti_torch_item_int8", tensor, ret_value, aoti_host::dtypes::kInt8);
 }
 AOTI_HOST_API AOTITorchError aoti_torch_item_int16(AtenTensorHandle tensor, int16_t* ret_value) {
-  return item("aoti_torch_item_int16", tensor, ret_value, 2);
+  return item("aoti_torch_item_int16", tensor, ret_value, aoti_host::dtypes::kInt16);
 }
 AOTI_HOST_API AOTITorchError aoti_torch_item_int32(AtenTensorHandle tensor, int32_t* ret_value) {
-  return item("aoti_torch_item_int32", tensor, ret_value, 3);
+  return item("aoti_torch_item_int32", tensor, ret_value, aoti_host::dtypes::kInt32);
 }
 AOTI_HOST_API AOTITorchError aoti_torch_item_int64(AtenTensorHandle tensor, int64_t* ret_value) {
-  return item("aoti_torch_item_int64", tensor, ret_value, 4);
+  return item("aoti_torch_item_int64", tensor, ret_value, aoti_host::dtypes::kInt64);
 }
 AOTI_HOST_API AOTITorchError aoti_torch_item_bool(AtenTensorHandle tensor, bool* ret_value) {
   if (ret_value == nullptr) {
@@ -195,44 +154,9 @@ AOTI_HOST_API AOTITorchError aoti_torch_item_bool(AtenTensorHandle tensor, bool*
     return AOTI_TORCH_FAILURE;
   }
   uint8_t v = 0;
-  const AOTITorchError rc = item("aoti_torch_item_bool", tensor, &v, 11);
+  const AOTITorchError rc = item("aoti_torch_item_bool", tensor, &v, aoti_host::dtypes::kBool);
   if (rc == AOTI_TORCH_SUCCESS) *ret_value = v != 0;
   return rc;
-}
-
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_float32(float value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_float32", value, 6, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_float64(double value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_float64", value, 7, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_uint8(uint8_t value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_uint8", value, 0, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_uint16(uint16_t value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_uint16", value, 27, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_uint32(uint32_t value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_uint32", value, 28, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_uint64(uint64_t value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_uint64", value, 29, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_int8(int8_t value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_int8", value, 1, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_int16(int16_t value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_int16", value, 2, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_int32(int32_t value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_int32", value, 3, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_int64(int64_t value, AtenTensorHandle* ret_new_tensor) {
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_int64", value, 4, ret_new_tensor);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_scalar_to_tensor_bool(bool value, AtenTensorHandle* ret_new_tensor) {
-  const uint8_t v = value ? 1 : 0;
-  return scalar_to_tensor("aoti_torch_scalar_to_tensor_bool", v, 11, ret_new_tensor);
 }
 
 // ---- lifetime ----
@@ -251,7 +175,7 @@ AOTI_HOST_API AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_
 // float32 tensor with no storage, which assign_tensors replaces wholesale.
 AOTI_HOST_API AOTITorchError aoti_torch_new_uninitialized_tensor(AtenTensorHandle* ret) {
   return guarded("aoti_torch_new_uninitialized_tensor", [&] {
-    *out_arg(ret, "ret") = to_handle(Tensor::from_blob(nullptr, 6, {0}, {1}, 0, 0, 0));
+    *out_arg(ret, "ret") = to_handle(Tensor::from_blob(nullptr, aoti_host::dtypes::kFloat32, {0}, {1}, 0, 0, 0));
   });
 }
 

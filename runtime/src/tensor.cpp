@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
 #if CUDA_AVAILABLE
 #include "aoti_host/cuda/cuda.h"
@@ -14,44 +15,9 @@ namespace aoti_host {
 
 namespace {
 
-struct DtypeInfo {
-  int32_t code;
-  const char* name;
-  size_t size;
-  bool supported;
-};
+using DtypeInfo = dtypes::Info;  // the generated table (toolchain/spec/abi.toml)
 
-// c10::ScalarType order; element sizes as torch's elementSize().
-constexpr DtypeInfo kDtypes[] = {
-    {0, "uint8", 1, true},           {1, "int8", 1, true},
-    {2, "int16", 2, true},           {3, "int32", 4, true},
-    {4, "int64", 8, true},           {5, "float16", 2, true},
-    {6, "float32", 4, true},         {7, "float64", 8, true},
-    {8, "complex32", 4, false},      {9, "complex64", 8, false},
-    {10, "complex128", 16, false},   {11, "bool", 1, true},
-    {12, "qint8", 1, false},         {13, "quint8", 1, false},
-    {14, "qint32", 4, false},        {15, "bfloat16", 2, true},
-    {16, "quint4x2", 1, false},      {17, "quint2x4", 1, false},
-    {18, "bits1x8", 1, false},       {19, "bits2x4", 1, false},
-    {20, "bits4x2", 1, false},       {21, "bits8", 1, false},
-    {22, "bits16", 2, false},        {23, "float8_e5m2", 1, false},
-    {24, "float8_e4m3fn", 1, false}, {25, "float8_e5m2fnuz", 1, false},
-    {26, "float8_e4m3fnuz", 1, false}, {27, "uint16", 2, false},
-    {28, "uint32", 4, false},        {29, "uint64", 8, false},
-    {30, "uint1", 1, false},         {31, "uint2", 1, false},
-    {32, "uint3", 1, false},         {33, "uint4", 1, false},
-    {34, "uint5", 1, false},         {35, "uint6", 1, false},
-    {36, "uint7", 1, false},         {37, "int1", 1, false},
-    {38, "int2", 1, false},          {39, "int3", 1, false},
-    {40, "int4", 1, false},          {41, "int5", 1, false},
-    {42, "int6", 1, false},          {43, "int7", 1, false},
-    {44, "float8_e8m0fnu", 1, false}, {45, "float4_e2m1fn_x2", 1, false},
-};
-
-const DtypeInfo* find_dtype(int32_t code) {
-  if (code < 0 || code >= static_cast<int32_t>(sizeof(kDtypes) / sizeof(kDtypes[0]))) return nullptr;
-  return &kDtypes[code];
-}
+const DtypeInfo* find_dtype(int32_t code) { return dtypes::find(code); }
 
 thread_local char t_unknown_name[32];
 
@@ -103,7 +69,7 @@ std::string list_str(const std::vector<int64_t>& v) {
 size_t element_size(int32_t dtype) {
   const DtypeInfo* info = find_dtype(dtype);
   if (info == nullptr) throw Error("unknown dtype code " + std::to_string(dtype));
-  return info->size;
+  return info->itemsize;
 }
 
 const char* dtype_name(int32_t dtype) {
@@ -115,7 +81,7 @@ const char* dtype_name(int32_t dtype) {
 
 bool dtype_is_supported(int32_t dtype) {
   const DtypeInfo* info = find_dtype(dtype);
-  return info != nullptr && info->supported;
+  return info != nullptr && info->runtime;
 }
 
 const char* device_type_name(int32_t device_type) {

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "contract.h"
@@ -64,8 +64,10 @@ std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, cons
   Json j = Json::parse(text, what);
   if (!j.is_object()) throw Error(what + ": the constant layouts are not a JSON object", AOTI_HOST_INVALID_PROGRAM);
   const Json* schema = j.get("schema");
-  if (schema == nullptr || !schema->is_integer() || schema->integer() != 1)
-    throw Error(what + ": schema is missing or not 1 (written by a newer aoti-toolchain?)", AOTI_HOST_INVALID_PROGRAM);
+  if (schema == nullptr || !schema->is_integer() || schema->integer() != package_layout::kConstantsSchema)
+    throw Error(what + ": schema is missing or not " + std::to_string(package_layout::kConstantsSchema) +
+                    " (written by a newer aoti-toolchain?)",
+                AOTI_HOST_INVALID_PROGRAM);
   const Json* list = j.get("constants");
   if (list == nullptr || !list->is_array()) throw Error(what + ": constants is missing or not a list", AOTI_HOST_INVALID_PROGRAM);
   std::vector<ConstantLayout> out;

@@ -22,12 +22,13 @@
 #include <vector>
 
 #include "aoti_host/entry_points.h"
+#include "aoti_host/package_layout.h"
 #include "aoti_host/tensor.h"
 #include "plugin.h"
 
 namespace aoti_host {
 
-constexpr const char* kConstantsEntry = "extra/aoti_toolchain_constants.json";
+constexpr const char* kConstantsEntry = package_layout::kConstantsEntry;
 
 struct ConstantLayout {
   std::string name;  // the internal name (GetConstantName)

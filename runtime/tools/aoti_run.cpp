@@ -6,6 +6,7 @@
 // Exit codes come from the project's one exit-code table (toolchain/spec/exit_codes.toml, generated into
 // aoti_host/exit_codes.h), which aoti-toolchain reads too: a failure gets the same code from both CLIs.
 #include "aoti_host/c_api.h"
+#include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
 #include "aoti_host/exit_codes.h"
 #include "aoti_host/input_file.h"
@@ -245,22 +246,8 @@ std::string join(const std::string& dir, const std::string& name) {
 }
 
 const char* dtype_name(int32_t code) {
-  switch (code) {
-    case 0: return "uint8";
-    case 1: return "int8";
-    case 2: return "int16";
-    case 3: return "int32";
-    case 4: return "int64";
-    case 5: return "float16";
-    case 6: return "float32";
-    case 7: return "float64";
-    case 8: return "complex32";
-    case 9: return "complex64";
-    case 10: return "complex128";
-    case 11: return "bool";
-    case 15: return "bfloat16";
-    default: return nullptr;
-  }
+  const aoti_host::dtypes::Info* info = aoti_host::dtypes::find(code);  // generated from the spec
+  return info != nullptr ? info->name : nullptr;
 }
 
 std::string dtype_label(int32_t code) {
@@ -377,9 +364,9 @@ void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool 
   const std::string name = "output_" + std::to_string(k);
   const std::string path = join(outdir, name + ".npy");
   try {
-    if (dtype == 15) {
+    if (dtype == aoti_host::dtypes::kBfloat16) {
       const std::vector<float> wide = bf16_to_f32(data, sizes, strides);
-      aoti_host::write_npy(path, 6, sizes, {}, wide.data());
+      aoti_host::write_npy(path, aoti_host::dtypes::kFloat32, sizes, {}, wide.data());
       std::fprintf(stderr,
                    "aoti-run: note: %s is bfloat16, which .npy cannot hold; wrote it as float32 "
                    "(exact; convert back with torch.from_numpy(a).bfloat16())\n",

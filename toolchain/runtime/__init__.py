@@ -32,36 +32,20 @@ import numpy as np
 
 from toolchain.errors import InputError, LoadError, RunError, error_for_status
 from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, default_library
+from toolchain.runtime import _abi
+from toolchain.spec import load_abi
 
 _Self = TypeVar("_Self", bound="_Owned")
 
-# torch ScalarType codes <-> numpy dtypes
-_TO_CODE: dict[np.dtype[Any], int] = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
-            np.dtype(np.int64): 4, np.dtype(np.float16): 5, np.dtype(np.float32): 6, np.dtype(np.float64): 7,
-            np.dtype(np.bool_): 11}
+# torch ScalarType codes <-> numpy dtypes (toolchain/spec/abi.toml: the runtime's dtypes that numpy has)
+_TO_CODE: dict[np.dtype[Any], int] = {np.dtype(d.numpy): d.code for d in load_abi().dtypes if d.runtime and d.numpy}
 _FROM_CODE: dict[int, np.dtype[Any]] = {v: k for k, v in _TO_CODE.items()}
 
-
-class _View(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("sizes", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("device_type", ctypes.c_int32), ("device_index", ctypes.c_int32)]
-
-
-class _Spec(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("sizes", ctypes.POINTER(ctypes.c_int64)), ("min_sizes", ctypes.POINTER(ctypes.c_int64)),
-                ("max_sizes", ctypes.POINTER(ctypes.c_int64))]
-
-
-class _Options(ctypes.Structure):
-    _fields_ = [("weights_path", ctypes.c_char_p), ("device", ctypes.c_char_p), ("num_models", ctypes.c_size_t),
-                ("no_weight_sharing", ctypes.c_int32)]
-
-
-class _WeightStats(ctypes.Structure):
-    _fields_ = [("constants", ctypes.c_size_t), ("shared", ctypes.c_size_t), ("shared_bytes", ctypes.c_size_t),
-                ("mismatched", ctypes.c_size_t), ("host_copy_bytes", ctypes.c_size_t)]
+# The C API's structs, generated from toolchain/spec/c_api.toml (_abi.py)
+_View = _abi.TensorView
+_Spec = _abi.TensorSpec
+_Options = _abi.LoadOptions
+_WeightStats = _abi.WeightStats
 
 
 @dataclass(frozen=True)
@@ -85,42 +69,7 @@ class Library:
             msg = f"{self.path}: cannot load the host runtime library: {exc}"
             raise LoadError(msg) from exc
         self.lib = lib
-        vp, sz, i32, i64p = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)
-        lib.aoti_host_last_error.restype = ctypes.c_char_p
-        lib.aoti_host_version.restype = ctypes.c_char_p
-        lib.aoti_host_program_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(vp)]
-        lib.aoti_host_program_free.argtypes = [vp]
-        lib.aoti_host_program_free.restype = None
-        for fn in ("aoti_host_program_num_inputs", "aoti_host_program_num_outputs"):
-            getattr(lib, fn).argtypes = [vp, ctypes.POINTER(sz)]
-        lib.aoti_host_program_has_contract.argtypes = [vp, ctypes.POINTER(ctypes.c_bool)]
-        for fn in ("aoti_host_program_input_spec", "aoti_host_program_output_spec"):
-            getattr(lib, fn).argtypes = [vp, sz, ctypes.POINTER(_Spec)]
-        lib.aoti_host_program_run.argtypes = [vp, ctypes.POINTER(_View), sz, ctypes.POINTER(vp), sz]
-        lib.aoti_host_program_num_methods.argtypes = [vp, ctypes.POINTER(sz)]
-        lib.aoti_host_program_method_name.argtypes = [vp, sz, ctypes.POINTER(ctypes.c_char_p)]
-        lib.aoti_host_program_find_method.argtypes = [vp, ctypes.c_char_p, ctypes.POINTER(sz)]
-        for fn in ("aoti_host_program_method_num_inputs", "aoti_host_program_method_num_outputs"):
-            getattr(lib, fn).argtypes = [vp, sz, ctypes.POINTER(sz)]
-        lib.aoti_host_program_run_method.argtypes = [vp, sz, vp, ctypes.POINTER(_View), sz, ctypes.POINTER(vp), sz]
-        lib.aoti_host_program_weight_stats.argtypes = [vp, ctypes.POINTER(_WeightStats)]
-        lib.aoti_host_program_num_state_tensors.argtypes = [vp, ctypes.POINTER(sz)]
-        lib.aoti_host_session_create.argtypes = [vp, ctypes.POINTER(vp)]
-        lib.aoti_host_session_clone.argtypes = [vp, ctypes.POINTER(vp)]
-        lib.aoti_host_session_reset.argtypes = [vp]
-        lib.aoti_host_session_free.argtypes = [vp]
-        lib.aoti_host_session_free.restype = None
-        lib.aoti_host_program_set_strict.argtypes = [vp, ctypes.c_bool]
-        lib.aoti_host_program_set_input_layout.argtypes = [vp, sz, sz, ctypes.POINTER(ctypes.c_int64), i32]
-        lib.aoti_torch_get_data_ptr.argtypes = [vp, ctypes.POINTER(vp)]
-        lib.aoti_torch_get_dtype.argtypes = [vp, ctypes.POINTER(i32)]
-        lib.aoti_torch_get_dim.argtypes = [vp, ctypes.POINTER(ctypes.c_int64)]
-        lib.aoti_torch_get_sizes.argtypes = [vp, ctypes.POINTER(i64p)]
-        lib.aoti_torch_get_strides.argtypes = [vp, ctypes.POINTER(i64p)]
-        lib.aoti_torch_delete_tensor_object.argtypes = [vp]
-        from toolchain.runtime import cuda as _cuda  # ctypes only; cuda-python is imported when used
-
-        _cuda.bind(lib)
+        _abi.bind(lib)  # every C API function and the shims read here, typed from the spec
 
     @property
     def version(self) -> str:

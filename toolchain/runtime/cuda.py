@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from toolchain.errors import InputError, LoadError, RunError
+from toolchain.runtime import _abi
+from toolchain.spec import load_abi
 
-CUDA_DEVICE_TYPE = 1
+CUDA_DEVICE_TYPE = load_abi().constants["device_type"]["cuda"]  # torch's code (toolchain/spec/abi.toml)
 
 
 def _cudart() -> Any:
@@ -57,11 +59,7 @@ def synchronize() -> None:
     _check(_cudart().cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
-class _Stats(ctypes.Structure):
-    _fields_ = [("graph_captures", ctypes.c_uint64), ("graph_replays", ctypes.c_uint64),
-                ("eager_runs", ctypes.c_uint64), ("graphs_disabled_reason", ctypes.c_char_p),
-                ("weight_upload_bytes", ctypes.c_uint64), ("weight_stage_seconds", ctypes.c_double),
-                ("weight_upload_seconds", ctypes.c_double), ("weight_load_seconds", ctypes.c_double)]
+_Stats = _abi.CudaStats  # aoti_host_cuda_stats, generated from toolchain/spec/c_api.toml
 
 
 @dataclass(frozen=True)
@@ -74,18 +72,6 @@ class CudaStats:
     weight_stage_seconds: float
     weight_upload_seconds: float
     weight_load_seconds: float
-
-
-def bind(lib: ctypes.CDLL) -> None:
-    """Argument types of the CUDA entry points of libaoti_host.so (present in CPU builds too)."""
-    vp = ctypes.c_void_p
-    lib.aoti_host_program_set_cuda_graphs.argtypes = [vp, ctypes.c_bool]
-    lib.aoti_host_program_cuda_stats.argtypes = [vp, ctypes.POINTER(_Stats)]
-    lib.aoti_host_program_cuda_stream.argtypes = [vp, ctypes.POINTER(vp)]
-    lib.aoti_host_program_synchronize.argtypes = [vp]
-    lib.aoti_host_tensor_to_cpu.argtypes = [vp, ctypes.POINTER(vp)]
-    lib.aoti_torch_get_device_type.argtypes = [vp, ctypes.POINTER(ctypes.c_int32)]
-    lib.aoti_torch_get_device_index.argtypes = [vp, ctypes.POINTER(ctypes.c_int32)]
 
 
 def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:

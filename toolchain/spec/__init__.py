@@ -1,7 +1,9 @@
-"""The spec: the AOTI C ABI as data (entry points, shims, providers) and its loader.
+"""The spec: the AOTI C ABI as data (entry points, shims, providers, ABI facts, the C API) and its loaders.
 
 Everything that lists shims or entry points (headers, linker lists, link tests, the verifier)
-is generated from the three TOML files next to this module. A malformed spec is rejected with a
+is generated from the TOML files next to this module: entry_points.toml, shims.toml and providers.toml
+(``load_spec``), abi.toml (dtypes, constant codes, package member names, C++-runtime symbols: ``load_abi``)
+and c_api.toml (the host runtime's C API: ``load_c_api``). A malformed spec is rejected with a
 ``SpecError`` naming the file, the key and the reason, plus how to fix it.
 """
 
@@ -22,6 +24,8 @@ SCHEMA_VERSION = 1
 ENTRY_POINTS_FILE = "entry_points.toml"
 SHIMS_FILE = "shims.toml"
 PROVIDERS_FILE = "providers.toml"
+ABI_FILE = "abi.toml"
+C_API_FILE = "c_api.toml"
 GROUPS: tuple[str, ...] = ("core", "cpu", "cuda")
 HEADERS: tuple[str, ...] = ("shim.h", "generated/c_shim_cpu.h", "generated/c_shim_cuda.h")
 # Zero-argument int32_t getters whose value the host chooses once (torch's enum values).
@@ -83,6 +87,7 @@ class Provider:
     sonames: tuple[str, ...]
     symbol_patterns: tuple[str, ...]
     preload: bool
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -164,11 +169,12 @@ def _error(path: Path, key: str, reason: str, fix: str) -> SpecError:
     return SpecError(f"{path}: {key}: {reason}", fix=fix)
 
 
-_KIND_NAMES = {str: "a string", bool: "a boolean (true/false)", list: "an array of strings"}
+_KIND_NAMES = {str: "a string", bool: "a boolean (true/false)", list: "an array of strings",
+               int: "an integer"}
 
 
 def _check_value(path: Path, key: str, value: object, kind: type) -> None:
-    ok = isinstance(value, kind)
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
     if ok and kind is list:
         ok = all(isinstance(v, str) for v in value)  # type: ignore[attr-defined]
     if not ok:
@@ -193,8 +199,9 @@ def _check_keys(path: Path, where: str, table: dict[str, Any], fields: dict[str,
         _check_value(path, key, table[k], kind)
 
 
-def _read(path: Path, array: str, extra_top: dict[str, tuple[type, bool]]) -> tuple[
-        dict[str, Any], list[dict[str, Any]]]:
+def _read(path: Path, array: str, extra_top: dict[str, tuple[type, bool]], tables: tuple[str, ...] = ()
+          ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The file's top level: schema, `extra_top` keys, the [[array]], and `tables` (checked by the caller)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -213,9 +220,10 @@ def _read(path: Path, array: str, extra_top: dict[str, tuple[type, bool]]) -> tu
                      f"write the file for schema {SCHEMA_VERSION} or upgrade aoti-toolchain")
     fields: dict[str, tuple[type, bool]] = {"schema": (int, True), **extra_top, array: (list, True)}
     for k in data:
-        if k not in fields:
-            raise _error(path, k, f"unknown key {k!r}{_did_you_mean(k, fields)}",
-                         f"remove it or correct the spelling; allowed top-level keys: {', '.join(fields)}")
+        if k not in fields and k not in tables:
+            allowed = [*fields, *tables]
+            raise _error(path, k, f"unknown key {k!r}{_did_you_mean(k, allowed)}",
+                         f"remove it or correct the spelling; allowed top-level keys: {', '.join(allowed)}")
     for k, (kind, _required) in extra_top.items():
         if k not in data:
             raise _error(path, k, "missing required key", f"add {k} = [...] at the top of the file")
@@ -330,8 +338,204 @@ def _load_providers(path: Path) -> tuple[Provider, ...]:
         sonames = (row["soname"],) if "soname" in row else tuple(row["sonames"])
         if not sonames or not all(sonames):
             raise _error(path, f"{where}.sonames", "empty soname list", "list at least one soname")
-        out.append(Provider(row["name"], sonames, tuple(row["symbol_patterns"]), row["preload"]))
+        out.append(Provider(row["name"], sonames, tuple(row["symbol_patterns"]), row["preload"],
+                            row.get("note", "")))
     return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# abi.toml: dtypes, constant codes, package member names, C++-runtime symbols
+
+
+@dataclass(frozen=True)
+class Dtype:
+    name: str
+    code: int
+    itemsize: int
+    runtime: bool  # the host runtime computes with it (contracts may name it)
+    numpy: str  # numpy's dtype string ("<f4"), "" when numpy has none
+    aliases: tuple[str, ...]
+
+    @property
+    def numpy_kind(self) -> str:
+        """numpy's kind character ('f', 'i', 'u', 'b', 'c'), "" when numpy has no such dtype."""
+        return self.numpy[1] if self.numpy else ""
+
+
+@dataclass(frozen=True)
+class PackageLayout:
+    contract_entry: str
+    contract_schema: int
+    constants_entry: str
+    constants_schema: int
+    plugin_dir: str
+    methods_manifest: str
+    methods_schema: int
+
+
+#: The getter families whose values abi.toml holds, by their table there (dtypes come from [[dtype]]).
+CONSTANT_TABLES: dict[str, str] = {
+    "aoti_torch_device_type_": "device_type", "aoti_torch_layout_": "layout",
+    "aoti_torch_memory_format_": "memory_format",
+}
+
+
+@dataclass(frozen=True)
+class Abi:
+    dtypes: tuple[Dtype, ...]  # in code order, dense from 0
+    constants: dict[str, dict[str, int]]  # table ("device_type", ...) -> {name: code}
+    package: PackageLayout
+    cxx_runtime_core: tuple[str, ...]
+    source: Path
+
+    def dtype(self, name: str) -> Dtype | None:
+        """The dtype called `name` or one of its aliases ("torch." prefix allowed); None if none is."""
+        n = name.removeprefix("torch.")
+        return next((d for d in self.dtypes if n == d.name or n in d.aliases), None)
+
+    def dtype_names(self) -> dict[str, Dtype]:
+        """Every name a contract may use (names and aliases of the runtime's dtypes) -> its dtype."""
+        out: dict[str, Dtype] = {}
+        for d in self.dtypes:
+            if d.runtime:
+                out[d.name] = d
+                out.update(dict.fromkeys(d.aliases, d))
+        return out
+
+    def constant_value(self, getter: str) -> int | None:
+        """What the zero-argument getter `getter` (aoti_torch_dtype_float32, ...) returns; None if unknown."""
+        if getter.startswith("aoti_torch_dtype_"):
+            d = next((d for d in self.dtypes if d.name == getter.removeprefix("aoti_torch_dtype_")), None)
+            return None if d is None else d.code
+        for prefix, table in CONSTANT_TABLES.items():
+            if getter.startswith(prefix):
+                return self.constants[table].get(getter.removeprefix(prefix))
+        return None
+
+
+_DTYPE_FIELDS: dict[str, tuple[type, bool]] = {
+    "name": (str, True), "code": (int, True), "itemsize": (int, True), "runtime": (bool, True),
+    "numpy": (str, True), "aliases": (list, True),
+}
+_PACKAGE_FIELDS: dict[str, tuple[type, bool]] = {
+    "contract_entry": (str, True), "contract_schema": (int, True), "constants_entry": (str, True),
+    "constants_schema": (int, True), "plugin_dir": (str, True), "methods_manifest": (str, True),
+    "methods_schema": (int, True),
+}
+_NUMPY_RE = re.compile(r"^[<|][biufc]\d{1,2}$")
+_C_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def _table(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
+    t = data.get(key)
+    if not isinstance(t, dict):
+        raise _error(path, key, f"missing [{key}] table", f"add a [{key}] table (see the file's header)")
+    return t
+
+
+def load_abi(path: Path | None = None) -> Abi:
+    """Read and validate abi.toml (default: the packaged one)."""
+    path = SPEC_DIR / ABI_FILE if path is None else Path(path)
+    data, rows = _read(path, "dtype", {}, ("device_type", "layout", "memory_format", "package", "cxx_runtime"))
+    dtypes: list[Dtype] = []
+    names: set[str] = set()
+    for i, row in enumerate(rows):
+        where = _where("dtype", i, row)
+        _check_keys(path, where, row, _DTYPE_FIELDS)
+        d = Dtype(row["name"], row["code"], row["itemsize"], row["runtime"], row["numpy"], tuple(row["aliases"]))
+        if d.code != i:
+            raise _error(path, f"{where}.code", f"code {d.code} at position {i}: codes must run 0, 1, 2, ... in order",
+                         "keep the [[dtype]] tables sorted by code, one per code")
+        for n in (d.name, *d.aliases):
+            if not _C_NAME_RE.match(n) or n in names:
+                raise _error(path, f"{where}", f"name or alias {n!r} is not a lower_case identifier or is taken",
+                             "give each dtype its own names")
+            names.add(n)
+        if d.itemsize not in (1, 2, 4, 8, 16):
+            raise _error(path, f"{where}.itemsize", f"{d.itemsize} is not 1, 2, 4, 8 or 16", "give torch's elementSize()")
+        if d.numpy and (not _NUMPY_RE.match(d.numpy) or int(d.numpy[2:]) != d.itemsize):
+            raise _error(path, f"{where}.numpy", f"{d.numpy!r} is not a little-endian numpy dtype string of "
+                         f"{d.itemsize} bytes", "write it as numpy.dtype(...).str gives it ('<f4', '|u1'), or \"\"")
+        dtypes.append(d)
+    constants: dict[str, dict[str, int]] = {}
+    for key in ("device_type", "layout", "memory_format"):
+        table = _table(path, data, key)
+        for name, value in table.items():
+            _check_value(path, f"{key}.{name}", value, int)
+        constants[key] = dict(table)
+    pkg = _table(path, data, "package")
+    _check_keys(path, "package", pkg, _PACKAGE_FIELDS)
+    cxx = _table(path, data, "cxx_runtime")
+    _check_keys(path, "cxx_runtime", cxx, {"core_symbols": (list, True)})
+    if not cxx["core_symbols"]:
+        raise _error(path, "cxx_runtime.core_symbols", "empty list", "list the symbols only a C++ runtime defines")
+    return Abi(tuple(dtypes), constants, PackageLayout(**pkg), tuple(cxx["core_symbols"]), path)
+
+
+# ---------------------------------------------------------------------------------------------
+# c_api.toml: the host runtime's C API
+
+
+@dataclass(frozen=True)
+class Status:
+    name: str
+    value: int
+    meaning: str
+
+
+@dataclass(frozen=True)
+class CStruct:
+    name: str
+    fields: tuple[Param, ...]
+
+
+@dataclass(frozen=True)
+class CApi:
+    statuses: tuple[Status, ...]
+    structs: tuple[CStruct, ...]
+    functions: tuple[Function, ...]
+    shims: tuple[str, ...]  # exported aoti_torch_* shims the ctypes module binds too
+    source: Path
+
+
+def load_c_api(path: Path | None = None) -> CApi:
+    """Read and validate c_api.toml (default: the packaged one)."""
+    path = SPEC_DIR / C_API_FILE if path is None else Path(path)
+    data, rows = _read(path, "function", {"shims": (list, True)}, ("status", "struct"))
+    for key in ("status", "struct"):
+        if not isinstance(data.get(key), list) or not all(isinstance(r, dict) for r in data[key]):
+            raise _error(path, key, f"missing or malformed [[{key}]] tables", f"add one [[{key}]] table per {key}")
+    statuses: list[Status] = []
+    for i, row in enumerate(data["status"]):
+        where = _where("status", i, row)
+        _check_keys(path, where, row, {"name": (str, True), "value": (int, True), "meaning": (str, True)})
+        st = Status(row["name"], row["value"], row["meaning"])
+        if not re.fullmatch(r"AOTI_HOST_[A-Z_]+", st.name) or any(st.name == o.name or st.value == o.value
+                                                                    for o in statuses):
+            raise _error(path, where, f"{st.name!r} = {st.value}: not AOTI_HOST_<NAME>, or a duplicate name/value",
+                         "give each status its own AOTI_HOST_ name and value")
+        statuses.append(st)
+    if not statuses or statuses[0].value != 0:
+        raise _error(path, "status", "the first status must be the success value 0", "start with AOTI_HOST_OK = 0")
+    structs: list[CStruct] = []
+    for i, row in enumerate(data["struct"]):
+        where = _where("struct", i, row)
+        _check_keys(path, where, row, {"name": (str, True), "fields": (list, True)})
+        fields: list[Param] = []
+        for k, text in enumerate(row["fields"]):
+            m = _PARAM_RE.match(text)
+            if m is None:
+                raise _error(path, f"{where}.fields[{k}]", f"cannot parse {text!r} as 'TYPE NAME'",
+                             "write each field as in c_api.h, one per entry")
+            fields.append(Param(normalise_type(m["type"]), m["name"]))
+        structs.append(CStruct(row["name"], tuple(fields)))
+    seen: set[str] = set()
+    functions: list[Function] = []
+    for i, row in enumerate(rows):
+        where = _where("function", i, row)
+        _check_keys(path, where, row, {"name": (str, True), "prototype": (str, True)})
+        functions.append(_function(path, where, row, seen))
+    return CApi(tuple(statuses), tuple(structs), tuple(functions), tuple(data["shims"]), path)
 
 
 def spec_files(directory: Path | None = None) -> tuple[Path, ...]:
@@ -351,7 +555,8 @@ def load_spec(directory: Path | None = None) -> Spec:
 
 
 __all__ = [
-    "CONSTANT_PREFIXES", "GROUPS", "HEADERS", "SCHEMA_VERSION", "SPEC_DIR", "EntryPoint", "Function",
+    "ABI_FILE", "CONSTANT_PREFIXES", "CONSTANT_TABLES", "C_API_FILE", "Abi", "CApi", "CStruct", "Dtype",
+    "PackageLayout", "Status", "load_abi", "load_c_api", "GROUPS", "HEADERS", "SCHEMA_VERSION", "SPEC_DIR", "EntryPoint", "Function",
     "Param", "Provider", "Shim", "Spec", "SpecError", "load_spec", "normalise_type", "parse_prototype",
     "spec_files",
 ]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from toolchain.elf.reader import ElfFile, Symbol
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
-from toolchain.spec import Provider, Spec
+from toolchain.spec import Provider, Spec, load_abi
 from toolchain.verify.profiles import Profile, parse_version, vstr
 from toolchain.verify.report import FileResult
 
@@ -283,7 +283,7 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
 
 
 # Defined only by a C++ runtime itself, never by template instantiation in user code.
-_CXX_RUNTIME_CORE = ("_ZSt4cerr", "__cxa_throw", "_ZNSt6locale7classicEv", "__gxx_personality_v0")
+_CXX_RUNTIME_CORE = load_abi().cxx_runtime_core  # toolchain/spec/abi.toml, as elf_scan.cpp
 
 
 def _two_runtimes(elf: ElfFile, res: FileResult, global_scope: list[Loaded], has_host: bool) -> None:
@@ -315,12 +315,7 @@ def _ref(sym: Symbol) -> str:
 
 
 def _provider_hint(p: Provider) -> str:
-    if p.name == "cudart":
-        return ("; CUDA plugins built with link_libtorch=False import cuda* unversioned without listing "
-                "libcudart (nvcc links cudart statically unless -cudart shared)")
-    if p.name == "sleef":
-        return "; vectorised CPU kernels (cpp.vec_isa_ok=True) call Sleef (Debian: libsleef3)"
-    return ""
+    return f"; {p.note}" if p.note else ""  # the provider's note in toolchain/spec/providers.toml
 
 
 def _find_provider(p: Provider, elf: ElfFile, path: str, r: Resolver) -> tuple[str, str | None]:

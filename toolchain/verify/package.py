@@ -17,19 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.pt2 import Package, PackageError
+from toolchain.spec import load_abi
 
-CONTRACT_ENTRY = "extra/aoti_toolchain_contract.json"
-CONSTANTS_ENTRY = "extra/aoti_toolchain_constants.json"
-PLUGIN_DIR = "/data/aotinductor/"
+_ABI = load_abi()  # member names, schema versions and dtypes: toolchain/spec/abi.toml
+CONTRACT_ENTRY = _ABI.package.contract_entry
+CONSTANTS_ENTRY = _ABI.package.constants_entry
+PLUGIN_DIR = _ABI.package.plugin_dir
 MAX_INT = 1 << 62  # largest size, bound, stride, offset or data_size accepted (contract.h kMaxContractInt)
 MAX_RANK = 64  # contract.h kMaxContractRank
 MAX_DEPTH = 64  # json.h Json::kMaxDepth: nested arrays/objects
 
 # contract.cpp dtype_from_name -> (code, item size); "torch." prefixes are dropped first.
-DTYPES: dict[str, tuple[int, int]] = {
-    "uint8": (0, 1), "int8": (1, 1), "int16": (2, 2), "int32": (3, 4), "int64": (4, 8), "float16": (5, 2),
-    "float32": (6, 4), "float64": (7, 8), "bool": (11, 1), "bfloat16": (15, 2), "half": (5, 2), "float": (6, 4),
-    "double": (7, 8), "long": (4, 8), "int": (3, 4)}
+DTYPES: dict[str, tuple[int, int]] = {n: (d.code, d.itemsize) for n, d in _ABI.dtype_names().items()}
 
 
 class PackageJsonError(ValueError):
@@ -174,8 +173,9 @@ def check_contract(data: bytes, where: str) -> tuple[int, int]:
     if not isinstance(doc, dict):
         msg = f"{where}: the contract is not a JSON object"
         raise PackageJsonError(msg)
-    if "schema" in doc and not (type(doc["schema"]) is int and doc["schema"] == 1):
-        msg = f"{where}: schema is not 1 (written by a newer aoti-toolchain?)"
+    schema = _ABI.package.contract_schema
+    if "schema" in doc and not (type(doc["schema"]) is int and doc["schema"] == schema):
+        msg = f"{where}: schema is not {schema} (written by a newer aoti-toolchain?)"
         raise PackageJsonError(msg)
     return _tensors(doc.get("inputs"), f"{where}: inputs"), _tensors(doc.get("outputs"), f"{where}: outputs")
 
@@ -207,8 +207,9 @@ def check_constant_layouts(data: bytes, where: str, blob_size: int) -> int:
     if not isinstance(doc, dict):
         msg = f"{where}: the constant layouts are not a JSON object"
         raise PackageJsonError(msg)
-    if not (type(doc.get("schema")) is int and doc["schema"] == 1):
-        msg = f"{where}: schema is missing or not 1 (written by a newer aoti-toolchain?)"
+    schema = _ABI.package.constants_schema
+    if not (type(doc.get("schema")) is int and doc["schema"] == schema):
+        msg = f"{where}: schema is missing or not {schema} (written by a newer aoti-toolchain?)"
         raise PackageJsonError(msg)
     lst = doc.get("constants")
     if not isinstance(lst, list):

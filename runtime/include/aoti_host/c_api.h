@@ -2,7 +2,9 @@
  * inputs against its contract, run it. Every call returns an aoti_host_status; on failure
  * aoti_host_last_error() gives the message (thread-local, valid until the next call on the thread).
  * Outputs are AtenTensorHandles owned by the caller: read them with the exported aoti_torch_get_*
- * shims and free them with aoti_torch_delete_tensor_object. */
+ * shims and free them with aoti_torch_delete_tensor_object. The structs and prototypes here are also
+ * data in toolchain/spec/c_api.toml, from which the ctypes module toolchain/runtime/_abi.py is generated;
+ * tests/unit/test_c_api_spec.py fails when the two disagree. */
 #pragma once
 
 #include <stdbool.h>
@@ -10,23 +12,13 @@
 #include <stdint.h>
 
 #include "aoti_host/export.h"
+#include "aoti_host/status.h" /* aoti_host_status: generated from toolchain/spec/c_api.toml */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 struct AtenTensorOpaque;
-
-typedef enum aoti_host_status {
-  AOTI_HOST_OK = 0,
-  AOTI_HOST_INVALID_ARGUMENT = 1, /* bad input: wrong count, dtype, rank, size; null pointers */
-  AOTI_HOST_NOT_FOUND = 2,        /* a file that does not exist or a package without a plugin */
-  AOTI_HOST_LOAD_FAILED = 3,      /* the plugin does not load: the loader's message, missing shims */
-  AOTI_HOST_INVALID_PROGRAM = 4,  /* the plugin or package is malformed or misbehaves */
-  AOTI_HOST_RUN_FAILED = 5,       /* the plugin's Run returned an error */
-  AOTI_HOST_NOT_SUPPORTED = 6,
-  AOTI_HOST_INTERNAL = 7
-} aoti_host_status;
 
 typedef struct aoti_host_program aoti_host_program;
 

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "aoti_host/status.h"
+
 namespace aoti_host {
 
 void set_last_error(std::string message);
@@ -13,10 +15,10 @@ void clear_last_error();
 const std::string& last_error();
 
 // Thrown inside the runtime; converted to a C error code at the ABI (never crosses it).
-// `status` is the aoti_host_status (c_api.h) the C API returns for it.
+// `status` is the aoti_host_status the C API returns for it.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message, int status = 7 /* AOTI_HOST_INTERNAL */)
+  explicit Error(const std::string& message, int status = AOTI_HOST_INTERNAL)
       : std::runtime_error(message), status_(status) {}
   int status() const { return status_; }
 

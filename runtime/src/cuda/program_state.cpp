@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "arena.h"
