@@ -23,7 +23,7 @@ ENTRY_POINTS_FILE = "entry_points.toml"
 SHIMS_FILE = "shims.toml"
 PROVIDERS_FILE = "providers.toml"
 GROUPS: tuple[str, ...] = ("core", "cpu", "cuda")
-HEADERS: tuple[str, ...] = ("shim.h", "generated/c_shim_cpu.h", "generated/c_shim_cuda.h")
+HEADERS: tuple[str, ...] = ("shim.h", "generated/c_shim_cpu.h", "generated/c_shim_cuda.h", "c/shim_cpu.h")
 # Zero-argument int32_t getters whose value the host chooses once (torch's enum values).
 CONSTANT_PREFIXES: tuple[str, ...] = (
     "aoti_torch_dtype_",
