@@ -367,11 +367,13 @@ def test_index_put(ops, dtype, layout, accumulate):
     i0 = torch.tensor([0, 2, 4, 2]) if accumulate else torch.tensor([0, 2, 4, 1])
     i2 = torch.tensor([1, 0, 2, 2])
     mask = torch.tensor([True, False, True, True, False])
+    mask2d = torch.rand(5, 4, generator=g) > 0.5
     cases = [
         ([i0], data(g, (4, 4, 3), dtype)),               # leading index
         ([None, torch.tensor([3, 1])], data(g, (3,), dtype)),  # a middle index, values broadcast
         ([i0, None, i2], data(g, (4, 4), dtype)),         # non-adjacent: broadcast dims first
         ([mask], data(g, (1, 3), dtype)),                 # a boolean mask
+        ([mask2d], data(g, (3,), dtype)),                 # a 2-d boolean mask covering two dimensions
         ([i0[:, None], torch.tensor([0, 3])], data(g, (4, 2, 3), dtype)),  # broadcast index shapes
     ]
     rtol, atol = TOL.get(dtype, (0, 0))

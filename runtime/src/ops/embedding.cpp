@@ -74,7 +74,7 @@ void embedding_bag(const Tensor& weight, const Tensor& indices, const Tensor& of
   const bool counted = mode == 1 || mode == 2 || !forward_only;
   std::unique_ptr<Tensor> bag_size(new_contiguous(offsets.dtype(), counted ? Shape{bags} : offsets.sizes()));
   std::unique_ptr<Tensor> max_indices(new_contiguous(indices.dtype(), mode == 2 ? Shape{bags, dim} : bag_size->sizes()));
-  for (Tensor* t : {bag_size.get(), max_indices.get()}) {
+  for (Tensor* t : {offset2bag.get(), bag_size.get(), max_indices.get()}) {  // entries no bag reaches stay 0
     if (t->numel() > 0) std::memset(t->data_ptr(), 0, static_cast<size_t>(t->numel()) * t->itemsize());
   }
   // Accumulation: double for float32/float64 (exact enough to match float's order), float for 16-bit.

@@ -292,7 +292,7 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_
       std::unique_ptr<Tensor> nz(nonzero(*t));
       const int64_t k = nz->sizes()[0];
       for (int64_t d = 0; d < t->dim(); ++d) {
-        owned.emplace_back(nz->alias({k}, {t->dim()}, nz->storage_offset() + d));
+        owned.emplace_back(nz->alias({k}, {nz->strides()[0]}, nz->storage_offset() + d * nz->strides()[1]));
         idx.push_back(owned.back().get());
       }
       owned.push_back(std::move(nz));
