@@ -27,7 +27,7 @@ PROVIDERS_FILE = "providers.toml"
 ABI_FILE = "abi.toml"
 C_API_FILE = "c_api.toml"
 GROUPS: tuple[str, ...] = ("core", "cpu", "cuda")
-HEADERS: tuple[str, ...] = ("shim.h", "generated/c_shim_cpu.h", "generated/c_shim_cuda.h")
+HEADERS: tuple[str, ...] = ("shim.h", "generated/c_shim_cpu.h", "generated/c_shim_cuda.h", "c/shim_cpu.h")
 # Zero-argument int32_t getters whose value the host chooses once (torch's enum values).
 CONSTANT_PREFIXES: tuple[str, ...] = (
     "aoti_torch_dtype_",

@@ -1,0 +1,293 @@
+#include "op_util.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace aoti_host {
+namespace ops {
+
+using namespace dtype_code;
+
+namespace {
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float f32_from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <typename T>
+T rd(const void* base, int64_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(base) + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+template <typename T>
+void wr(void* base, int64_t i, T v) {
+  std::memcpy(static_cast<char*>(base) + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+}
+
+[[noreturn]] void bad_dtype(int32_t dt) {
+  throw Error(std::string("cannot compute on dtype ") + dtype_name(dt) +
+              " (supported: float16, bfloat16, float32, float64, uint8, int8, int16, int32, int64, bool)");
+}
+
+}  // namespace
+
+// IEEE half <-> float, round-to-nearest-even (the FP16 library's branch-free algorithm, as c10 uses).
+float half_to_float(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const float normalized = f32_from_bits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float denormalized = f32_from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
+  const uint32_t bits = two_w < (1u << 27) ? f32_bits(denormalized) : f32_bits(normalized);
+  return f32_from_bits(sign | bits);
+}
+uint16_t float_to_half(float f) {
+  float base = (std::abs(f) * 0x1.0p+112f) * 0x1.0p-110f;
+  const uint32_t w = f32_bits(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = f32_from_bits((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = f32_bits(base);
+  const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+  const uint32_t mantissa_bits = bits & 0x00000FFFu;
+  const uint32_t nonsign = exp_bits + mantissa_bits;
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+float bf16_to_float(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
+uint16_t float_to_bf16(float f) {
+  const uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  const uint32_t rounding_bias = ((u >> 16) & 1u) + 0x7fffu;
+  return static_cast<uint16_t>((u + rounding_bias) >> 16);
+}
+
+bool is_floating(int32_t dt) { return dt == kFloat16 || dt == kBFloat16 || dt == kFloat32 || dt == kFloat64; }
+bool is_integral(int32_t dt) { return dt == kUInt8 || dt == kInt8 || dt == kInt16 || dt == kInt32 || dt == kInt64; }
+
+void check_compute_dtype(int32_t dt, const char* arg) {
+  if (!is_floating(dt) && !is_integral(dt) && dt != kBool) {
+    throw Error(std::string(arg) + " has dtype " + dtype_name(dt) +
+                ", which these CPU kernels do not compute on (supported: float16, bfloat16, float32, float64, "
+                "uint8, int8, int16, int32, int64, bool)");
+  }
+}
+
+double load_f(const void* base, int32_t dt, int64_t i) {
+  switch (dt) {
+    case kUInt8: return rd<uint8_t>(base, i);
+    case kInt8: return rd<int8_t>(base, i);
+    case kInt16: return rd<int16_t>(base, i);
+    case kInt32: return rd<int32_t>(base, i);
+    case kInt64: return static_cast<double>(rd<int64_t>(base, i));
+    case kBool: return rd<uint8_t>(base, i) != 0 ? 1.0 : 0.0;
+    case kFloat16: return half_to_float(rd<uint16_t>(base, i));
+    case kBFloat16: return bf16_to_float(rd<uint16_t>(base, i));
+    case kFloat32: return rd<float>(base, i);
+    case kFloat64: return rd<double>(base, i);
+    default: bad_dtype(dt);
+  }
+}
+
+int64_t load_i(const void* base, int32_t dt, int64_t i) {
+  switch (dt) {
+    case kUInt8: return rd<uint8_t>(base, i);
+    case kInt8: return rd<int8_t>(base, i);
+    case kInt16: return rd<int16_t>(base, i);
+    case kInt32: return rd<int32_t>(base, i);
+    case kInt64: return rd<int64_t>(base, i);
+    case kBool: return rd<uint8_t>(base, i) != 0 ? 1 : 0;
+    default: return static_cast<int64_t>(load_f(base, dt, i));
+  }
+}
+
+void store_f(void* base, int32_t dt, int64_t i, double v) {
+  switch (dt) {
+    case kFloat16: wr<uint16_t>(base, i, float_to_half(static_cast<float>(v))); return;
+    case kBFloat16: wr<uint16_t>(base, i, float_to_bf16(static_cast<float>(v))); return;
+    case kFloat32: wr<float>(base, i, static_cast<float>(v)); return;
+    case kFloat64: wr<double>(base, i, v); return;
+    case kBool: wr<uint8_t>(base, i, v != 0.0 ? 1 : 0); return;
+    default: store_i(base, dt, i, static_cast<int64_t>(v)); return;
+  }
+}
+
+void store_i(void* base, int32_t dt, int64_t i, int64_t v) {
+  switch (dt) {
+    case kUInt8: wr<uint8_t>(base, i, static_cast<uint8_t>(v)); return;
+    case kInt8: wr<int8_t>(base, i, static_cast<int8_t>(v)); return;
+    case kInt16: wr<int16_t>(base, i, static_cast<int16_t>(v)); return;
+    case kInt32: wr<int32_t>(base, i, static_cast<int32_t>(v)); return;
+    case kInt64: wr<int64_t>(base, i, v); return;
+    case kBool: wr<uint8_t>(base, i, v != 0 ? 1 : 0); return;
+    case kFloat16:
+    case kBFloat16:
+    case kFloat32:
+    case kFloat64: store_f(base, dt, i, static_cast<double>(v)); return;
+    default: bad_dtype(dt);
+  }
+}
+
+double round_to(int32_t dt, double v) {
+  switch (dt) {
+    case kFloat16: return half_to_float(float_to_half(static_cast<float>(v)));
+    case kBFloat16: return bf16_to_float(float_to_bf16(static_cast<float>(v)));
+    case kFloat32: return static_cast<float>(v);
+    default: return v;
+  }
+}
+
+int64_t offset_of(int64_t linear, const Shape& sizes, const Shape& strides) {
+  int64_t off = 0;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    const int64_t s = sizes[d];
+    off += (linear % s) * strides[d];
+    linear /= s;
+  }
+  return off;
+}
+
+int64_t numel_of(const Shape& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+std::vector<double> to_doubles(const Tensor& t) {
+  const int64_t n = t.numel();
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = load_f(t.data_ptr(), t.dtype(), offset_of(i, t.sizes(), t.strides()));
+  return v;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what) {
+  const int64_t n = ndim == 0 ? 1 : ndim;
+  if (dim < -n || dim >= n) {
+    throw Error(std::string(what) + " " + std::to_string(dim) + " is out of range for a tensor of " +
+                std::to_string(ndim) + " dimension(s) (expected [" + std::to_string(-n) + ", " +
+                std::to_string(n - 1) + "])");
+  }
+  return dim < 0 ? dim + n : dim;
+}
+
+bool non_overlapping_and_dense(const Shape& sizes, const Shape& strides) {
+  const size_t n = sizes.size();
+  if (n == 0) return true;
+  if (n == 1) return sizes[0] < 2 || strides[0] == 1;
+  std::vector<size_t> perm(n);
+  for (size_t i = 0; i < n; ++i) perm[i] = i;
+  std::sort(perm.begin(), perm.end(), [&](size_t a, size_t b) {
+    if (sizes[a] < 2) return false;
+    if (sizes[b] < 2) return true;
+    return strides[a] < strides[b];
+  });
+  int64_t require = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (sizes[perm[i]] < 2) return true;
+    if (strides[perm[i]] != require) return false;
+    require *= sizes[perm[i]];
+  }
+  return true;
+}
+
+Shape infer_dense_strides(const Shape& sizes, const Shape& strides) {
+  const size_t n = sizes.size();
+  std::vector<size_t> perm(n);
+  for (size_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  auto should_swap = [&](size_t d0, size_t d1) {
+    const int64_t s0 = strides[d0], s1 = strides[d1];
+    if (s0 == 0 || s1 == 0) return 0;
+    if (s0 < s1) return -1;
+    if (s0 > s1) return 1;
+    return sizes[d0] > sizes[d1] ? 1 : 0;
+  };
+  for (size_t i = 1; i < n; ++i) {
+    size_t dim1 = i;
+    for (size_t j = 1; j <= i; ++j) {
+      const size_t dim0 = i - j;
+      const int c = should_swap(perm[dim0], perm[dim1]);
+      if (c > 0) {
+        std::swap(perm[dim0], perm[dim1]);
+        dim1 = dim0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  Shape out(n);
+  int64_t cur = 1;
+  for (size_t i = 0; i < n; ++i) {
+    out[perm[i]] = cur;
+    if (sizes[perm[i]] > 1) cur *= sizes[perm[i]];
+  }
+  return out;
+}
+
+Shape empty_like_strides(const Tensor& t) {
+  if (non_overlapping_and_dense(t.sizes(), t.strides())) return t.strides();
+  return infer_dense_strides(t.sizes(), t.strides());
+}
+
+Tensor* new_contiguous(int32_t dtype, const Shape& sizes) {
+  return Tensor::empty_strided(dtype, sizes, Tensor::contiguous_strides(sizes));
+}
+
+Tensor* new_strided(int32_t dtype, const Shape& sizes, const Shape& strides) {
+  return Tensor::empty_strided(dtype, sizes, strides);
+}
+
+void check_cpu(const Tensor& t, const char* arg) {
+  if (t.device_type() != device_code::kCPU) {
+    throw Error(std::string(arg) + " is on " + device_type_name(t.device_type()) +
+                "; this fallback runs on the CPU only");
+  }
+}
+
+void check_dtype(const Tensor& t, int32_t dt, const char* arg) {
+  if (t.dtype() != dt) {
+    throw Error(std::string(arg) + " has dtype " + dtype_name(t.dtype()) + ", expected " + dtype_name(dt));
+  }
+}
+
+void check_same_sizes(const Tensor& a, const Tensor& b, const char* an, const char* bn) {
+  if (a.sizes() != b.sizes()) {
+    throw Error(std::string(an) + " has sizes " + str(a.sizes()) + " but " + bn + " has sizes " + str(b.sizes()));
+  }
+}
+
+void for_each_line(const Shape& sizes, int64_t dim, const std::vector<const Shape*>& strides,
+                   const std::function<void(const std::vector<int64_t>&)>& f) {
+  const size_t nd = sizes.size();
+  Shape outer;  // sizes without dim
+  for (size_t d = 0; d < nd; ++d) {
+    if (static_cast<int64_t>(d) != dim) outer.push_back(sizes[d]);
+  }
+  const int64_t lines = numel_of(outer);
+  if (nd > 0 && sizes[dim] == 0) return;
+  std::vector<int64_t> base(strides.size());
+  for (int64_t l = 0; l < lines; ++l) {
+    int64_t rem = l;
+    std::fill(base.begin(), base.end(), 0);
+    for (size_t d = nd; d-- > 0;) {
+      if (static_cast<int64_t>(d) == dim) continue;
+      const int64_t i = rem % sizes[d];
+      rem /= sizes[d];
+      for (size_t k = 0; k < strides.size(); ++k) base[k] += i * (*strides[k])[d];
+    }
+    f(base);
+  }
+}
+
+std::string str(const Shape& v) { return list_str(v); }
+
+}  // namespace ops
+}  // namespace aoti_host

@@ -1,0 +1,74 @@
+// The CPU kernels behind the aoti_torch_cpu_* fallbacks of runtime/src/shims_cpu_ops.cpp. Each follows
+// the ATen op of the same name: same results (within floating-point accumulation order), same output
+// dtypes and the output strides ATen's CPU kernel gives, since plugins reinterpret returned tensors with
+// the strides recorded at compile time. Functions returning Tensor* return new owning tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "aoti_host/tensor.h"
+
+namespace aoti_host {
+namespace ops {
+
+// sort.cpp
+void sort(const Tensor& self, bool stable, int64_t dim, bool descending, Tensor** values, Tensor** indices);
+void topk(const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted, Tensor** values, Tensor** indices);
+
+// scan.cpp. dtype: the optional output dtype (null: ATen's default, int64 for integral/bool input).
+Tensor* cumsum(const Tensor& self, int64_t dim, const int32_t* dtype);
+Tensor* cumprod(const Tensor& self, int64_t dim, const int32_t* dtype);
+void cummax(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
+void cummin(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
+
+// search.cpp
+Tensor* searchsorted(const Tensor& sorted_sequence, const Tensor* self, double scalar, bool out_int32, bool right,
+                     const char* side, const Tensor* sorter);
+Tensor* bucketize(const Tensor& self, const Tensor& boundaries, bool out_int32, bool right);
+Tensor* histc(const Tensor& self, int64_t bins, double min, double max);
+Tensor* repeat_interleave(const Tensor& repeats, const int64_t* output_size);
+Tensor* nonzero(const Tensor& self);
+Tensor* masked_select(const Tensor& self, const Tensor& mask);
+
+// embedding.cpp: aten::_embedding_bag (forward_only false) and _embedding_bag_forward_only; returns
+// output, offset2bag, bag_size, max_indices.
+void embedding_bag(const Tensor& weight, const Tensor& indices, const Tensor& offsets, int64_t mode,
+                   const Tensor* per_sample_weights, bool include_last_offset, int64_t padding_idx, bool forward_only,
+                   Tensor** out);
+
+// scatter.cpp
+void scatter_src(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+void scatter_value(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, double value);
+void scatter_reduce(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                    const std::string& reduce, bool include_self);
+// indices: one optional tensor per leading dimension of self (null: that dimension is taken whole).
+Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices, const Tensor& values,
+                  bool accumulate);
+Tensor* index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
+                     const std::string& reduce, bool include_self);
+
+// pool.cpp
+void max_pool2d_with_indices(const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                             const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode,
+                             Tensor** out, Tensor** indices);
+void adaptive_max_pool2d(const Tensor& self, const std::vector<int64_t>& output_size, Tensor** out, Tensor** indices);
+Tensor* adaptive_avg_pool2d(const Tensor& self, const std::vector<int64_t>& output_size);
+// nd = 2 or 3.
+Tensor* avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                 const std::vector<int64_t>& padding, bool ceil_mode, bool count_include_pad,
+                 const int64_t* divisor_override);
+
+// rnn.cpp: aten::mkldnn_rnn_layer (one direction of one LSTM layer); returns output, hy, cy, workspace.
+void mkldnn_rnn_layer(const Tensor& input, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                      const Tensor& b_hh, const Tensor& hx, const Tensor& cx, bool reverse,
+                      const std::vector<int64_t>& batch_sizes, int64_t mode, int64_t hidden_size, int64_t num_layers,
+                      bool has_biases, bool bidirectional, bool batch_first, bool train, Tensor** out);
+
+// quant.cpp
+Tensor* weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales);
+void int_mm(Tensor& out, const Tensor& self, const Tensor& mat2);
+
+}  // namespace ops
+}  // namespace aoti_host

@@ -1,0 +1,520 @@
+"""The runtime's CPU fallbacks for sorting, scans, lookups, embedding bags, scatter/index updates, pooling,
+the LSTM layer and int8 products (runtime/src/shims_cpu_ops.cpp) against torch eager, through the C ABI.
+
+Operands are strided views (transposed, stepped with a storage offset, channels-last) handed over with
+aoti_torch_create_tensor_from_blob, as a plugin would. Every returned tensor is compared with ATen's
+result in values, dtype, sizes and strides: plugins reinterpret fallback outputs with the strides torch
+had at compile time."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_cpu_fallbacks import I64P, Runtime, _strided
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+H = ctypes.c_void_p
+PH = ctypes.POINTER(H)
+T, OT, R = "tensor", "optional tensor", "return"
+I32, I64, F64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_double
+OI32 = ctypes.POINTER(ctypes.c_int32)
+OI64 = ctypes.POINTER(ctypes.c_int64)
+
+# Shim name -> argument kinds, in prototype order (torch 2.13's generated/c_shim_cpu.h).
+SIGS = {
+    "sort": [T, I64, I32, R, R],
+    "sort_stable": [T, OI32, I64, I32, R, R],
+    "topk": [T, I64, I64, I32, I32, R, R],
+    "cumsum": [T, I64, OI32, R],
+    "cumprod": [T, I64, OI32, R],
+    "cummax": [T, I64, R, R],
+    "cummin": [T, I64, R, R],
+    "searchsorted_Tensor": [T, T, I32, I32, ctypes.POINTER(ctypes.c_char_p), OT, R],
+    "searchsorted_Scalar": [T, F64, I32, I32, ctypes.POINTER(ctypes.c_char_p), OT, R],
+    "bucketize_Tensor": [T, T, I32, I32, R],
+    "histc": [T, I64, F64, F64, R],
+    "repeat_interleave_Tensor": [T, OI64, R],
+    "nonzero": [T, R],
+    "masked_select": [T, T, R],
+    "_embedding_bag": [T, T, T, I32, I64, I32, OT, I32, I64, R, R, R, R],
+    "_embedding_bag_forward_only": [T, T, T, I32, I64, I32, OT, I32, I64, R, R, R, R],
+    "scatter_src_out": [T, T, I64, T, T],
+    "scatter_value_out": [T, T, I64, T, F64],
+    "scatter_reduce_two_out": [T, T, I64, T, T, ctypes.c_char_p, I32],
+    "index_put": [T, "indices", T, I32, R],
+    "index_reduce": [T, I64, T, T, ctypes.c_char_p, I32, R],
+    "max_pool2d_with_indices": [T, "ints", "ints", "ints", "ints", I32, R, R],
+    "adaptive_max_pool2d": [T, "ints", R, R],
+    "_adaptive_avg_pool2d": [T, "ints", R],
+    "avg_pool2d": [T, "ints", "ints", "ints", I32, I32, OI64, R],
+    "avg_pool3d": [T, "ints", "ints", "ints", I32, I32, OI64, R],
+    "mkldnn_rnn_layer": [T, T, T, T, T, T, T, I32, "ints", I64, I64, I64, I32, I32, I32, I32, R, R, R, R],
+    "_weight_int8pack_mm": [T, T, T, R],
+    "_int_mm_out": [T, T, T],
+}
+
+
+class Ops:
+    """Calls aoti_torch_cpu_<name> with torch tensors; returns the returned tensors as torch tensors."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def __call__(self, name: str, *args):
+        kinds = SIGS[name]
+        assert len(args) == sum(k != R for k in kinds), name
+        fn = getattr(self.rt.lib, f"aoti_torch_cpu_{name}")
+        argtypes, cargs, rets, it = [], [], [], iter(args)
+        for k in kinds:
+            if k == R:
+                argtypes.append(PH)
+                rets.append(H())
+                cargs.append(ctypes.byref(rets[-1]))
+                continue
+            a = next(it)
+            if k == T:
+                argtypes.append(H)
+                cargs.append(self.rt.from_torch(a))
+            elif k == OT:
+                argtypes.append(PH)
+                cargs.append(None if a is None else ctypes.pointer(H(self.rt.from_torch(a))))
+            elif k == "ints":
+                argtypes += [I64P, I64]
+                cargs += [(I64 * max(len(a), 1))(*a), len(a)]
+            elif k == "indices":  # const AtenTensorHandle** + length: a pointer per entry, null for None
+                ptrs = [None if t is None else ctypes.pointer(H(self.rt.from_torch(t))) for t in a]
+                arr = (PH * max(len(ptrs), 1))(*ptrs)
+                self.rt.keep.append((arr, ptrs))
+                argtypes += [ctypes.POINTER(PH), I64]
+                cargs += [arr, len(a)]
+            elif k in (OI32, OI64):
+                argtypes.append(k)
+                cargs.append(None if a is None else ctypes.pointer(k._type_(a)))
+            elif k == ctypes.POINTER(ctypes.c_char_p):
+                argtypes.append(k)
+                cargs.append(None if a is None else ctypes.pointer(ctypes.c_char_p(a.encode())))
+            elif k == ctypes.c_char_p:
+                argtypes.append(k)
+                cargs.append(a.encode())
+            else:
+                argtypes.append(k)
+                cargs.append(a)
+        fn.argtypes = argtypes
+        rc = fn(*cargs)
+        if rc != 0:
+            raise RuntimeError(f"aoti_torch_cpu_{name} failed: {self.rt.last_error()}")
+        self.rt.handles.extend(r.value for r in rets)
+        out = [self.rt.to_torch(r.value) for r in rets]
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+@pytest.fixture
+def ops(host_lib: Path):
+    rt = Runtime(host_lib)
+    yield Ops(rt)
+    rt.release()
+
+
+def same(got, want, *, rtol: float = 0.0, atol: float = 0.0, values: bool = True) -> None:
+    """Same dtype, sizes and strides as ATen's result, and the same values (within tolerance)."""
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+    if got.numel() > 1:
+        assert got.stride() == want.stride(), (got.stride(), want.stride())
+    if values:
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+
+
+FLOATS = ["float32", "float64", "bfloat16", "float16"]
+ALL = [*FLOATS, "int64", "int32"]
+LAYOUTS = ["contiguous", "transposed", "stepped"]
+TOL = {"float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12), "bfloat16": (2e-2, 2e-2), "float16": (2e-3, 2e-3)}
+
+
+def data(gen, shape, dtype: str, layout: str = "contiguous", unique: bool = False):
+    if dtype.startswith("int"):
+        n = 1
+        for s in shape:
+            n *= s
+        t = (torch.randperm(n, generator=gen) - n // 2).reshape(shape) if unique else torch.randint(
+            -4, 5, shape, generator=gen)
+        t = t.to(getattr(torch, dtype))
+    else:
+        t = torch.randn(shape, generator=gen, dtype=torch.float64).to(getattr(torch, dtype))
+    return _strided(t, layout, gen)
+
+
+# ---------------------------------------------------------------- sort, topk
+
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort(ops, dtype, layout, dim, descending):
+    g = torch.Generator().manual_seed(10)
+    x = data(g, (6, 9), dtype, layout)  # integers repeat: stable order matters
+    if dtype.startswith("float"):
+        x[2, 3] = float("nan")
+    v, i = ops("sort_stable", x, 1, dim, int(descending))
+    ev, ei = torch.sort(x, dim=dim, descending=descending, stable=True)
+    same(v, ev)
+    same(i, ei)
+    v2, i2 = ops("sort", x, dim, int(descending))
+    same(v2, ev)
+    same(i2, torch.sort(x, dim=dim, descending=descending, stable=True).indices)
+
+
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("largest", [False, True])
+def test_topk(ops, dtype, layout, largest):
+    g = torch.Generator().manual_seed(11)
+    x = data(g, (5, 12), dtype, layout, unique=True)
+    for dim, k in [(1, 4), (0, 2), (-1, 12), (1, 0)]:
+        v, i = ops("topk", x, k, dim, int(largest), 1)
+        ev, ei = torch.topk(x, k, dim=dim, largest=largest, sorted=True)
+        same(v, ev)
+        same(i, ei)
+
+
+def test_topk_nan_is_largest(ops):
+    x = torch.tensor([1.0, float("nan"), 3.0, -1.0])
+    v, i = ops("topk", x, 2, 0, 1, 1)
+    ev, ei = torch.topk(x, 2)
+    same(v, ev)
+    same(i, ei)
+
+
+def test_topk_bad_k_is_refused(ops):
+    with pytest.raises(RuntimeError, match=r"aoti_torch_cpu_topk: k 7 is out of range"):
+        ops("topk", torch.zeros(3, 4), 7, 1, 1, 1)
+
+
+# ---------------------------------------------------------------- scans
+
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+def test_cumsum_cumprod(ops, dtype, layout, op):
+    g = torch.Generator().manual_seed(12)
+    x = data(g, (4, 7), "int64" if dtype == "bool" else dtype, layout)
+    if dtype == "bool":
+        x = x > 0
+    elif op == "cumprod" and dtype.startswith("float"):
+        x = (x.double().abs() * 0.5 + 0.7).to(x.dtype)  # products that stay finite
+    for dim in (0, 1):
+        got = ops(op, x, dim, None)
+        want = getattr(torch, op)(x, dim)
+        rtol, atol = TOL.get(dtype, (0, 0))
+        same(got, want, rtol=rtol, atol=atol)
+    # an explicit output dtype
+    got = ops(op, x, 1, 7)  # float64
+    same(got, getattr(torch, op)(x, 1, dtype=torch.float64), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("op", ["cummax", "cummin"])
+def test_cummax_cummin(ops, dtype, layout, op):
+    g = torch.Generator().manual_seed(13)
+    x = data(g, (5, 8), dtype, layout)
+    if dtype.startswith("float"):
+        x = torch.round(x.double() * 2).to(x.dtype)  # ties
+        x[1, 2] = float("nan")
+        x[1, 5] = float("nan")
+    for dim in (0, 1):
+        v, i = ops(op, x, dim)
+        ev, ei = getattr(torch, op)(x, dim)
+        same(v, ev)
+        same(i, ei)
+
+
+# ---------------------------------------------------------------- searchsorted, bucketize, histc, ...
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32", "bfloat16"])
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("out_int32", [False, True])
+def test_searchsorted_bucketize(ops, dtype, right, out_int32):
+    g = torch.Generator().manual_seed(14)
+    edges = torch.sort(data(g, (9,), dtype)).values
+    x = _strided(data(g, (4, 6), dtype), "transposed", g)
+    got = ops("searchsorted_Tensor", edges, x, int(out_int32), int(right), None, None)
+    same(got, torch.searchsorted(edges, x, out_int32=out_int32, right=right))
+    got = ops("bucketize_Tensor", x, edges, int(out_int32), int(right))
+    same(got, torch.bucketize(x, edges, out_int32=out_int32, right=right))
+    # a batch of sequences (one per row), with side= and a sorter
+    seqs = data(g, (4, 9), dtype)
+    sorter = torch.argsort(seqs, dim=-1, stable=True)
+    side = "right" if right else "left"
+    got = ops("searchsorted_Tensor", seqs, x.contiguous(), int(out_int32), 0, side, sorter)
+    same(got, torch.searchsorted(seqs, x.contiguous(), out_int32=out_int32, side=side, sorter=sorter))
+    got = ops("searchsorted_Scalar", edges, 0.25, int(out_int32), int(right), None, None)
+    same(got, torch.searchsorted(edges, 0.25, out_int32=out_int32, right=right))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_histc(ops, dtype, layout):
+    g = torch.Generator().manual_seed(15)
+    x = data(g, (7, 11), dtype, layout)
+    x[0, 0] = 3.0  # the upper edge lands in the last bin
+    for bins, lo, hi in [(10, -3.0, 3.0), (7, -1.0, 0.5), (5, 0.0, 0.0)]:
+        same(ops("histc", x, bins, lo, hi), torch.histc(x, bins=bins, min=lo, max=hi))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_repeat_interleave(ops, dtype):
+    r = torch.tensor([2, 0, 3, 1], dtype=getattr(torch, dtype))
+    same(ops("repeat_interleave_Tensor", r, None), torch.repeat_interleave(r))
+    same(ops("repeat_interleave_Tensor", r[::2], 5), torch.repeat_interleave(r[::2]))
+    with pytest.raises(RuntimeError, match="output_size is 5 but the repeats sum to 6"):
+        ops("repeat_interleave_Tensor", r, 5)
+
+
+@pytest.mark.parametrize("dtype", [*ALL, "bool"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_nonzero_masked_select(ops, dtype, layout):
+    g = torch.Generator().manual_seed(16)
+    x = data(g, (5, 6), "int64" if dtype == "bool" else dtype, layout)
+    x = x > 0 if dtype == "bool" else torch.where(x.double() > 0.3, x, torch.zeros_like(x))
+    same(ops("nonzero", x), torch.nonzero(x))
+    same(ops("nonzero", torch.zeros(3, 0, 2)), torch.nonzero(torch.zeros(3, 0, 2)))
+    mask = data(g, (5, 6), "float64", layout) > 0
+    same(ops("masked_select", x, mask), torch.masked_select(x, mask))
+    row = torch.tensor([True, False, True, True, False, True])  # broadcast over rows
+    same(ops("masked_select", x, row), torch.masked_select(x, row))
+
+
+# ---------------------------------------------------------------- embedding bags
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("variant", ["plain", "last_offset", "padding", "weights"])
+@pytest.mark.parametrize("shim", ["_embedding_bag", "_embedding_bag_forward_only"])
+def test_embedding_bag(ops, dtype, mode, variant, shim):
+    if variant == "weights" and mode != 0:
+        pytest.skip("per-sample weights are for mode sum only")
+    g = torch.Generator().manual_seed(17)
+    weight = data(g, (20, 6), dtype, "transposed" if variant == "plain" else "contiguous")
+    indices = torch.randint(0, 20, (13,), generator=g)
+    indices[4] = 3
+    offsets = torch.tensor([0, 2, 2, 7, 11])
+    last = variant == "last_offset"
+    if last:
+        offsets = torch.tensor([0, 2, 2, 7, 11, 13])
+    pad = 3 if variant == "padding" else -1
+    psw = data(g, (13,), dtype) if variant == "weights" else None
+    got = ops(shim, weight, indices, offsets, 0, mode, 0, psw, int(last), pad)
+    want = getattr(torch.ops.aten, shim)(weight, indices, offsets, False, mode, False, psw, last, pad)
+    rtol, atol = TOL[dtype]
+    same(got[0], want[0], rtol=rtol, atol=atol)
+    same(got[1], want[1], values=got[1].numel() > 0)
+    if mode in (1, 2):  # bag sizes (the sum path's are ATen-internal, uninitialised for forward_only)
+        same(got[2], want[2])
+    else:
+        same(got[2], want[2], values=False)  # ATen leaves it uninitialised
+    same(got[3], want[3], values=mode == 2)
+
+
+# ---------------------------------------------------------------- scatter and index updates
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16", "int64", "int32"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [False, True])
+def test_scatter_reduce(ops, dtype, layout, reduce, include_self):
+    g = torch.Generator().manual_seed(18)
+    self_ = data(g, (4, 6), dtype, layout)
+    src = data(g, (5, 6), dtype, layout)
+    index = torch.randint(0, 4, (5, 6), generator=g)
+    for dim, idx, s in [(0, index[:3, :5], src), (1, torch.randint(0, 6, (4, 3), generator=g), src)]:
+        out = torch.zeros_like(self_)
+        ops("scatter_reduce_two_out", out, self_, dim, idx, s, reduce, int(include_self))
+        want = torch.scatter_reduce(self_, dim, idx, s, reduce, include_self=include_self)
+        rtol, atol = TOL.get(dtype, (0, 0))
+        torch.testing.assert_close(out, want, rtol=rtol * 4, atol=atol * 4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "int64"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_scatter(ops, dtype, layout):
+    g = torch.Generator().manual_seed(19)
+    self_ = data(g, (4, 6), dtype, layout)
+    src = data(g, (4, 6), dtype, layout)
+    idx = torch.stack([torch.randperm(4, generator=g)[:3] for _ in range(5)], 1)  # distinct targets per column
+    out = _strided(torch.zeros(4, 6, dtype=self_.dtype), "transposed", g)
+    ops("scatter_src_out", out, self_, 0, idx, src)
+    torch.testing.assert_close(out, torch.scatter(self_, 0, idx, src))
+    ops("scatter_value_out", out, self_, 0, idx, 2.5)
+    torch.testing.assert_close(out, torch.scatter(self_, 0, idx, 2.5))
+    bad = idx.clone()
+    bad[0, 0] = 9
+    with pytest.raises(RuntimeError, match="index 9 is out of bounds for dimension 0 with size 4"):
+        ops("scatter_src_out", out, self_, 0, bad, src)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "int64"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put(ops, dtype, layout, accumulate):
+    g = torch.Generator().manual_seed(20)
+    self_ = data(g, (5, 4, 3), dtype, layout)
+    i0 = torch.tensor([0, 2, 4, 2]) if accumulate else torch.tensor([0, 2, 4, 1])
+    i2 = torch.tensor([1, 0, 2, 2])
+    mask = torch.tensor([True, False, True, True, False])
+    mask2d = torch.rand(5, 4, generator=g) > 0.5
+    cases = [
+        ([i0], data(g, (4, 4, 3), dtype)),               # leading index
+        ([None, torch.tensor([3, 1])], data(g, (3,), dtype)),  # a middle index, values broadcast
+        ([i0, None, i2], data(g, (4, 4), dtype)),         # non-adjacent: broadcast dims first
+        ([mask], data(g, (1, 3), dtype)),                 # a boolean mask
+        ([mask2d], data(g, (3,), dtype)),                 # a 2-d boolean mask covering two dimensions
+        ([i0[:, None], torch.tensor([0, 3])], data(g, (4, 2, 3), dtype)),  # broadcast index shapes
+    ]
+    rtol, atol = TOL.get(dtype, (0, 0))
+    for indices, values in cases:
+        got = ops("index_put", self_, indices, values, int(accumulate))
+        want = torch.ops.aten.index_put(self_, indices, values, accumulate)
+        same(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "int64"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [False, True])
+def test_index_reduce(ops, dtype, layout, reduce, include_self):
+    g = torch.Generator().manual_seed(21)
+    self_ = data(g, (5, 4), dtype, layout)
+    index = torch.tensor([0, 4, 0, 2, 4, 4])
+    source = data(g, (6, 4), dtype, layout)
+    rtol, atol = TOL.get(dtype, (0, 0))
+    got = ops("index_reduce", self_, 0, index, source, reduce, int(include_self))
+    same(got, self_.index_reduce(0, index, source, reduce, include_self=include_self), rtol=rtol, atol=atol)
+    src1 = data(g, (5, 4), dtype, layout)
+    got = ops("index_reduce", self_.t(), 1, index[:5] % 5, src1.t(), reduce, int(include_self))
+    same(got, self_.t().index_reduce(1, index[:5] % 5, src1.t(), reduce, include_self=include_self),
+         rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------- pooling
+
+POOL_LAYOUTS = ["contiguous", "channels_last", "stepped"]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", POOL_LAYOUTS)
+@pytest.mark.parametrize(("k", "s", "p", "d", "ceil"), [([3], [2], [1], [1], False), ([3, 2], [2, 1], [1, 0], [2, 1], True),
+                                                       ([2], [], [0], [1], False)])
+def test_max_pool2d_with_indices(ops, dtype, layout, k, s, p, d, ceil):
+    g = torch.Generator().manual_seed(22)
+    x = data(g, (2, 3, 11, 10), dtype, layout)
+    x[0, 1, 4, 4] = float("nan")
+    v, i = ops("max_pool2d_with_indices", x, k, s, p, d, int(ceil))
+    ev, ei = torch.ops.aten.max_pool2d_with_indices(x, k, s, p, d, ceil)
+    same(v, ev)
+    same(i, ei)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", POOL_LAYOUTS)
+@pytest.mark.parametrize("out_size", [[3, 5], [4, 4], [11, 1]])
+def test_adaptive_pools(ops, dtype, layout, out_size):
+    g = torch.Generator().manual_seed(23)
+    x = data(g, (2, 3, 11, 10), dtype, layout)
+    v, i = ops("adaptive_max_pool2d", x, out_size)
+    ev, ei = torch.ops.aten.adaptive_max_pool2d(x, out_size)
+    same(v, ev)
+    same(i, ei)
+    rtol, atol = TOL[dtype]
+    same(ops("_adaptive_avg_pool2d", x, out_size), torch.ops.aten._adaptive_avg_pool2d(x, out_size), rtol=rtol, atol=atol)
+    x3 = data(g, (3, 9, 7), dtype)
+    same(ops("_adaptive_avg_pool2d", x3, out_size), torch.ops.aten._adaptive_avg_pool2d(x3, out_size),
+         rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", POOL_LAYOUTS)
+@pytest.mark.parametrize(("k", "s", "p", "ceil", "include", "div"),
+                         [([3], [2], [1], False, True, None), ([3, 2], [2, 3], [1, 1], True, False, None),
+                          ([2], [], [0], False, True, 3)])
+def test_avg_pool(ops, dtype, layout, k, s, p, ceil, include, div):
+    g = torch.Generator().manual_seed(24)
+    rtol, atol = TOL[dtype]
+    x = data(g, (2, 3, 11, 10), dtype, layout)
+    same(ops("avg_pool2d", x, k, s, p, int(ceil), int(include), div),
+         torch.ops.aten.avg_pool2d(x, k, s, p, ceil, include, div), rtol=rtol, atol=atol)
+    if dtype not in ("float32", "float64"):
+        return  # ATen's CPU avg_pool3d computes on float32/float64 only
+    x5 = _strided(data(g, (2, 3, 5, 8, 7), dtype), layout, g)
+    k3, s3, p3 = (k * 3)[:3], (s * 3)[:3], (p * 3)[:3]
+    same(ops("avg_pool3d", x5, k3, s3, p3, int(ceil), int(include), div),
+         torch.ops.aten.avg_pool3d(x5, k3, s3, p3, ceil, include, div), rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------- LSTM layer, int8 products
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("has_biases", [False, True])
+def test_mkldnn_rnn_layer(ops, dtype, reverse, batch_first, has_biases):
+    g = torch.Generator().manual_seed(25)
+    dt = getattr(torch, dtype)
+    lstm = torch.nn.LSTM(5, 4, bias=has_biases, batch_first=batch_first).to(dt)
+    x = data(g, (3, 6, 5), dtype, "stepped")
+    h0, c0 = data(g, (1, 3 if batch_first else 6, 4), dtype), data(g, (1, 3 if batch_first else 6, 4), dtype)
+    w = [lstm.weight_ih_l0.detach(), lstm.weight_hh_l0.detach()]
+    w += [lstm.bias_ih_l0.detach(), lstm.bias_hh_l0.detach()] if has_biases else [torch.zeros_like(w[0]),
+                                                                                  torch.zeros_like(w[1])]
+    out, hy, cy, ws = ops("mkldnn_rnn_layer", x, *w, h0, c0, int(reverse), [], 2, 4, 1, int(has_biases), 0,
+                          int(batch_first), 0)
+    with torch.no_grad():
+        xin = x.flip(1 if batch_first else 0) if reverse else x
+        ey, (eh, ec) = lstm(xin, (h0, c0))
+        if reverse:
+            ey = ey.flip(1 if batch_first else 0)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    same(out, ey.contiguous(), rtol=tol, atol=tol)
+    same(hy, eh, rtol=tol, atol=tol)
+    same(cy, ec, rtol=tol, atol=tol)
+    assert ws.numel() == 0 and ws.dtype == torch.uint8
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_weight_int8pack_mm(ops, dtype, layout):
+    g = torch.Generator().manual_seed(26)
+    x = data(g, (5, 32), dtype, layout)
+    w = torch.randint(-128, 128, (12, 32), generator=g, dtype=torch.int8)
+    scales = (torch.rand(12, generator=g) * 0.02 + 0.001).to(x.dtype)
+    got = ops("_weight_int8pack_mm", x, w, scales)
+    want = torch.ops.aten._weight_int8pack_mm(x.contiguous(), w, scales)
+    rtol, atol = {"float32": (1e-5, 1e-4), "bfloat16": (2e-2, 2e-2), "float16": (2e-3, 2e-3)}[dtype]
+    same(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_int_mm(ops, layout):
+    g = torch.Generator().manual_seed(27)
+    a = _strided(torch.randint(-128, 128, (32, 24), generator=g, dtype=torch.int8), layout, g)
+    b = _strided(torch.randint(-128, 128, (24, 40), generator=g, dtype=torch.int8), layout, g)
+    out = _strided(torch.zeros(32, 40, dtype=torch.int32), layout, g)
+    ops("_int_mm_out", out, a, b)
+    torch.testing.assert_close(out, torch._int_mm(a.contiguous(), b.contiguous()))
+
+
+def test_every_declared_op_is_exported(host_lib: Path):
+    """Each shim added here is in the spec and defined by the runtime library."""
+    from toolchain.spec import load_spec
+
+    names = {s.name for s in load_spec().shims}
+    lib = ctypes.CDLL(str(host_lib))
+    for short in SIGS:
+        name = f"aoti_torch_cpu_{short}"
+        assert name in names, name
+        assert hasattr(lib, name), name
