@@ -11,7 +11,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain.atomic import write_text
+from toolchain.atomic import write_if_changed
 from toolchain.errors import (
     EXIT_CODES,
     EXIT_CODES_FILE,
@@ -100,17 +100,6 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
             raise CodegenError(msg) from exc
         out[rel] = text
     return out
-
-
-def write_if_changed(path: Path, text: str) -> bool:
-    """Atomically replace `path` with `text` unless it already holds exactly that. True if written."""
-    try:
-        if path.read_text() == text:
-            return False
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    write_text(path, text)
-    return True
 
 
 def generate(

@@ -13,8 +13,8 @@ import pytest
 import xmlschema
 
 from tests.integration import elf_builders as eb
-from toolchain.verify.formats import REPORT_SCHEMA, SARIF_SCHEMA
-from toolchain.verify.report import RULES
+from toolchain.findings import RULES
+from toolchain.report.formats import REPORT_SCHEMA, SARIF_SCHEMA
 
 
 def cli(*args):
