@@ -4,7 +4,7 @@ segments when the section headers are gone). The one ELF reader of the toolchain
 post-link step and the configuration records all read through it; lief only writes (toolchain/elf/patcher.py).
 
 Why not lief here: `lief.parse` of a 1 GB plugin takes seconds and a gigabyte of memory, and lief can crash
-the interpreter on hostile input (FACTS.md). This reader maps the file and touches only the few pages it
+the interpreter on hostile input. This reader maps the file and touches only the few pages it
 needs, and every offset is checked against the file size, so malformed input ends in `NotElfError`,
 `TruncatedError` or `MalformedError` (all `InputError`s), never in a crash or a hang.
 """

@@ -278,7 +278,7 @@ _CXX_RUNTIME_CORE = ("_ZSt4cerr", "__cxa_throw", "_ZNSt6locale7classicEv", "__gx
 
 
 def _two_runtimes(elf: ElfFile, res: FileResult, global_scope: list[Loaded], has_host: bool) -> None:
-    """FACTS (GPU run 4, H200): a plugin that links libstdc++ statically AND exports it (torch 2.11 CUDA plugins
+    """Measured with torch 2.11 CUDA plugins on an H200 machine: a plugin that links libstdc++ statically AND exports it (torch 2.11 CUDA plugins
     built with the GPU image's g++) splits in two when the shared libstdc++.so.6 is loaded outside its lookup
     scope (numpy and torch load it RTLD_LOCAL): its GNU_UNIQUE symbols (locale facet ids) bind process-wide to
     that copy, its other std:: references to its own, and std::regex dereferences a null facet. With the
