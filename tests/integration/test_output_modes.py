@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import stat
+import subprocess
 
+from tests.conftest import REPO_ROOT, scons_command
 from toolchain.atomic import current_umask
 
 
@@ -19,5 +21,8 @@ def test_exported_package_is_readable_like_any_new_file(export_example):
 
 def test_compile_commands_is_readable_like_any_new_file(host_build):
     db = host_build.variant_dir / "compile_commands.json"
-    assert db.is_file()
+    db.unlink()
+    proc = subprocess.run([*scons_command(), "-Q", str(db.relative_to(REPO_ROOT))], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and db.is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
     assert _mode(db) == 0o666 & ~current_umask()
