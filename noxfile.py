@@ -10,7 +10,7 @@
     nox -s fuzz                 verify/inspect on 20,000 mutated real plugins (AOTI_FUZZ_CASES)
     nox -s fuzz_native -- --seconds 600    the runtime's libFuzzer targets (clang), 10 minutes each
 
-The build, e2e, gpu and release sessions run in the current environment (`bash .ci/setup` makes .venv
+The lint, build, e2e, gpu and release sessions run in the current environment (`bash .ci/setup` makes .venv
 with scons, lief, torch): they build C++ and need no package of their own.
 """
 
@@ -33,11 +33,14 @@ def _tool(name: str) -> str:
     return str(BIN / name) if (BIN / name).exists() else (shutil.which(name) or name)
 
 
-@nox.session(tags=["lint"])
+@nox.session(venv_backend="none", tags=["lint"])
 def lint(session: nox.Session) -> None:
-    session.install("ruff", "mypy", "-e", ".")
-    session.run("ruff", "check", "toolchain", "tests", "bench", "noxfile.py", "SConstruct")
-    session.run("mypy", "toolchain")
+    """ruff, mypy, the import floors (import-linter contracts in pyproject.toml) and the generated rules
+    reference, in the current environment (the dev extra: pip install -e '.[dev]')."""
+    session.run(_tool("ruff"), "check", "toolchain", "tests", "bench", "noxfile.py", "SConstruct")
+    session.run(_tool("mypy"), "toolchain")
+    session.run(_tool("lint-imports"), "--config", str(ROOT / "pyproject.toml"))
+    session.run(sys.executable, "-m", "toolchain.rules_doc", "--check")
 
 
 @nox.session(tags=["tests"])

@@ -1,6 +1,8 @@
 """Atomic file replacement, the one way the toolchain writes its outputs: a temporary file beside the
 target, renamed over it on success and removed on failure, so no reader ever sees half a file and a failed
-write leaves nothing behind."""
+write leaves nothing behind. The file gets the mode a plain open() would give it (0666 less the umask: 0644
+under umask 022), and it and its directory are fsync'ed, so the new content survives a crash once the call
+returns."""
 
 from __future__ import annotations
 
@@ -11,18 +13,46 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux /proc), else by setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0) | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def replacing(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside `path` (same directory, so the rename is atomic); when the block
-    ends without an exception it replaces `path`, otherwise it is removed."""
+    ends without an exception it replaces `path`, otherwise it is removed. The temporary file starts with
+    the umask's default mode (a block may chmod it, or put another file there, whose mode then stays)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())
+    finally:
+        os.close(fd)
     tmp = Path(name)
     try:
         yield tmp
+        _fsync_path(tmp)
         os.replace(tmp, target)
+        _fsync_path(target.parent, directory=True)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -31,3 +61,15 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
     """Replace `path` with `text` (UTF-8) atomically."""
     with replacing(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def write_if_changed(path: str | os.PathLike[str], text: str) -> bool:
+    """Atomically replace `path` with `text` unless it already holds exactly that (its timestamp then stays,
+    so build tools see nothing new). True if written."""
+    try:
+        if Path(path).read_text(encoding="utf-8") == text:
+            return False
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    write_text(path, text)
+    return True

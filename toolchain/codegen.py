@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolchain.atomic import write_text
+from toolchain.atomic import write_if_changed
 from toolchain.errors import (
     EXIT_CODES,
     EXIT_CODES_FILE,
@@ -221,17 +221,6 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
             raise CodegenError(msg) from exc
         out[rel] = text
     return out
-
-
-def write_if_changed(path: Path, text: str) -> bool:
-    """Atomically replace `path` with `text` unless it already holds exactly that. True if written."""
-    try:
-        if path.read_text() == text:
-            return False
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    write_text(path, text)
-    return True
 
 
 def generate(

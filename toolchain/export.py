@@ -1,6 +1,6 @@
 """torch module + example inputs -> a `.pt2` built for our host (optional dependency: torch).
 
-What this does that a bare `aoti_compile_and_package` call doesn't (FACTS.md):
+What this does that a bare `aoti_compile_and_package` call doesn't:
 - `link_libtorch=False`, so the plugin needs no LibTorch; our host supplies every `aoti_torch_*`.
 - `always_keep_tensor_constants=True`, so small constants stay swappable weights.
 - weights embedded in the .so, or in a `*.wrapper_weights.blob` inside the package.
@@ -57,7 +57,7 @@ def prepare_build_dirs(build_dir: Path) -> Path:
 
 
 # Triton-only GEMM/conv backends: the plugin then needs no aoti_torch_cuda_mm_out/addmm_out/convolution
-# fallbacks (FACTS.md; the upstream CUDA backend does the same). Our runtime implements those fallbacks
+# fallbacks (the upstream CUDA backend does the same). Our runtime implements those fallbacks
 # (cuBLAS, a direct convolution), so this is optional.
 TRITON_ONLY = {
     "max_autotune": True,
@@ -318,7 +318,7 @@ def clear_exec_stack(package: Path) -> list[str]:
 
     inductor links the weights object without .note.GNU-stack, so every plugin asks for an executable stack
     (which glibc >= 2.41 refuses to dlopen), and no inductor config passes -Wl,-z,noexecstack to its link;
-    clearing the flag is safe (FACTS.md). The package keeps its layout byte for byte (torch aligns members
+    clearing the flag is safe (the plugin runs no code from its stack; verified on every exported plugin). The package keeps its layout byte for byte (torch aligns members
     for mmap): only the flag and the member's CRC-32 (local header when set there, data descriptor, central
     directory) change."""
     from toolchain.elf.reader import PF_X

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
-import json
 from pathlib import Path
 
 from toolchain.elf.reader import PF_R, PF_W, PF_X, ElfError, ElfFile
-from toolchain.errors import exit_code
 from toolchain.spec import load_spec
 from toolchain.verify import elf_members
 from toolchain.verify.checks import ENTRIES_API, classify
@@ -118,15 +116,4 @@ def to_text(info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cmd_inspect(args) -> int:
-    infos = []
-    for p in args.files:
-        infos.extend(inspect_path(Path(p)))
-    if args.json:
-        print(json.dumps({"schema_version": 1, "files": infos}, indent=2))
-    else:
-        print("".join(to_text(i) for i in infos), end="")
-    return exit_code("bad_input") if any(i["kind"] == "unreadable" for i in infos) else exit_code("ok")
-
-
-__all__ = ["describe", "inspect_path", "cmd_inspect", "vstr"]
+__all__ = ["describe", "inspect_path", "vstr"]

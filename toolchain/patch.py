@@ -101,16 +101,14 @@ def apply(src: Path, dst: Path, ops: list[Op]) -> None:
         shutil.copyfile(src, dst)
 
 
-def probe_library(host: str | None) -> Path | None:
-    """The shared library the dlopen probe loads RTLD_GLOBAL first (it supplies the shims)."""
+def probe_library(host: str | None, default: Path | None) -> Path | None:
+    """The shared library the dlopen probe loads RTLD_GLOBAL first (it supplies the shims): the host when it
+    is a library, else `default` (the caller's runtime library, e.g. toolchain.hostlib.find_library())."""
     if host is not None:
         h = read_elf(host)
         if not h.is_program:
             return Path(host)
-    from toolchain.runtime import default_library
-
-    lib = default_library()
-    return lib if lib.is_file() else None
+    return default if default is not None and default.is_file() else None
 
 
 _PROBE = r"""
@@ -140,10 +138,13 @@ def probe(path: Path, host_lib: Path | None, timeout: float = 120.0) -> tuple[bo
 
 
 def patch_file(path: Path, ops: list[Op], *, out: Path | None, in_place: bool, host: str | None = None,
-               profile: str = "host", use_fix: bool = False, do_probe: bool = True) -> tuple[list[Op], Path | None]:
-    """Plan, apply to a temp file, prove, then rename. Returns (the applied plan, the written file or None)."""
+               profile: str = "host", use_fix: bool = False, do_probe: bool = True,
+               probe_lib: Path | None = None) -> tuple[list[Op], Path | None]:
+    """Plan, apply to a temp file, prove, then rename. Returns (the applied plan, the written file or None).
+    The dlopen probe loads `probe_lib` RTLD_GLOBAL first (the library that supplies the shims; see
+    probe_library)."""
+    from toolchain.report import to_text
     from toolchain.verify import verify_paths
-    from toolchain.verify.formats import to_text
 
     if out is not None and in_place:
         raise UsageError("-o/--output and --in-place contradict each other", fix="give one of them")
@@ -175,7 +176,7 @@ def patch_file(path: Path, ops: list[Op], *, out: Path | None, in_place: bool, h
                    f"written:\n{to_text(report)}")
             raise PatchRefused(msg, fix="repair the remaining errors at build time; patch can't")
         if do_probe:
-            ok, why = probe(tmp, probe_library(host))
+            ok, why = probe(tmp, probe_lib)
             if not ok:
                 msg = f"{path}: the patched file does not dlopen (RTLD_NOW) in a fresh process: {why}; nothing written"
                 raise PatchRefused(msg, fix="pass --host with the runtime library that supplies its shims")
@@ -193,22 +194,3 @@ def _same_fs(a: Path, b: Path) -> bool:
 def _atomic_copy(src: Path, dst: Path) -> None:
     with replacing(dst) as tmp:
         shutil.copy2(src, tmp)
-
-
-def cmd_patch(args) -> int:
-    ops = [Op("add-needed", lib) for lib in args.add_needed]
-    if args.clear_execstack:
-        ops.append(Op("clear-execstack"))
-    if args.set_runpath is not None:
-        ops.append(Op("set-runpath", args.set_runpath))
-    if not ops and not args.fix:
-        raise UsageError("nothing to do", fix="give --add-needed, --clear-execstack, --set-runpath or --fix")
-    steps, written = patch_file(Path(args.plugin), ops, out=Path(args.output) if args.output else None,
-                                in_place=args.in_place, host=args.host, profile=args.profile, use_fix=args.fix,
-                                do_probe=not args.no_probe)
-    if not steps:
-        print(f"{args.plugin}: nothing to change" + (f"; copied to {written}" if written else ""))
-        return 0
-    print(f"{args.plugin}: {'; '.join(map(str, steps))} -> {written} (verified, dlopen probe passed)"
-          + (f"; original kept as {args.plugin}.orig" if args.in_place else ""))
-    return 0

@@ -117,8 +117,8 @@ def export_examples(names: list[str], out: Path, build_dir: Path) -> list[Path]:
 
 def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str, jobs: int,
             work: Path | None = None) -> int:
+    from toolchain.report.formats import to_json, to_text
     from toolchain.verify import verify_paths
-    from toolchain.verify.formats import to_json, to_text
 
     started = time.time()
     steps: list[dict] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -53,9 +54,8 @@ def test_objects_with_different_cuda_available_fail_the_check_naming_both(tmp_pa
     proc = _scons(tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "[rule mixed-config]" in out and "CUDA_AVAILABLE (0 vs 1)" in out, out
-    assert "host_part.c: CUDA_AVAILABLE=0" in out, out
-    assert "tensor_part.cpp: CUDA_AVAILABLE=1" in out, out
+    assert "[mixed-config]" in out and "CUDA_AVAILABLE (0 vs 1)" in out, out
+    assert re.search(r"0: \S*host_part\.c; 1: \S*tensor_part\.cpp", out), out
     assert "fix:" in out
     assert not (tmp_path / "libmixed.so").exists(), "a binary that failed the check must not stay"
 
@@ -80,7 +80,7 @@ def test_a_translation_unit_without_cuda_available_is_the_upstream_bug(tmp_path)
     proc = _scons(tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "CUDA_AVAILABLE (1 vs unset)" in out and "tensor_part.cpp: CUDA_AVAILABLE=unset" in out, out
+    assert "CUDA_AVAILABLE (1 vs unset)" in out and re.search(r"unset: \S*tensor_part\.cpp", out), out
 
 
 def test_consistent_objects_pass_and_an_object_without_record_is_warned_about(tmp_path):

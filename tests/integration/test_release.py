@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 import subprocess
 import sys
 
 import pytest
 
 from tests.integration import elf_builders as eb
+from toolchain.atomic import current_umask
 
 
 def release(*args):
@@ -43,6 +45,8 @@ def test_release_end_to_end(tmp_path):
     assert any(n.startswith("aoti-host-runtime-") for n in names)
     for name, digest in sums.items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    # the mode a plain open() gives under the umask (0644 under 022), not mkstemp's 0600
+    assert stat.S_IMODE((out / "SHA256SUMS").stat().st_mode) == 0o666 & ~current_umask()
     report = json.loads((out / "release-report.json").read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=eb.REPO_ROOT).stdout.strip()
     assert report["verdict"] == "pass" and report["commit"] == head

@@ -4,6 +4,8 @@ official SARIF 2.1.0 schema, JUnit XML as CI systems read it."""
 from __future__ import annotations
 
 import json
+import re
+import string
 import subprocess
 import sys
 from xml.etree import ElementTree as ET
@@ -13,8 +15,8 @@ import pytest
 import xmlschema
 
 from tests.integration import elf_builders as eb
-from toolchain.verify.formats import REPORT_SCHEMA, SARIF_SCHEMA
-from toolchain.verify.report import RULES
+from toolchain.findings import RULES
+from toolchain.report.formats import REPORT_SCHEMA, SARIF_SCHEMA
 
 
 def cli(*args):
@@ -117,3 +119,52 @@ def test_junit_is_readable(files):
     with pytest.raises(xmlschema.XMLSchemaValidationError):
         xsd.validate(ET.tostring(broken, encoding="unicode"))
     assert all(c.get("name") in RULES for c in root.iter("testcase"))
+
+
+def _template_regex(template: str) -> re.Pattern:
+    """A fix template as a pattern: its literal text, each {field} any non-empty text."""
+    parts = []
+    for literal, field, _spec, _conv in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if field is not None:
+            parts.append(".+?")
+    return re.compile("".join(parts))
+
+
+def _from_table(rule: str, fix: str) -> bool:
+    return any(_template_regex(t).fullmatch(fix) for t in RULES[rule].templates())
+
+
+def test_every_fix_in_text_sarif_and_junit_comes_from_the_rule_table(files, tmp_path):
+    d = files["dir"]
+    rp = eb.build(d, "rp", flags=["-Wl,-z,noexecstack", f"-Wl,-rpath,{d}", "-Wl,--enable-new-dtags"])
+    arm = eb.set_machine(files["good"], d / "arm.so", 183)
+    cut = d / "cut.so"
+    cut.write_bytes(files["good"].read_bytes()[:100])
+    inputs = [files["bad"], files["bad_plugin"], files["warn"], files["junk"], rp, arm, cut]
+    text = cli("verify", *inputs).stdout
+    text_fixes = re.findall(r"^  (?:error|warning): \[([\w-]+)\] .*\n    fix: (.*)$", text, re.M)
+    assert {r for r, _ in text_fixes} >= {"unresolved-symbol", "exec-stack", "not-elf",
+                                         "unsafe-runpath", "wrong-arch", "truncated"}, text
+    for rule, fix in text_fixes:
+        assert _from_table(rule, fix), (rule, fix)
+
+    out = tmp_path / "r.sarif"
+    cli("verify", "--format", "sarif", "-o", out, *inputs)
+    run = json.loads(out.read_text())["runs"][0]
+    assert {r["id"]: r["help"]["text"] for r in run["tool"]["driver"]["rules"]} == {
+        r.id: r.fix for r in RULES.values() if "verify" in r.stages}
+    assert len(run["results"]) == len(text_fixes)
+    for res in run["results"]:
+        fix = res["message"]["text"].rsplit(". Fix: ", 1)[1]
+        assert _from_table(res["ruleId"], fix), res
+
+    out = tmp_path / "r.xml"
+    cli("verify", "--format", "junit", "-o", out, *inputs)
+    junit_fixes = [(el.get("type") or case.get("name"), line.removeprefix("fix: "))
+                   for case in ET.parse(out).getroot().iter("testcase")
+                   for el in (*case.findall("failure"), *case.findall("error"), *case.findall("system-out"))
+                   for line in (el.text or "").splitlines() if line.startswith(("fix: ", "warning: fix: "))]
+    assert junit_fixes
+    for rule, fix in junit_fixes:
+        assert _from_table(rule, fix.removeprefix("warning: fix: ")), (rule, fix)

@@ -18,9 +18,9 @@ import zipfile
 import pytest
 
 from toolchain.elf.reader import SHT_DYNSYM, SHT_VERDEF, SHT_VERNEED, SHT_VERSYM, parse_elf
+from toolchain.findings import RULES
 from toolchain.inspect import describe
 from toolchain.verify import make_context, verify_buffer
-from toolchain.verify.report import RULES
 
 CASES = int(os.environ.get("AOTI_FUZZ_CASES", "2000"))
 PER_CASE_LIMIT_S = 5.0

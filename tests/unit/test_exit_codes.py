@@ -83,13 +83,15 @@ def test_generated_header_has_every_code_and_status(tmp_path):
 # No exit status is written as a number in the CLIs: they name a row of the table.
 _LITERALS = {
     "runtime/tools/aoti_run.cpp": [r"Failure\{\s*\d", r"\breturn\s+\d+\s*;", r"\bexit\(\s*\d", r"enum\s+ExitCode"],
-    "toolchain/cli.py": [r"\breturn\s+\d+\b", r"exit_code\s*=\s*\d", r"sys\.exit\(\s*\d"],
+    "toolchain/cli/__init__.py": [r"\breturn\s+\d+\b", r"exit_code\s*=\s*\d", r"sys\.exit\(\s*\d"],
+    **{f"toolchain/cli/main_{c}.py": [r"\breturn\s+\d+\b", r"sys\.exit\(\s*\d"]
+       for c in ("run", "export", "demo", "verify", "inspect", "patch")},
     "toolchain/errors.py": [r"exit_code\s*=\s*\d"],
     "toolchain/export.py": [r"exit_code\s*=\s*\d"],
     "toolchain/codegen.py": [r"exit_code\s*=\s*\d", r"\breturn\s+\d+\b"],
     "toolchain/inspect.py": [r"\breturn\s+\d+\b"],
     "toolchain/release.py": [r"\breturn\s+\d+\b"],
-    "toolchain/verify/report.py": [r"EXIT_\w+\s*=\s*\d"],
+    "toolchain/findings.py": [r"EXIT_\w+\s*=\s*\d"],
 }
 
 

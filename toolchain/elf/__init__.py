@@ -1,1 +1,3 @@
-"""ELF reading and checking. Only `lief_adapter` imports lief."""
+"""ELF reading (reader.py, the one reader: headers, segments, dynamic section, symbols, notes), loader-style
+symbol binding (resolve.py), configuration records (config_records.py) and the one writer (patcher.py, the
+only module that imports lief)."""

@@ -5,30 +5,27 @@ object that includes an aoti_host header or is compiled by our SCons builders. T
 ``source=<file>\\nKEY=value\\n...``. Notes are concatenated by the linker, survive --gc-sections and
 strip, so a linked program or library still holds one record per object that went in.
 
-API (used by the SCons post-link check and by `aoti-toolchain verify`):
-- ``read_config_records(path) -> list[ConfigRecord]``
+API (used by the checks engine, toolchain/verify/checks.py, which the post-link step runs too):
+- ``records_of(elf) -> list[ConfigRecord]``: the records among the notes the ELF reader parsed.
+- ``read_config_records(path) -> list[ConfigRecord]``: the same for a file (an object, program or library).
 - ``find_conflicts(records) -> list[ConfigConflict]``: one per key that has more than one value.
-- ``format_conflicts(path, conflicts, records) -> str``: the message, each object with its defines.
+- ``format_conflicts(path, conflicts, records) -> str``: the message, each object with its defines (the
+  rule's fix comes from the rule table, toolchain/spec/rules.toml).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolchain.errors import InputError
+from toolchain.elf.reader import ElfFile, parse_note_bytes, read_elf
 
 NOTE_OWNER = "AOTI"
 NOTE_TYPE = 0x414F0001
 SECTION = ".note.aoti.config"
 RULE_MIXED = "mixed-config"
 RULE_NO_RECORD = "object-without-config-record"
-
-
-class ConfigRecordError(InputError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -48,21 +45,8 @@ class ConfigConflict:
 
 def parse_notes(data: bytes, *, byteorder: str = "<") -> list[ConfigRecord]:
     """The AOTI records among the ELF notes in ``data`` (a note section or PT_NOTE segment's bytes)."""
-    out: list[ConfigRecord] = []
-    off = 0
-    while off + 12 <= len(data):
-        namesz, descsz, ntype = struct.unpack_from(byteorder + "III", data, off)
-        off += 12
-        name = data[off : off + namesz].rstrip(b"\0")
-        off += (namesz + 3) & ~3
-        desc = data[off : off + descsz]
-        off += (descsz + 3) & ~3
-        if off > len(data) + 3:
-            break  # truncated: ignore the partial note
-        if name != NOTE_OWNER.encode() or ntype != NOTE_TYPE:
-            continue
-        out.append(_parse_desc(desc))
-    return out
+    notes = parse_note_bytes(data, little_endian=byteorder == "<")
+    return [_parse_desc(n.desc) for n in notes if n.owner == NOTE_OWNER and n.type == NOTE_TYPE]
 
 
 def _parse_desc(desc: bytes) -> ConfigRecord:
@@ -80,34 +64,15 @@ def _parse_desc(desc: bytes) -> ConfigRecord:
     return ConfigRecord(source, defines)
 
 
+def records_of(elf: ElfFile) -> list[ConfigRecord]:
+    """The configuration records among an already parsed file's notes."""
+    return [_parse_desc(n.desc) for n in elf.notes if n.owner == NOTE_OWNER and n.type == NOTE_TYPE]
+
+
 def read_config_records(path: Path | str) -> list[ConfigRecord]:
-    """Every configuration record in an ELF object, program or shared library (empty list if none)."""
-    import lief
-
-    path = Path(path)
-    if not path.is_file():
-        msg = f"{path}: no such file"
-        raise ConfigRecordError(msg)
-    binary = lief.ELF.parse(str(path))
-    if binary is None:
-        msg = f"{path}: not an ELF file lief can read"
-        raise ConfigRecordError(msg, fix="pass an object file, a program or a shared library")
-    order = "<" if _enum_name(binary.header.identity_data) in ("LSB", "ELFDATA2LSB") else ">"
-    section = binary.get_section(SECTION)
-    if section is not None:
-        return parse_notes(bytes(section.content), byteorder=order)
-    # Section headers stripped (sstrip): the records are still in a PT_NOTE segment.
-    records: list[ConfigRecord] = []
-    segments = list(binary.segments)  # keep the binary alive while iterating (FACTS.md: lief can crash)
-    for seg in segments:
-        if _enum_name(seg.type) == "NOTE":
-            records.extend(parse_notes(bytes(seg.content), byteorder=order))
-    return records
-
-
-def _enum_name(value: object) -> str:
-    name = getattr(value, "name", None) or str(value)
-    return name.rsplit(".", 1)[-1]
+    """Every configuration record in an ELF object, program or shared library (empty list if none).
+    InputError (an ElfError for a file that is not a readable ELF file) names the file and the defect."""
+    return records_of(read_elf(path))
 
 
 def find_conflicts(records: Iterable[ConfigRecord]) -> list[ConfigConflict]:
@@ -131,9 +96,4 @@ def format_conflicts(path: Path | str, conflicts: list[ConfigConflict], records:
     for rec in records:
         marks = ", ".join(f"{k}={rec.defines[k]}" for k in sorted(bad) if k in rec.defines)
         lines.append(f"  {rec.object_name}: {rec.describe()}" + (f"   <- {marks}" if marks else ""))
-    lines.append(
-        "  fix: compile every translation unit of one binary with the same defines: build it with the SCons "
-        "builders of one variant (toolchain/scons), or take the defines from the runtime's usage requirements "
-        "(env.AotiUseRuntime) instead of repeating them by hand; a missing CUDA_AVAILABLE shows as 'unset'."
-    )
     return "\n".join(lines)

@@ -1,5 +1,5 @@
 """Low-level ELF edits for `aoti-toolchain patch`. lief for what changes the layout (a new DT_NEEDED, a
-RUNPATH string); a byte edit for the exec-stack flag (no layout change: FACTS.md says clearing it is safe).
+RUNPATH string); a byte edit for the exec-stack flag (no layout change; clearing it is safe: nothing runs code from the stack).
 
 Every function reads `src` and writes `dst` (both paths the caller owns); nothing is done in place.
 """
@@ -78,8 +78,9 @@ def clear_execstack(src: Path, dst: Path) -> None:
 
 
 def remove_needed(src: Path, dst: Path, lib: str) -> None:
-    """Drop DT_NEEDED `lib` and its version requirement together (FACTS.md: removing only the entry makes
-    ld.so abort the process). Used to reproduce the upstream plugin that lacks libstdc++ in DT_NEEDED."""
+    """Drop DT_NEEDED `lib` and its version requirement together (removing only the entry makes ld.so
+    abort the process: a version requirement naming a library that is not needed). Used to reproduce the
+    upstream plugin that lacks libstdc++ in DT_NEEDED."""
     import lief
 
     binary = lief.ELF.parse(str(src))

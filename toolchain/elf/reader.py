@@ -1,8 +1,10 @@
 """A small, bounds-checked ELF reader for what the loader looks at: headers, program headers, the dynamic
-section, the dynamic symbol table and its version tables.
+section, the dynamic symbol table and its version tables, and the notes (SHT_NOTE sections, or PT_NOTE
+segments when the section headers are gone). The one ELF reader of the toolchain: verify, inspect, the
+post-link step and the configuration records all read through it; lief only writes (toolchain/elf/patcher.py).
 
 Why not lief here: `lief.parse` of a 1 GB plugin takes seconds and a gigabyte of memory, and lief can crash
-the interpreter on hostile input (FACTS.md). This reader maps the file and touches only the few pages it
+the interpreter on hostile input. This reader maps the file and touches only the few pages it
 needs, and every offset is checked against the file size, so malformed input ends in `NotElfError`,
 `TruncatedError` or `MalformedError` (all `InputError`s), never in a crash or a hang.
 """
@@ -11,72 +13,63 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from toolchain.elf.base import (
+    DF_1_NODELETE,
+    DF_TEXTREL,
+    DT_FLAGS,
+    DT_FLAGS_1,
+    DT_NEEDED,
+    DT_NULL,
+    DT_RPATH,
+    DT_RUNPATH,
+    DT_SONAME,
+    DT_STRSZ,
+    DT_STRTAB,
+    DT_TEXTREL,
+    ET_NAMES,
+    MACHINES,
+    MAX_DYNAMIC_ENTRIES,
+    MAX_NOTES,
+    MAX_SYMBOLS,
+    PF_R,
+    PF_W,
+    PF_X,
+    PT_DYNAMIC,
+    PT_GNU_STACK,
+    PT_INTERP,
+    PT_LOAD,
+    PT_NOTE,
+    SHT_DYNSYM,
+    SHT_GNU_HASH,
+    SHT_NOTE,
+    SHT_VERDEF,
+    SHT_VERNEED,
+    SHT_VERSYM,
+    ElfError,
+    MalformedError,
+    Note,
+    NotElfError,
+    Segment,
+    Symbol,
+    TruncatedError,
+    _Section,
+    _View,
+)
+from toolchain.elf.symtab import DynSymTable
 from toolchain.errors import InputError
 
-if TYPE_CHECKING:
-    from toolchain.elf.symtab import DynSymTable
+__all__ = [
+    "MAX_SYMBOLS", "PF_R", "PF_W", "PF_X", "PT_GNU_STACK", "PT_LOAD", "PT_NOTE", "SHT_DYNSYM", "SHT_GNU_HASH",
+    "SHT_VERDEF", "SHT_VERNEED", "SHT_VERSYM", "ElfError", "ElfFile", "MalformedError", "Note", "NotElfError",
+    "PARSES", "Segment", "Symbol", "TruncatedError", "open_library", "parse_elf", "read_elf",
+]
 
-# e_machine values we name (elf.h)
-MACHINES = {0: "NONE", 2: "SPARC", 3: "i386", 8: "MIPS", 20: "PPC", 21: "PPC64", 22: "S390", 40: "ARM",
-            62: "x86_64", 183: "aarch64", 243: "riscv", 258: "loongarch"}
-ET_NAMES = {0: "NONE", 1: "REL", 2: "EXEC", 3: "DYN", 4: "CORE"}
-PT_LOAD, PT_DYNAMIC, PT_INTERP, PT_GNU_STACK = 1, 2, 3, 0x6474E551
-PF_X, PF_W, PF_R = 1, 2, 4
-SHT_DYNSYM, SHT_VERDEF, SHT_VERNEED, SHT_VERSYM = 11, 0x6FFFFFFD, 0x6FFFFFFE, 0x6FFFFFFF
-SHT_GNU_HASH = 0x6FFFFFF6
-DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH = 0, 1, 5, 10, 14, 15
-DT_TEXTREL, DT_FLAGS, DT_RUNPATH, DT_FLAGS_1 = 22, 30, 29, 0x6FFFFFFB
-DF_TEXTREL, DF_1_NODELETE = 0x4, 0x8
-STB_NAMES = {0: "LOCAL", 1: "GLOBAL", 2: "WEAK", 10: "GNU_UNIQUE"}
-STT_NAMES = {0: "NOTYPE", 1: "OBJECT", 2: "FUNC", 3: "SECTION", 4: "FILE", 5: "COMMON", 6: "TLS", 10: "IFUNC"}
-STV_NAMES = {0: "DEFAULT", 1: "INTERNAL", 2: "HIDDEN", 3: "PROTECTED"}
-MAX_DYNAMIC_ENTRIES = 1 << 16
-MAX_SYMBOLS = 1 << 22
-
-
-class ElfError(InputError):
-    """The file is not a readable ELF object. `rule` is the verifier's rule id for it."""
-
-    rule = "malformed"
-
-
-class NotElfError(ElfError):
-    rule = "not-elf"
-
-
-class TruncatedError(ElfError):
-    rule = "truncated"
-
-
-class MalformedError(ElfError):
-    rule = "malformed"
-
-
-@dataclass(frozen=True)
-class Segment:
-    type: int
-    flags: int
-    offset: int
-    vaddr: int
-    filesz: int
-    memsz: int
-
-
-@dataclass(frozen=True)
-class Symbol:
-    name: str
-    defined: bool
-    binding: str
-    type: str
-    visibility: str
-    version: str | None  # version name (GLIBC_2.34), None when unversioned / base
-    hidden: bool  # a non-default version (name@VER rather than name@@VER)
-    version_file: str | None  # for an undefined, versioned reference: the library named in verneed
-
+#: How often each file (by name) was parsed in this process: a linked binary is parsed once per check.
+PARSES: Counter[str] = Counter()
 
 @dataclass(frozen=True)
 class ElfFile:
@@ -99,6 +92,7 @@ class ElfFile:
     symbols: tuple[Symbol, ...]
     verneed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     verdef: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
 
     @property
     def gnu_stack(self) -> Segment | None:
@@ -126,35 +120,6 @@ class ElfFile:
         return out
 
 
-class _View:
-    """Bounds-checked access to the file's bytes."""
-
-    def __init__(self, buf, name: str, little: bool) -> None:
-        self.buf, self.name, self.end = buf, name, len(buf)
-        self.e = "<" if little else ">"
-
-    def need(self, off: int, size: int, what: str) -> None:
-        if off < 0 or size < 0 or off + size > self.end:
-            msg = f"{self.name}: {what} at offset {off} (+{size} bytes) lies beyond the end of the file ({self.end} bytes)"
-            raise TruncatedError(msg, fix="the file was cut short (an interrupted copy or download): rebuild or copy it again")
-
-    def unpack(self, fmt: str, off: int, what: str) -> tuple:
-        st = struct.Struct(self.e + fmt)
-        self.need(off, st.size, what)
-        return st.unpack_from(self.buf, off)
-
-    def cstr(self, table_off: int, table_size: int, idx: int, what: str) -> str:
-        if idx < 0 or idx >= table_size:
-            msg = f"{self.name}: {what}: string index {idx} outside its string table ({table_size} bytes)"
-            raise MalformedError(msg, fix="the file is corrupt: rebuild it")
-        start = table_off + idx
-        stop = self.buf.find(b"\0", start, table_off + table_size)
-        if stop < 0:
-            msg = f"{self.name}: {what}: unterminated string in the string table"
-            raise MalformedError(msg, fix="the file is corrupt: rebuild it")
-        return bytes(self.buf[start:stop]).decode("utf-8", "replace")
-
-
 def read_elf(path: Path | str) -> ElfFile:
     """Read an ELF file from disk (mapped, so a 1 GB plugin costs only the pages we touch)."""
     p = Path(path)
@@ -180,6 +145,7 @@ def read_elf(path: Path | str) -> ElfFile:
 def parse_elf(buf, name: str, with_symbols: bool = True, _tables: list | None = None) -> ElfFile:
     """Parse ELF bytes (bytes, bytearray or mmap). with_symbols=False skips the symbol table (libraries are
     then searched by name with `DynSymTable.lookup`; `_tables` receives that table)."""
+    PARSES[name] += 1
     n = len(buf)
     if n < 4 or bytes(buf[:4]) != b"\x7fELF":
         if n < 4 and bytes(buf[:n]) == b"\x7fELF"[:n] and n > 0:
@@ -248,8 +214,6 @@ def parse_elf(buf, name: str, with_symbols: bool = True, _tables: list | None = 
         elif tag == DT_TEXTREL:
             textrel = True
     textrel = textrel or bool(flags & DF_TEXTREL)
-    from toolchain.elf.symtab import DynSymTable
-
     table = DynSymTable(v, is64, sections, name)
     if _tables is not None:
         _tables.append(table)
@@ -260,17 +224,8 @@ def parse_elf(buf, name: str, with_symbols: bool = True, _tables: list | None = 
                    machine=MACHINES.get(machine, f"EM_{machine}"), machine_id=machine,
                    etype=ET_NAMES.get(etype, f"ET_{etype}"), interp=interp, segments=tuple(segments),
                    needed=tuple(needed), soname=soname, runpath=tuple(runpath), rpath=tuple(rpath), flags=flags,
-                   flags_1=flags_1, textrel=textrel, symbols=symbols, verneed=verneed, verdef=verdef)
-
-
-@dataclass(frozen=True)
-class _Section:
-    type: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    entsize: int
+                   flags_1=flags_1, textrel=textrel, symbols=symbols, verneed=verneed, verdef=verdef,
+                   notes=_notes(v, segments, sections))
 
 
 def _sections(v: _View, is64: bool, shoff: int, shnum: int, shentsize: int) -> list[_Section]:
@@ -329,21 +284,40 @@ def _strtab(v: _View, segments, sections, dyn) -> tuple[int, int] | None:
     return None
 
 
-PT_NOTE = 4
+def _notes(v: _View, segments: list[Segment], sections: list[_Section]) -> tuple[Note, ...]:
+    """Every note: from the SHT_NOTE sections, or from the PT_NOTE segments of a file whose section headers
+    were stripped (sstrip). The same notes are in both when both exist, so only one source is read."""
+    regions = [(s.offset, s.size) for s in sections if s.type == SHT_NOTE]
+    if not sections:
+        regions = [(s.offset, s.filesz) for s in segments if s.type == PT_NOTE]
+    out: list[Note] = []
+    for off, size in regions:
+        out.extend(_note_entries(v, off, size, MAX_NOTES - len(out)))
+    return tuple(out)
 
 
-def read_note_segments(path: Path | str) -> list[tuple[bytes, bool]]:
-    """The bytes of each PT_NOTE segment (and whether the file is little-endian), bounds-checked."""
-    p = Path(path)
-    with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        elf = parse_elf(mm, str(p), with_symbols=False)
-        v = _View(mm, str(p), elf.little_endian)
-        out = []
-        for s in elf.segments:
-            if s.type == PT_NOTE:
-                v.need(s.offset, s.filesz, "a PT_NOTE segment")
-                out.append((bytes(mm[s.offset:s.offset + s.filesz]), elf.little_endian))
-        return out
+def _note_entries(v: _View, off: int, size: int, limit: int) -> list[Note]:
+    v.need(off, size, "a note section")
+    end = off + size
+    out: list[Note] = []
+    while off + 12 <= end:
+        namesz, descsz, ntype = v.unpack("III", off, "a note header")
+        name_at = off + 12
+        desc_at = name_at + ((namesz + 3) & ~3)
+        if desc_at + descsz > end:
+            raise MalformedError(f"{v.name}: a note at offset {off} claims {namesz}+{descsz} bytes, past the end "
+                                 "of its section", fix="the file is corrupt: rebuild it")
+        if len(out) >= limit:
+            raise MalformedError(f"{v.name}: more than {MAX_NOTES} notes", fix="the file is corrupt: rebuild it")
+        owner = bytes(v.buf[name_at:name_at + namesz]).split(b"\0", 1)[0].decode("utf-8", "replace")
+        out.append(Note(owner, ntype, bytes(v.buf[desc_at:desc_at + descsz])))
+        off = desc_at + ((descsz + 3) & ~3)
+    return out
+
+
+def parse_note_bytes(data: bytes, name: str = "<notes>", little_endian: bool = True) -> tuple[Note, ...]:
+    """The notes in the bytes of one note section or PT_NOTE segment."""
+    return tuple(_note_entries(_View(data, name, little_endian), 0, len(data), MAX_NOTES))
 
 
 def open_library(path: Path | str) -> tuple[ElfFile, DynSymTable]:

@@ -1,4 +1,4 @@
-"""The dynamic symbol table and its version tables (split out of reader.py, which parses the rest).
+"""The dynamic symbol table and its version tables (reader.py parses the rest of the file).
 
 Bounds-checked like the rest of the reader: malformed input raises MalformedError/TruncatedError.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from toolchain.elf.reader import (
+from toolchain.elf.base import (
     MAX_SYMBOLS,
     SHT_DYNSYM,
     SHT_GNU_HASH,

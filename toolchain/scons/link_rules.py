@@ -1,4 +1,5 @@
-"""Link rules as named checks (in the style of MongoDB's libdeps linter): each has an id and fix-it text.
+"""Link rules as named checks (in the style of MongoDB's libdeps linter): each has an id; its summary and fix
+come from the rule table (toolchain/spec/rules.toml, stage "link").
 
 Checked while SCons reads the build files (an emitter on every Program/SharedLibrary/LoadableModule):
 - runtime-without-host-builder: a program or library links the host runtime (its archive or
@@ -7,9 +8,11 @@ Checked while SCons reads the build files (an emitter on every Program/SharedLib
 - shim-archive-not-whole-archived: the shim archive is linked as a plain library: the linker keeps only
   the members the program itself references, and plugins fail with `undefined symbol: aoti_torch_...`.
 - conflicting-define: a target sets a define that a dependency's usage requirements set differently.
-Checked before each link of our builders (an action, so it reads the real inputs):
+Checked before each link of our builders (an action, so it reads the real inputs, archives and objects,
+with nm: the linked binary is checked by the post-link step, toolchain/scons/checks.py):
 - duplicate-shim-definition: one shim is defined by two of the objects/libraries of one binary; which one
-  a plugin binds to depends on link order.
+  a plugin binds to depends on link order. After the link the checks engine looks for the same defect in
+  the binary's load scope (toolchain/verify/checks.py check_host).
 
 A target waives a rule with ``AOTI_WAIVE_RULES=["rule-id", ...]`` (for tests of the later checks).
 """
@@ -19,34 +22,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import SCons.Action
 import SCons.Script
-
-
-@dataclass(frozen=True)
-class LinkRule:
-    id: str
-    summary: str
-    fix: str
-
-
-RULES = {r.id: r for r in (
-    LinkRule("runtime-without-host-builder", "links the host runtime without the host builders",
-             "link programs that load plugins with env.AotiHostProgram(target, sources, libs=[runtime]) and the "
-             "shared runtime with env.AotiRuntimeLibrary: they whole-archive and export the shims and run the "
-             "post-link checks"),
-    LinkRule("shim-archive-not-whole-archived", "links the shim archive as a plain library",
-             "do not list the shim archive in LIBS or libs=: env.AotiHostProgram links it between "
-             "-Wl,--whole-archive and -Wl,--no-whole-archive by itself"),
-    LinkRule("conflicting-define", "sets a define differently from a dependency's usage requirements",
-             "drop the define from the target and take it from the dependency (its usage requirements), or build "
-             "the dependency in the variant you want (e.g. cuda=on)"),
-    LinkRule("duplicate-shim-definition", "defines a shim in more than one input",
-             "define each aoti_torch_* shim once: remove the second definition (or its library) from the link"),
-)}
 
 SHIM_ARCHIVE = "libaoti_host_shims.a"
 RUNTIME_NAMES = ("libaoti_host_runtime.a", "libaoti_host.so")
@@ -57,8 +36,10 @@ class LinkRuleViolation(Exception):
 
 
 def report(rule_id: str, target, detail: str) -> str:
+    from toolchain.findings import RULES
+
     rule = RULES[rule_id]
-    return f"scons: error: {target}: {rule.summary}: {detail} [rule {rule.id}]\n  fix: {rule.fix}"
+    return f"scons: error: {target}: {rule.summary}: {detail} [rule {rule.id}]\n  fix: {rule.fix_text()}"
 
 
 def _waived(env, rule_id: str) -> bool:
@@ -144,11 +125,11 @@ def _defined_shims(path: str, shim_names: set[str]) -> set[str]:
 
 
 def _duplicate_action(target, source, env):
-    from toolchain.scons.checks import _spec_shim_names
+    from toolchain.scons.checks import spec_shim_names
 
     if _waived(env, "duplicate-shim-definition"):
         return 0
-    shim_names = set(_spec_shim_names(env))
+    shim_names = set(spec_shim_names(env))
     inputs: list[str] = [s.abspath for s in source]
     for item in [*env.Flatten(env.get("AOTI_ARCHIVES", [])), *env.Flatten(env.get("AOTI_WHOLE_ARCHIVE_NODES", [])),
                  *env.Flatten(env.get("LIBS", []))]:

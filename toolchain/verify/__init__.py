@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolchain.elf.reader import ElfError, ElfFile, parse_elf, read_elf
+from toolchain.elf.reader import ElfError, ElfFile, MalformedError, parse_elf, read_elf
 from toolchain.elf.resolve import Loaded, Resolver
 from toolchain.errors import InputError, UsageError
+from toolchain.findings import FileResult, Report
 from toolchain.spec import load_spec
 from toolchain.verify import checks
 from toolchain.verify.profiles import DEFAULT_PROFILE, load_profile
-from toolchain.verify.report import FileResult, Report
 
-__all__ = ["verify_paths", "verify_buffer", "make_context", "Report", "DEFAULT_PROFILE", "elf_members",
+__all__ = ["verify_paths", "verify_buffer", "make_context", "check_elf", "Report", "DEFAULT_PROFILE", "elf_members",
            "default_host"]
 
 
@@ -58,10 +58,16 @@ def elf_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
         return [(str(path), exc)]
 
 
+class _PackageMalformed(MalformedError):
+    """A package the runtime would refuse: the malformed rule's fix for packages."""
+
+    fix_variant = "package"
+
+
 def _pt2_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
     """Each .so member of a package, read with the runtime's rules (toolchain.pt2): a package the runtime
     would refuse, or a member whose CRC-32 does not match its bytes, is one 'malformed' finding."""
-    from toolchain.elf.reader import MalformedError, NotElfError
+    from toolchain.elf.reader import NotElfError
     from toolchain.pt2 import PackageError, open_package
 
     try:
@@ -80,7 +86,7 @@ def _pt2_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
                     out.append((label, exc))
             return out
     except PackageError as exc:
-        return [(str(path), MalformedError(exc.args[0], fix=exc.fix or "re-export the package"))]
+        return [(str(path), _PackageMalformed(exc.args[0], fix=exc.fix or "re-export the package"))]
 
 
 _SPEC_CACHE: dict[tuple, object] = {}
@@ -116,7 +122,7 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
             raise InputError(msg, fix="pass the host program or runtime library (e.g. dist/lib/libaoti_host.so)")
         ctx.host = Loaded(str(hpath), helf, None)
         ctx.host_scope = ctx.resolver.scope(helf, str(hpath)).objects
-        report.files.append(_check_one(str(hpath), helf, ctx, "host"))
+        report.files.append(check_elf(str(hpath), helf, ctx, "host"))
     for p in paths:
         path = Path(p)
         members = elf_members(path)
@@ -125,12 +131,10 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
             report.files.append(_check_package(path))
         for label, elf in members:
             if isinstance(elf, ElfError):
-                res = FileResult(label, "unreadable")
-                res.add(elf.rule, str(elf).split("\n  fix: ")[0], elf.fix or "rebuild or copy the file again")
-                report.files.append(res)
+                report.files.append(_unreadable(label, elf))
             else:
                 # inside a package every .so is a plugin: the runtime loads it as one
-                report.files.append(_check_one(label, elf, ctx, "plugin" if in_package else kind))
+                report.files.append(check_elf(label, elf, ctx, "plugin" if in_package else kind))
     return report
 
 
@@ -149,10 +153,10 @@ def _check_package(path: Path) -> FileResult:
         with open_package(path) as pkg:
             findings = package.check_package(path, package.package_members(pkg))
     except package.READ_ERRORS as exc:
-        res.add("malformed", f"{path}: not a readable .pt2 (zip): {exc}", "re-export the package; the file is damaged")
+        res.add("malformed", f"{path}: not a readable .pt2 (zip): {exc}", fix_variant="package")
         return res
     for f in findings:
-        res.add(f.rule, f.message, f.fix)
+        res.add(f.rule, f.message, fix_variant=f.fix_variant)
     return res
 
 
@@ -166,13 +170,18 @@ def verify_buffer(data: bytes, label: str, ctx: checks.Context, kind: str = "aut
     try:
         elf = parse_elf(data, label)
     except ElfError as exc:
-        res = FileResult(label, "unreadable")
-        res.add(exc.rule, str(exc).split("\n  fix: ")[0], exc.fix or "rebuild or copy the file again")
-        return res
-    return _check_one(label, elf, ctx, kind)
+        return _unreadable(label, exc)
+    return check_elf(label, elf, ctx, kind)
 
 
-def _check_one(label: str, elf: ElfFile, ctx: checks.Context, kind: str) -> FileResult:
+def _unreadable(label: str, exc: ElfError) -> FileResult:
+    res = FileResult(label, "unreadable")
+    res.add(exc.rule, str(exc).split("\n  fix: ")[0], fix_variant=exc.fix_variant)
+    return res
+
+
+def check_elf(label: str, elf: ElfFile, ctx: checks.Context, kind: str = "auto") -> FileResult:
+    """Every rule for one parsed file: the one checks engine, run by verify and by the post-link step."""
     k = checks.classify(elf) if kind == "auto" else kind
     res = FileResult(label, k, machine=f"{elf.machine}/{elf.elf_class}")
     if not checks.check_arch(elf, res, ctx):
@@ -192,5 +201,6 @@ def _check_one(label: str, elf: ElfFile, ctx: checks.Context, kind: str) -> File
         checks.check_resolution(elf, label, k, res, ctx, reported)
     if k == "host":
         checks.check_host(elf, label, res, ctx)
-    checks.check_mixed_config(label, res)
+    if "!" not in label:  # a .pt2 member: plugins carry no records
+        checks.check_mixed_config(elf, label, res, ctx)
     return res

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from toolchain.elf.reader import ElfFile, Symbol
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
+from toolchain.findings import FileResult
 from toolchain.spec import Provider, Spec, load_abi
 from toolchain.verify.profiles import Profile, parse_version, vstr
-from toolchain.verify.report import FileResult
 
 ENTRIES_API = "AOTInductorModelContainerExtractConstantsMapEntries"
 CXX_RUNTIME = "libstdc++.so.6"
@@ -27,6 +27,11 @@ class Context:
     resolver: Resolver
     host: Loaded | None = None
     host_scope: list[Loaded] | None = None
+    # Set by the post-link step of the SCons builders (toolchain/scons/checks.py):
+    shim_groups: tuple[str, ...] | None = None  # the shim groups the variant's hosts export
+    expected_config: dict[str, str] | None = None  # the variant's feature defines (mixed-config)
+    variant: str | None = None
+    build_runpath: frozenset[str] = frozenset()  # RUNPATH entries the build set: allowed in the build tree
 
     @property
     def shim_names(self) -> set[str]:
@@ -51,11 +56,11 @@ def check_arch(elf: ElfFile, res: FileResult, ctx: Context) -> bool:
     want, bits = _ARCH.get(ctx.profile.machine, (ctx.profile.machine, 64))
     if elf.machine != want or elf.elf_class != bits:
         res.add("wrong-arch", f"{elf.machine} {elf.elf_class}-bit ELF, but profile {ctx.profile.name} targets {want} "
-                f"{bits}-bit", f"rebuild it for {want} (or verify with the profile of the machine it is meant for)")
+                f"{bits}-bit", fix_args={"machine": want})
         return False
     if ctx.host is not None and (elf.machine_id, elf.elf_class) != (ctx.host.elf.machine_id, ctx.host.elf.elf_class):
         res.add("wrong-arch", f"{elf.machine} {elf.elf_class}-bit, but the host {ctx.host.path} is "
-                f"{ctx.host.elf.machine} {ctx.host.elf.elf_class}-bit", "build plugin and host for the same machine")
+                f"{ctx.host.elf.machine} {ctx.host.elf.elf_class}-bit", fix_variant="host")
         return False
     return True
 
@@ -71,9 +76,7 @@ def check_loadable(elf: ElfFile, res: FileResult) -> bool:
         return True
     what = ("a position-independent executable (ET_DYN with DF_1_PIE)" if elf.etype == "DYN"
             else f"an ET_{elf.etype} file" if not elf.etype.startswith("ET_") else f"an {elf.etype} file")
-    res.add("not-shared-object", f"is {what}, not a shared object: dlopen refuses to load it as a plugin",
-            "pass the plugin .so (ET_DYN, linked with -shared), e.g. the one aoti-toolchain export packages; "
-            "a program or object file cannot be loaded as a plugin")
+    res.add("not-shared-object", f"is {what}, not a shared object: dlopen refuses to load it as a plugin")
     return False
 
 
@@ -85,11 +88,10 @@ def check_static(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Conte
         res.add("exec-stack", f"asks for an executable stack ({why}); "
                 + ("the target's glibc (>= 2.41) refuses to dlopen it" if refused else
                    "glibc 2.41 and later refuse to dlopen it, and it makes every thread stack executable"),
-                "aoti-toolchain patch --clear-execstack (safe), or link with -Wl,-z,noexecstack",
                 severity="error" if refused else None, fix_op=("clear-execstack", ""))
     if elf.textrel:
         res.add("textrel", "has text relocations (DT_TEXTREL): code pages are written at load time, which "
-                "SELinux and hardened kernels refuse", "compile every object with -fPIC")
+                "SELinux and hardened kernels refuse")
     origin = os.path.dirname(os.path.abspath(path))
     for tag, entries in (("RUNPATH", elf.runpath), ("RPATH", elf.rpath)):
         for entry in entries:
@@ -101,24 +103,21 @@ def check_static(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Conte
             elif not is_system_dir(entry):
                 bad = "an absolute path outside the system library directories (the build machine's layout)"
             if bad:
-                res.add("unsafe-runpath", f"{tag} entry {entry!r} is {bad}",
-                        "aoti-toolchain patch --set-runpath '$ORIGIN' (libraries beside it), or relink without "
-                        "-rpath", library=entry, fix_op=("set-runpath", _safe_runpath(elf, origin)))
+                own = entry in ctx.build_runpath
+                res.add("unsafe-runpath", f"{tag} entry {entry!r} is {bad}", library=entry,
+                        severity="warning" if own else None, fix_variant="build-tree" if own else None,
+                        fix_op=("set-runpath", _safe_runpath(elf, origin)))
     if kind == "plugin":
         for lib in elf.needed:
             if _LIBTORCH_RE.match(lib):
                 res.add("libtorch-dependency", f"needs {lib}: the plugin was built against LibTorch, which a "
-                        "LibTorch-free host does not have", "re-export with inductor config "
-                        "aot_inductor.link_libtorch=False (aoti-toolchain export does)", library=lib)
+                        "LibTorch-free host does not have", library=lib)
     unique = [s.name for s in elf.symbols if s.defined and s.binding == "GNU_UNIQUE"]
     if (unique or elf.nodelete) and kind != "host":
         why = (f"{len(unique)} GNU_UNIQUE symbol(s) ({_short(unique, 3)}) make the loader mark it NODELETE"
                if unique else "DF_1_NODELETE is set")
         res.add("cannot-unload", f"can never be unloaded: {why}; dlclose returns 0 and the mapping stays",
-                "rebuild with -fvisibility=hidden -fno-gnu-unique, or a version script "
-                "{global: AOTInductor*; local: *;}; expected on torch-built plugins (aoti-toolchain export's too: "
-                "torch's inductor configs cannot pass -fno-gnu-unique), where it costs one mapping per distinct "
-                "plugin for the life of the process", symbol=unique[0] if unique else None)
+                symbol=unique[0] if unique else None)
     if kind == "plugin":
         check_plugin_api(elf, res, ctx)
 
@@ -134,19 +133,16 @@ def check_plugin_api(elf: ElfFile, res: FileResult, ctx: Context) -> None:
     for ep in ctx.spec.entry_points:
         if ep.required and ep.name not in exported:
             res.add("missing-entry-point", f"does not export the required entry point {ep.name}",
-                    "compile the model with torch._inductor.aoti_compile_and_package (aoti-toolchain export); "
-                    "a library that is not a plugin cannot be loaded as one", entry_point=ep.name)
+                    entry_point=ep.name)
     if ENTRIES_API not in exported:
         res.add("no-entries-api", f"does not export {ENTRIES_API} (torch < 2.13): the host reads constants "
                 "without it and loses cross-method weight sharing (each method loads its own weights), "
                 "mutable-state sessions (NotSupported) and CUDA graphs (their constants can't be checked)",
-                "re-export the model with torch >= 2.13", entry_point=ENTRIES_API)
+                entry_point=ENTRIES_API)
     shims = sorted(n for n in defined if n.startswith("aoti_torch_"))
     for name in shims:
         res.add("exports-shim", f"defines {name}: opened RTLD_GLOBAL it would interpose the host's shim for "
-                "every plugin loaded after it, and its own calls may bind to a different implementation",
-                "re-export with aot_inductor.link_libtorch=False and without bundling shims; the host supplies "
-                "every aoti_torch_*", symbol=name)
+                "every plugin loaded after it, and its own calls may bind to a different implementation", symbol=name)
 
 
 def check_versions(elf: ElfFile, res: FileResult, ctx: Context) -> set[tuple[str, str]]:
@@ -169,8 +165,7 @@ def check_versions(elf: ElfFile, res: FileResult, ctx: Context) -> set[tuple[str
         res.add("symbol-version-too-new", f"{names[0]} needs {version}, newer than {fam}_"
                 f"{vstr(ctx.profile.max_versions[fam])} of profile {ctx.profile.name}"
                 + (f" ({len(names)} symbols need it: {_short(names, 4)})" if len(names) > 1 else ""),
-                f"build it with an older toolchain/sysroot (e.g. the manylinux_2_28 image) or target a newer system "
-                f"than {ctx.profile.name}", symbol=names[0], version=version, library=syms[0].version_file)
+                fix_args={"profile": ctx.profile.name}, symbol=names[0], version=version, library=syms[0].version_file)
         reported.update((n, version) for n in names)
     return reported
 
@@ -185,11 +180,11 @@ def check_libraries(elf: ElfFile, res: FileResult, ctx: Context) -> None:
             continue  # may be bundled beside it; missing-library decides
         if lib in ctx.profile.packages:
             res.add("library-not-allowed", f"needs {lib}, present on {ctx.profile.name} only with "
-                    f"{ctx.profile.packages[lib]}", f"install {ctx.profile.packages[lib]} on the target, or "
-                    "bundle the library beside the plugin with RUNPATH $ORIGIN", severity="warning", library=lib)
+                    f"{ctx.profile.packages[lib]}", fix_variant="optional-package",
+                    fix_args={"package": ctx.profile.packages[lib]}, severity="warning", library=lib)
         else:
             res.add("library-not-allowed", f"needs {lib}, which profile {ctx.profile.name} does not provide",
-                    "bundle it beside the plugin (RUNPATH $ORIGIN) or avoid the dependency", library=lib)
+                    library=lib)
 
 
 def _provider(name: str, providers: tuple[Provider, ...]) -> Provider | None:
@@ -214,8 +209,7 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
         direct = needed_by == path
         res.add("missing-library", f"needs {lib}" + ("" if direct else f" (through {needed_by})")
                 + ", which the loader will not find (RUNPATH, ld.so.conf and default directories searched)",
-                f"install the package that provides {lib} on the target, or ship it beside the file and "
-                "set RUNPATH $ORIGIN (aoti-toolchain patch --set-runpath '$ORIGIN')", library=lib)
+                fix_args={"library": lib}, library=lib)
     own_names = own.names() | already
     listed = set(elf.needed) | own.names()  # what its own DT_NEEDED closure brings
     scope = [*global_scope, *own.objects[1:]]
@@ -248,23 +242,21 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                     continue
                 res.add("unresolved-symbol", f"{_ref(sym)} is defined by {prov.name} ({soname}), which is not in "
                         f"its DT_NEEDED nor in the host's global scope: dlopen fails with `undefined symbol: "
-                        f"{sym.name}`" + _provider_hint(prov), f"aoti-toolchain patch --add-needed {soname} "
-                        f"{os.path.basename(path)}, or have the host load {soname} RTLD_GLOBAL first",
-                        symbol=sym.name, version=sym.version, library=soname, fix_op=("add-needed", soname))
+                        f"{sym.name}`" + _provider_hint(prov), fix_variant="provider-not-needed",
+                        fix_args={"soname": soname, "file": os.path.basename(path)}, symbol=sym.name, version=sym.version, library=soname, fix_op=("add-needed", soname))
                 continue
             if lib_path is None:
                 res.add("unresolved-symbol", f"{_ref(sym)} comes from {prov.name} ({', '.join(prov.sonames)}), which "
                         "is neither in its DT_NEEDED nor the host's global scope, nor installed here: dlopen fails "
                         f"with `undefined symbol: {sym.name}`" + _provider_hint(prov),
-                        f"install {prov.name} on the target and add it with aoti-toolchain patch --add-needed "
-                        f"{soname}, or have the host load it RTLD_GLOBAL first", symbol=sym.name,
+                        fix_variant="provider-not-installed", fix_args={"provider": prov.name, "soname": soname},
+                        symbol=sym.name,
                         version=sym.version, library=soname)
                 continue
         where = f"the host {ctx.host.path} and " if ctx.host else ""
         res.add("unresolved-symbol", f"{_ref(sym)}: no object in {where}its DT_NEEDED closure defines it "
                 f"(searched {len(scope)} object(s)); dlopen(RTLD_NOW) fails with `undefined symbol: {sym.name}`",
-                "add the library that defines it to DT_NEEDED (aoti-toolchain patch --add-needed LIB), or make "
-                "the host export it", symbol=sym.name, version=sym.version, library=sym.version_file)
+                symbol=sym.name, version=sym.version, library=sym.version_file)
     if kind == "plugin":
         _two_runtimes(elf, res, global_scope, has_host=ctx.host is not None)
     if cxx_missing:
@@ -272,13 +264,12 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
         res.add("missing-cxx-runtime", f"imports {len(names)} C++ runtime symbol(s) ({_short(names)}) without "
                 f"{CXX_RUNTIME} in DT_NEEDED; loaded from a host without libstdc++ in its global scope (a C host, "
                 f"a static libstdc++) dlopen fails with `undefined symbol: {names[0]}`",
-                f"aoti-toolchain patch --add-needed {CXX_RUNTIME} (appended after the existing entries)",
                 symbol=names[0], library=CXX_RUNTIME, fix_op=("add-needed", CXX_RUNTIME))
     elif cxx_from_host:
         names = [s.name for s in cxx_from_host]
         res.add("missing-cxx-runtime", f"imports {len(names)} C++ runtime symbol(s) ({_short(names)}) without "
                 f"{CXX_RUNTIME} in DT_NEEDED: it loads only because this host has libstdc++ in its global scope",
-                f"aoti-toolchain patch --add-needed {CXX_RUNTIME}", severity="warning", symbol=names[0],
+                severity="warning", symbol=names[0],
                 library=CXX_RUNTIME, fix_op=("add-needed", CXX_RUNTIME))
 
 
@@ -287,7 +278,7 @@ _CXX_RUNTIME_CORE = load_abi().cxx_runtime_core  # toolchain/spec/abi.toml, as e
 
 
 def _two_runtimes(elf: ElfFile, res: FileResult, global_scope: list[Loaded], has_host: bool) -> None:
-    """FACTS (GPU run 4, H200): a plugin that links libstdc++ statically AND exports it (torch 2.11 CUDA plugins
+    """Measured with torch 2.11 CUDA plugins on an H200 machine: a plugin that links libstdc++ statically AND exports it (torch 2.11 CUDA plugins
     built with the GPU image's g++) splits in two when the shared libstdc++.so.6 is loaded outside its lookup
     scope (numpy and torch load it RTLD_LOCAL): its GNU_UNIQUE symbols (locale facet ids) bind process-wide to
     that copy, its other std:: references to its own, and std::regex dereferences a null facet. With the
@@ -304,10 +295,7 @@ def _two_runtimes(elf: ElfFile, res: FileResult, global_scope: list[Loaded], has
     res.add("two-cxx-runtimes", f"exports its own C++ runtime ({', '.join(own)}; {unique} GNU_UNIQUE symbols): "
             f"in {where} {CXX_RUNTIME} and a process that loads {CXX_RUNTIME} elsewhere (numpy, torch: "
             "RTLD_LOCAL), the GNU_UNIQUE facet ids bind to that copy and the rest to the plugin's: two half "
-            "runtimes, which crashed torch 2.11 CUDA plugins in std::regex (null facet)",
-            f"load {CXX_RUNTIME} RTLD_GLOBAL before the plugin (the aoti-toolchain host runtime does), or build "
-            "the plugin with the shared libstdc++ (no -static-libstdc++) or with the static copy hidden "
-            "(-Wl,--exclude-libs,ALL)", symbol=own[0], library=CXX_RUNTIME)
+            "runtimes, which crashed torch 2.11 CUDA plugins in std::regex (null facet)", symbol=own[0], library=CXX_RUNTIME)
 
 
 def _ref(sym: Symbol) -> str:
@@ -334,31 +322,30 @@ def _defines(r: Resolver, lib_path: str, sym: Symbol) -> bool:
 def _unresolved_shim(sym: Symbol, res: FileResult, ctx: Context) -> None:
     if ctx.host is not None:
         res.add("unresolved-symbol", f"imports shim {sym.name}, which the host {ctx.host.path} does not export "
-                "(nor anything in its global scope)", "export it from the host: link the shim archive between "
-                "--whole-archive/--no-whole-archive with the generated dynamic list (env.AotiHostProgram); if "
-                "the runtime lacks it, implement it and add it to toolchain/spec/shims.toml", symbol=sym.name)
+                "(nor anything in its global scope)", fix_variant="shim-not-in-host", symbol=sym.name)
     elif sym.name not in ctx.shim_names:
         res.add("unresolved-symbol", f"imports shim {sym.name}, which the aoti-toolchain host runtime does "
-                "not implement (not in toolchain/spec/shims.toml)", "implement it in runtime/src and add it to "
-                "toolchain/spec/shims.toml, or re-export the model so it does not need it", symbol=sym.name)
+                "not implement (not in toolchain/spec/shims.toml)", fix_variant="shim-unknown", symbol=sym.name)
 
 
 def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
-    """shim-not-exported and duplicate-shim-definition for a host program or runtime library."""
-    groups = ["core", "cpu"]
+    """shim-not-exported and duplicate-shim-definition for a host program or runtime library. The shims it
+    must export: the groups of its build variant when the post-link step says so (ctx.shim_groups), else
+    core and cpu, and cuda when it defines any cuda shim."""
     defined = elf.defined()
-    if any(n in defined for n in (s.name for s in ctx.spec.shims_in("cuda"))):
+    groups = list(ctx.shim_groups or ("core", "cpu"))
+    if ctx.shim_groups is None and any(s.name in defined for s in ctx.spec.shims_in("cuda")):
         groups.append("cuda")
     for shim in ctx.spec.shims_in(*groups):
         syms = defined.get(shim.name, [])
         ok = [s for s in syms if s.binding in ("GLOBAL", "WEAK") and s.visibility == "DEFAULT" and not s.hidden]
         if not ok:
-            why = "not in its dynamic symbol table" if not syms else \
-                f"{syms[0].binding}/{syms[0].visibility}{' hidden version' if syms[0].hidden else ''}"
+            undef = not syms and any(s.name == shim.name for s in elf.symbols)
+            why = ("only an undefined reference in its dynamic symbol table" if undef else
+                   "not in its dynamic symbol table" if not syms else
+                   f"{syms[0].binding}/{syms[0].visibility}{' hidden version' if syms[0].hidden else ''}")
             res.add("shim-not-exported", f"does not export shim {shim.name} ({why}): a plugin importing it fails "
-                    "to load", "link the shim archive between -Wl,--whole-archive and -Wl,--no-whole-archive and "
-                    "export it (the generated dynamic list or version script; env.AotiHostProgram does both)",
-                    symbol=shim.name)
+                    "to load", symbol=shim.name)
     scope = ctx.resolver.scope(elf, path).objects
     for shim in ctx.spec.shims:
         providers = [lo for lo in scope if any(s.visibility == "DEFAULT" for s in ctx.resolver.find_defs(lo, shim.name))]
@@ -366,7 +353,6 @@ def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
             names = [lo.path for lo in providers]
             res.add("duplicate-shim-definition", f"{shim.name} is defined by {len(names)} objects in the host's "
                     f"scope ({_short(names, 4)}); plugins bind to the first ({names[0]}), by load order",
-                    "keep one implementation: don't link LibTorch into a host that supplies its own shims",
                     symbol=shim.name, library=names[1])
 
 
@@ -375,23 +361,17 @@ def runpath_dirs(elf: ElfFile, path: str) -> list[str]:
     return [expand_origin(e, origin) for e in (elf.runpath or elf.rpath)]
 
 
-def check_mixed_config(path: str, res: FileResult) -> None:
+def check_mixed_config(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
     """mixed-config: objects of one binary whose configuration records (aoti_host/config.h notes, read by
-    toolchain.elf.config_records) disagree, e.g. one compiled with -DCUDA_AVAILABLE=1 and one without."""
-    from toolchain.elf.config_records import find_conflicts, parse_notes
-    from toolchain.elf.reader import ElfError, read_note_segments
+    toolchain.elf.config_records) disagree, e.g. one compiled with -DCUDA_AVAILABLE=1 and one without; in the
+    post-link step also with the defines of the variant that linked it (ctx.expected_config)."""
+    from toolchain.elf.config_records import ConfigRecord, find_conflicts, records_of
 
-    if "!" in path:
-        return  # a .pt2 member: plugins carry no records
-    try:
-        records = [r for data, little in read_note_segments(path)
-                   for r in parse_notes(data, byteorder="<" if little else ">")]
-    except (ElfError, OSError):
-        return
+    records = records_of(elf)
+    if ctx.expected_config and records:
+        records.insert(0, ConfigRecord(f"<variant {ctx.variant or '?'}>", dict(ctx.expected_config)))
     for c in find_conflicts(records):
         objs = "; ".join(f"{value}: {', '.join(r.object_name for r in recs)}" for value, recs in c.by_value.items())
-        res.add("mixed-config", f"objects linked into it were compiled with different {c.key} ({objs}): a "
-                "one-definition-rule break (types and inline functions differ between them)",
-                "compile every translation unit of one binary with the same defines: build it with the SCons "
-                "builders of one variant (toolchain/scons), or take the defines from the runtime's usage "
-                "requirements instead of repeating them by hand", symbol=c.key)
+        res.add("mixed-config", f"objects linked into it were compiled with different {c.key} "
+                f"({' vs '.join(c.by_value)}): {objs}; a one-definition-rule break (types and inline functions "
+                "differ between them)", symbol=c.key)

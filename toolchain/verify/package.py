@@ -258,7 +258,7 @@ def check_constant_layouts(data: bytes, where: str, blob_size: int) -> int:
 class PackageFinding:
     rule: str  # bad-package-json | bad-package
     message: str
-    fix: str
+    fix_variant: str | None = None  # the rule's fix (toolchain/spec/rules.toml) to give
 
 
 def check_package(path: Path, members: list[Member]) -> list[PackageFinding]:
@@ -269,26 +269,24 @@ def check_package(path: Path, members: list[Member]) -> list[PackageFinding]:
     blobs = [m for m in members if PLUGIN_DIR in m.name and m.name.endswith("_weights.blob")]
     if not plugins:
         out.append(PackageFinding("bad-package", f"{path}: holds no plugin (no <model>/data/aotinductor/*.so); the "
-                                  "runtime refuses it", "pass a .pt2 written by aoti-toolchain export"))
+                                  "runtime refuses it"))
         return out
     if len(plugins) > 1:
         out.append(PackageFinding("bad-package", f"{path}: holds {len(plugins)} plugins; the runtime loads one "
-                                  "plugin per package", "export one model per package (several methods: "
-                                  "aoti-toolchain export_methods writes one package per method)"))
+                                  "plugin per package", "several-plugins"))
         return out
     prefix = plugins[0].name[:plugins[0].name.find("/") + 1]
     by_name = {m.name: m for m in members}
-    fix = "re-export the model with aoti-toolchain export"
     contract = by_name.get(prefix + CONTRACT_ENTRY)
     if contract is not None:
         try:
             check_contract(contract.read(), f"{path}:{contract.name}")
         except PackageJsonError as exc:
-            out.append(PackageFinding("bad-package-json", str(exc), fix))
+            out.append(PackageFinding("bad-package-json", str(exc)))
     constants = by_name.get(prefix + CONSTANTS_ENTRY) if blobs else None
     if constants is not None:
         try:
             check_constant_layouts(constants.read(), f"{path}:{constants.name}", blobs[-1].size)
         except PackageJsonError as exc:
-            out.append(PackageFinding("bad-package-json", str(exc), fix))
+            out.append(PackageFinding("bad-package-json", str(exc)))
     return out

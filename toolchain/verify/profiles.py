@@ -1,8 +1,8 @@
 """Target profiles as data: the newest symbol version of each family a binary may need on a target, and the
 libraries that target provides. Named profiles live in profiles/*.toml with their sources; `host` is read
 from this machine's own libc, libstdc++ and libgcc_s (their version definitions, .gnu.version_d, read by
-toolchain.elf.reader: `import lief` alone costs 0.7-0.85 s, which would triple a verify's time; a test checks
-the result against lief's reading of the same files).
+toolchain.elf.reader, which is fast to import where lief alone costs 0.7-0.85 s; a test checks the result
+against lief's reading of the same files).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from toolchain.verify.report import REPORT_SCHEMA_VERSION, RULES, Report
+from toolchain.findings import REPORT_SCHEMA_VERSION, Report, verify_rules
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 REPORT_SCHEMA = SCHEMA_DIR / "verify-report-v1.schema.json"
@@ -74,10 +74,12 @@ def _uri(path: str) -> str:
 
 
 def to_sarif(report: Report) -> dict:
-    rule_ids = list(RULES)
+    table = verify_rules()
+    rule_ids = [r.id for r in table]
     rules = [{"id": r.id, "name": r.id.replace("-", " ").title().replace(" ", ""),
               "shortDescription": {"text": r.summary},
-              "defaultConfiguration": {"level": r.severity}} for r in RULES.values()]
+              "help": {"text": r.fix},
+              "defaultConfiguration": {"level": r.severity}} for r in table]
     results = []
     for f in report.findings:
         loc: dict = {"physicalLocation": {"artifactLocation": {"uri": _uri(f.file)}}}
@@ -110,7 +112,7 @@ def to_junit(report: Report) -> str:
         by_rule: dict[str, list] = {}
         for x in fr.findings:
             by_rule.setdefault(x.rule, []).append(x)
-        applicable = [r for r in RULES.values() if r.applies_to in ("any", fr.kind) or r.id in by_rule]
+        applicable = [r for r in verify_rules() if r.applies_to in ("any", fr.kind) or r.id in by_rule]
         for rule in applicable:
             case = ET.SubElement(suite, "testcase", classname=fr.path, name=rule.id, time="0")
             n_t += 1

@@ -1,0 +1,43 @@
+"""aoti-toolchain: command-line entry point (`aoti-toolchain ...` or `python -m toolchain ...`)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from toolchain.errors import ToolchainError, UsageError, exit_code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
+
+
+COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of `aoti-toolchain`: one module per command (toolchain/cli/main_<command>.py) registers its
+    sub-parser and runs it; a command's work is imported when it runs."""
+    import importlib
+
+    p = _Parser(prog="aoti-toolchain", description="Build, check, repair and run AOTInductor plugins.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"toolchain.cli.main_{name}").register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except ToolchainError as exc:
+        print(f"aoti-toolchain: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except subprocess.CalledProcessError as exc:
+        print(f"aoti-toolchain: error: {' '.join(map(str, exc.cmd))} exited with {exc.returncode}", file=sys.stderr)
+        return exit_code("failed")
+    except KeyboardInterrupt:
+        return exit_code("interrupted")
