@@ -147,7 +147,7 @@ def test_verify_refuses_what_the_runtime_refuses(corpus_dir):
     assert checked >= 20
 
 
-def test_hostile_archives_under_sanitizers(corpus_dir, tmp_path):
+def test_hostile_archives_under_sanitizers(host_build, corpus_dir, tmp_path):
     """The reader built with AddressSanitizer and UBSan reads the whole corpus without a report."""
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
@@ -156,7 +156,7 @@ def test_hostile_archives_under_sanitizers(corpus_dir, tmp_path):
     exe = tmp_path / "pt2_probe_asan"
     build = subprocess.run(
         [cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-         "-Wall", "-Wextra", "-Werror", f"-I{src / 'include'}", "-include", str(src / "include/aoti_host/config.h"),
+         "-Wall", "-Wextra", "-Werror", f"-I{src / 'include'}", f"-I{host_build.gen_dir / 'include'}", "-include", str(src / "include/aoti_host/config.h"),
          "-DCUDA_AVAILABLE=0", str(src / "tests/tools/pt2_probe.cpp"), str(src / "src/zip.cpp"),
          str(src / "src/crc32.cpp"), str(src / "src/mapped_file.cpp"), "-o", str(exe)],
         capture_output=True, text=True, timeout=300)
