@@ -61,7 +61,9 @@ class _Stats(ctypes.Structure):
     _fields_ = [("graph_captures", ctypes.c_uint64), ("graph_replays", ctypes.c_uint64),
                 ("eager_runs", ctypes.c_uint64), ("graphs_disabled_reason", ctypes.c_char_p),
                 ("weight_upload_bytes", ctypes.c_uint64), ("weight_stage_seconds", ctypes.c_double),
-                ("weight_upload_seconds", ctypes.c_double), ("weight_load_seconds", ctypes.c_double)]
+                ("weight_upload_seconds", ctypes.c_double), ("weight_load_seconds", ctypes.c_double),
+                ("weight_upload_mode", ctypes.c_char_p), ("weight_upload_chunks", ctypes.c_uint64),
+                ("weight_upload_chunk_bytes", ctypes.c_uint64), ("weight_upload_threads", ctypes.c_uint64)]
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ class CudaStats:
     weight_stage_seconds: float
     weight_upload_seconds: float
     weight_load_seconds: float
+    weight_upload_mode: str  # "host", "stage", "pageable" ("" for embedded weights)
+    weight_upload_chunks: int
+    weight_upload_chunk_bytes: int
+    weight_upload_threads: int
 
 
 def bind(lib: ctypes.CDLL) -> None:
@@ -93,7 +99,8 @@ def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:
     library.check(library.lib.aoti_host_program_cuda_stats(handle, ctypes.byref(s)), "cuda_stats")
     return CudaStats(s.graph_captures, s.graph_replays, s.eager_runs, (s.graphs_disabled_reason or b"").decode(),
                      s.weight_upload_bytes, s.weight_stage_seconds, s.weight_upload_seconds,
-                     s.weight_load_seconds)
+                     s.weight_load_seconds, (s.weight_upload_mode or b"").decode(), s.weight_upload_chunks,
+                     s.weight_upload_chunk_bytes, s.weight_upload_threads)
 
 
 class DeviceArray:
