@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.conftest import REPO_ROOT, scons_command
+from tests.conftest import scons_command
 from tests.integration import elf_builders as eb
 from toolchain.verify.scons_hook import post_link_verify
 
@@ -19,9 +19,17 @@ def test_hook_fails_on_an_error_and_passes_clean_binaries(tmp_path, capsys, host
     assert "profile debian12" in capsys.readouterr().out
 
 
-def test_scons_link_runs_verify(host_build):
-    lib = host_build.variant_dir / "obj" / "lib" / "libaoti_host.so"
-    lib.unlink()
-    proc = subprocess.run([*scons_command(), "-Q", "-j2"], cwd=REPO_ROOT, capture_output=True, text=True)
+def test_scons_link_runs_verify(host_build, tmp_path):
+    """The hook as SConstruct connects it, on a program linked in a project of its own (the shared build/
+    is never touched: other tests use its binaries)."""
+    from tests.integration.test_build_rules import MAIN_C, _project
+
+    (tmp_path / "main.c").write_text(MAIN_C)
+    _project(tmp_path, host_build, """
+from toolchain.verify.scons_hook import post_link_verify
+env.Append(AOTI_POST_LINK_HOOKS=[post_link_verify])
+env.AotiHostProgram("prog", ["main.c"], libs=[runtime])
+""")
+    proc = subprocess.run([*scons_command(), "-Q"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert f"aoti-verify: {lib}: pass" in proc.stdout
+    assert f"aoti-verify: {tmp_path / 'prog'}: pass" in proc.stdout, proc.stdout
