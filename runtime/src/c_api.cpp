@@ -320,6 +320,10 @@ int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cud
     out->weight_stage_seconds = s.upload_stage_seconds();
     out->weight_upload_seconds = s.upload_seconds();
     out->weight_load_seconds = s.upload_load_seconds();
+    out->weight_upload_mode = s.upload_mode();
+    out->weight_upload_chunks = s.upload_chunks();
+    out->weight_upload_chunk_bytes = s.upload_chunk_bytes();
+    out->weight_upload_threads = s.upload_threads();
   });
 }
 

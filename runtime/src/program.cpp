@@ -356,6 +356,7 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
     cuda_->record_upload(size, std::chrono::duration<double>(t1 - t0).count(),
                          std::chrono::duration<double>(t2 - t1).count(),
                          std::chrono::duration<double>(t2 - t0).count());
+    cuda_->record_upload_path(pinned ? "stage" : "pageable", 0, 0, 0);
   }
 #endif
   log(LogLevel::Debug, "%s: loaded %zu bytes of weights from %s", path_.c_str(), size, from.c_str());
@@ -386,6 +387,7 @@ bool Program::place_weights(const unsigned char* blob, size_t size, const std::s
     placed = std::make_unique<PlacedWeights>(mem, &cuda::device_free);
     placed->hand_over(*plugin_, container_, plan, device_code::kCUDA, cuda_->device());
     cuda_->record_upload(plan.total, t.wall_s - t.dma_s, t.dma_s, t.wall_s);
+    cuda_->record_upload_path("host", t.chunks, t.chunk_bytes, t.threads);
     log(LogLevel::Info, "%s: %zu constants (%llu bytes) from %s uploaded by the host in %zu chunks: %.2f ms copy "
         "engine (%.1f GB/s), %.2f ms in all (%.1f GB/s)", path_.c_str(), plan.items.size(),
         static_cast<unsigned long long>(plan.total), from.c_str(), t.chunks, t.dma_s * 1e3,

@@ -5,6 +5,8 @@
 // memory is never taken from the cache.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -219,6 +221,26 @@ int main() {
   std::printf("packed GEMM: %llu kernel calls, %llu packed copies built, %llu cache hits\n",
               static_cast<unsigned long long>(s.fast_calls), static_cast<unsigned long long>(s.packs),
               static_cast<unsigned long long>(s.hits));
+  // The kernel is chosen at run time: every case above must have gone through it where the CPU has
+  // AVX-512F (checked here independently of the runtime's own probe) unless AOTI_HOST_FAST_GEMM=0, and
+  // never otherwise (all of them then went to OpenBLAS, nothing packed).
+#if defined(__x86_64__) || defined(__i386__)
+  const bool cpu_avx512f = __builtin_cpu_supports("avx512f");
+#else
+  const bool cpu_avx512f = false;
+#endif
+  const char* fast_env = std::getenv("AOTI_HOST_FAST_GEMM");
+  const bool expect_fast = cpu_avx512f && !(fast_env != nullptr && std::strcmp(fast_env, "0") == 0);
+  std::printf("expected the AVX-512 kernel: %s (CPU avx512f: %d, AOTI_HOST_FAST_GEMM=%s)\n", expect_fast ? "yes" : "no",
+              cpu_avx512f ? 1 : 0, fast_env ? fast_env : "(unset)");
+  EXPECT(aoti_host::cpu::fast_gemm_available() == expect_fast);
+  if (expect_fast) {
+    EXPECT(s.fast_calls > 0);
+    EXPECT(s.packs > 0);
+  } else {
+    EXPECT(s.fast_calls == 0);
+    EXPECT(s.packs == 0 && s.hits == 0);
+  }
   if (g_failures) std::printf("%d failure(s)\n", g_failures);
   return g_failures ? 1 : 0;
 }

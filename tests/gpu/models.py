@@ -70,3 +70,4 @@ MODELS: dict[str, tuple[Callable[[], tuple[Any, tuple[Any, ...]]], str, dict[str
 }
 CHECKED = ["mlp", "mlp_blob", "convnet", "convnet_channels_last", "transformer", "mutated_buffer"]
 MUTATED_CALLS = 4  # calls compared one by one for the stateful model
+REPLAY_CALLS = 6  # input variants (each with its eager reference) for checking graph replays call by call

@@ -3,7 +3,9 @@
     python tests/gpu/prepare.py OUT_DIR [--only NAME ...]
 For each model: OUT_DIR/<name>.pt2, <name>.in<k>.npy, <name>.ref<k>.npy (eager on cuda, TF32 off, as
 torch's defaults for matmul; cuDNN's TF32 default is turned off too so float32 is compared at rtol 1e-4),
-and for the stateful model <name>.call<c>.ref<k>.npy for MUTATED_CALLS consecutive calls. Also a
+for the stateful model <name>.call<c>.ref<k>.npy for MUTATED_CALLS consecutive calls, and for every
+other model REPLAY_CALLS input variants <name>.var<c>.in<k>.npy with their eager <name>.var<c>.ref<k>.npy
+(graph replays checked call by call against eager, each call with new data). Also a
 link_libtorch=True ("default") MLP plugin for the torch-runner investigation.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.gpu.models import MODELS, MUTATED_CALLS  # noqa: E402
+from tests.gpu.models import MODELS, MUTATED_CALLS, REPLAY_CALLS  # noqa: E402
 from toolchain import export  # noqa: E402
 
 
@@ -58,9 +60,21 @@ def main() -> int:
                 for k, o in enumerate(outs):
                     suffix = f".call{c}" if calls > 1 else ""
                     np.save(out / f"{name}{suffix}.ref{k}.npy", o.detach().cpu().numpy())
+            if calls == 1:
+                gen = torch.Generator().manual_seed(1)
+                for c in range(REPLAY_CALLS):
+                    var = [x + 0.1 * torch.randn(x.shape, generator=gen, dtype=x.dtype) if x.is_floating_point() else x
+                           for x in inputs]
+                    for k, x in enumerate(var):
+                        np.save(out / f"{name}.var{c}.in{k}.npy", x.numpy())
+                    outs = ref_model(*[x.to("cuda") for x in var])
+                    outs = outs if isinstance(outs, tuple | list) else (outs,)
+                    for k, o in enumerate(outs):
+                        np.save(out / f"{name}.var{c}.ref{k}.npy", o.detach().cpu().numpy())
         export.export(dev_model, dev_inputs, out / f"{name}.pt2", weights=weights, build_dir=build,
                       extra_configs=dict(extra), device="cuda")
         manifest[name] = {"inputs": len(inputs), "weights": weights, "calls": calls,
+                          "variants": REPLAY_CALLS if calls == 1 else 0,
                           "export_s": round(time.perf_counter() - t0, 1)}
         print(f"prepare: {name}: exported in {manifest[name]['export_s']} s", flush=True)
     if not a.only or "mlp_default" in a.only:

@@ -3,6 +3,8 @@
 # torch, run the GPU tests (aoti-run and the Python module against eager torch) and the GPU benchmark.
 #   bash tests/gpu/run.sh            (from the repository root; writes logs/results under $OUT if set)
 # Exit status: non-zero if the build, the export or any test fails (the benchmark runs regardless).
+# The log starts with the commit it ran at ($OUT/commit.txt, also the first line of pytest.log): from git
+# when the tree is a checkout, else from AOTI_GPU_COMMIT (set it when copying a tree without .git).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
@@ -12,6 +14,15 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 NPROC=$(nproc 2>/dev/null || echo 4)
 step() { echo; echo "=== $* ($(date -u +%T))"; }
+
+step "commit"
+if COMMIT=$(git rev-parse HEAD 2>/dev/null); then
+  DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)
+  COMMIT_LINE="commit $COMMIT ($DIRTY tracked file(s) changed since)"
+else
+  COMMIT_LINE="commit ${AOTI_GPU_COMMIT:-unknown (not a git checkout and AOTI_GPU_COMMIT unset)}"
+fi
+echo "$COMMIT_LINE" | tee "$OUT/commit.txt"
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -90,12 +101,13 @@ if [ "${TORCH_RUNNER_TRACE:-1}" = 1 ] && [ -f "$AOTI_GPU_ARTIFACTS/small_mlp_def
 fi
 
 step "GPU tests"
-$PY -m pytest tests/gpu/test_cuda.py -v -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
+echo "$COMMIT_LINE" > "$OUT/pytest.log"
+$PY -m pytest tests/gpu/test_cuda.py -v -rs -p no:cacheprovider 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
 
 step "GPU benchmark"
 BENCH_QUICK=${BENCH_QUICK:-0} $PY bench/bench_gpu.py --artifacts "$AOTI_GPU_ARTIFACTS" --aoti-run "$AOTI_RUN" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^W[0-9]"
 
-step "done: tests exit $TEST_RC"
+step "done: tests exit $TEST_RC at $COMMIT_LINE"
 exit "$TEST_RC"

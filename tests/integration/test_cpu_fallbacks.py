@@ -106,11 +106,8 @@ class Runtime:
         return torch.as_strided(flat, sizes, strides, off).clone(memory_format=torch.preserve_format)
 
     def last_error(self) -> str:
-        """The runtime's thread-local message, when the C API that exposes it is linked in."""
-        try:
-            fn = self.lib.aoti_host_last_error
-        except AttributeError:
-            return "(aoti_host_last_error not available)"
+        """The runtime's thread-local message (libaoti_host.so always exports aoti_host_last_error)."""
+        fn = self.lib.aoti_host_last_error
         fn.restype = ctypes.c_char_p
         return (fn() or b"").decode(errors="replace")
 
@@ -231,9 +228,7 @@ def test_bmm(rt: Runtime, dtype: str, layout: str) -> None:
 def test_mm_errors(rt: Runtime) -> None:
     a, b, o = torch.zeros(4, 16), torch.zeros(15, 8), torch.zeros(4, 8)
     assert rt.lib.aoti_torch_cpu_mm_out(rt.from_torch(o), rt.from_torch(a), rt.from_torch(b)) == 1
-    msg = rt.last_error()
-    if "not available" not in msg:
-        assert msg == "aoti_torch_cpu_mm_out: mat1 is 4x16, mat2 is 15x8: inner dimensions differ"
+    assert rt.last_error() == "aoti_torch_cpu_mm_out: mat1 is 4x16, mat2 is 15x8: inner dimensions differ"
     b2, o2 = torch.zeros(16, 8, dtype=torch.float64), torch.zeros(4, 8)
     assert rt.lib.aoti_torch_cpu_mm_out(rt.from_torch(o2), rt.from_torch(a), rt.from_torch(b2)) == 1
     o3 = torch.zeros(4, 7)
@@ -394,8 +389,7 @@ def test_convolution_errors(rt: Runtime, bad: str, needle: str) -> None:
         b = torch.zeros(5)
     with pytest.raises(AssertionError, match="aoti_torch_cpu_convolution failed") as info:
         _run_conv(rt, x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], groups)
-    if "not available" not in rt.last_error():
-        assert needle in str(info.value)
+    assert needle in str(info.value)
 
 
 def test_all_shapes_listed() -> None:

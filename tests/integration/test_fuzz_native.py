@@ -17,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_FUZZ = ROOT / "runtime" / "fuzz" / "run_fuzz.py"
-TARGETS = ("json", "npy", "elf_scan", "zip", "contract")
+# every target the sources define (runtime/fuzz/<name>_target.cpp), so a new one cannot go untested
+TARGETS = sorted(p.name.removesuffix("_target.cpp") for p in (ROOT / "runtime" / "fuzz").glob("*_target.cpp"))
 SECONDS = int(os.environ.get("AOTI_FUZZ_SECONDS", "6"))
 
 sys.path.insert(0, str(ROOT / "runtime" / "fuzz"))
@@ -52,6 +53,11 @@ def fuzz_results(libfuzzer, host_build, mlp_package, tmp_path_factory) -> dict[s
     print(proc.stdout[-8000:])
     assert out.exists(), f"run_fuzz.py wrote no results (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return {r["target"].removeprefix("fuzz_"): r for r in json.loads(out.read_text())}
+
+
+def test_every_target_ran(fuzz_results):
+    assert {"json", "npy", "elf_scan", "zip", "contract"} <= set(TARGETS)
+    assert sorted(fuzz_results) == TARGETS, "run_fuzz.py must run every target in runtime/fuzz"
 
 
 @pytest.mark.parametrize("target", TARGETS)

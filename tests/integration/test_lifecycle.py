@@ -1,10 +1,18 @@
 """Lifecycle (issue 5, point 6): loading and freeing a program 1,000 times in one process neither crashes
-nor grows resident memory by 5 %, and what unloading does is pinned down: a real torch plugin stays mapped
-after its last dlclose (GNU-unique symbols make it NODELETE) and a reload reuses that mapping, while a plugin
-without GNU-unique symbols is unmapped."""
+nor grows resident memory by 1 % (README, "Unloading"), and what unloading does is pinned down: a real torch
+plugin stays mapped after its last dlclose (GNU-unique symbols make it NODELETE) and a reload reuses that
+mapping, while a plugin without GNU-unique symbols is unmapped.
+
+The measurement starts after 100 warm-up cycles (the allocator's pools, OpenMP's threads and the runtime's
+per-thread buffers are in place by then) and besides resident memory checks what a leak per cycle would
+change at once: the open file descriptors and the plugin's mappings (equal), the number of mappings (a
+leaked memfd or mapping shows there before it shows in resident memory). Measured here: +110 kB of
+33 MB (0.33 %) over the first 1,000 cycles after warm-up, then flat over the next 2,000; the heap in use
+(glibc's mallinfo2) grows by 1-4 kB."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -13,19 +21,31 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
+WARMUP, CYCLES, BOUND = 100, 1000, 0.01  # the README's bound: 1,000 cycles grow resident memory by < 1 %
+
 _LOOP = """
-import sys, numpy as np
+import ctypes, json, os, sys, numpy as np
 sys.path.insert(0, {root!r})
 from toolchain import runtime
 lib = runtime.library({lib!r})
-def rss():
+def status(key):
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1])
-def mappings():
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+_libc = ctypes.CDLL(None)
+_libc.mallinfo2.restype = _Mallinfo2
+def heap_kb():  # bytes malloc has handed out and not taken back (glibc), main arena and mmapped chunks
+    m = _libc.mallinfo2()
+    return (m.uordblks + m.hblkhd) // 1024
+def snapshot():
+    maps = open("/proc/self/maps").read().splitlines()
     # a plugin from a package maps from its memfd ("/memfd:<leaf> (deleted)") or its cache entry
-    return sum(1 for line in open("/proc/self/maps")
-               if (line.rstrip().endswith(".so") or "/memfd:" in line) and {needle!r} in line)
+    plugin = sum(1 for line in maps if (line.rstrip().endswith(".so") or "/memfd:" in line) and {needle!r} in line)
+    return dict(rss_kb=status("VmRSS"), heap_kb=heap_kb(), maps=len(maps), plugin_maps=plugin,
+                fds=len(os.listdir("/proc/self/fd")))
 def once():
     p = runtime.load({path!r}, library_path={lib!r})
     s = p.session() if {session} else None
@@ -37,28 +57,44 @@ def once():
     if s is not None:
         s.close()
     p.close()
-for _ in range(50):
+for _ in range({warmup}):
     once()
-r0, m0 = rss(), mappings()
+before = snapshot()
 for _ in range({n}):
     once()
-print(r0, rss(), m0, mappings())
+print(json.dumps([before, snapshot()]))
 """
 
 
-def loop(host_lib, path, n=1000, session=False, needle="wrapper"):
-    code = _LOOP.format(root=str(REPO_ROOT), lib=str(host_lib), path=str(path), n=n, session=session, needle=needle)
+def loop(host_lib, path, n=CYCLES, session=False, needle="wrapper") -> tuple[dict, dict]:
+    code = _LOOP.format(root=str(REPO_ROOT), lib=str(host_lib), path=str(path), n=n, session=session, needle=needle,
+                        warmup=WARMUP)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [int(v) for v in proc.stdout.split()]
+    before, after = json.loads(proc.stdout)
+    return before, after
+
+
+def assert_steady(before: dict, after: dict, cycles: int) -> None:
+    grown = after["rss_kb"] - before["rss_kb"]
+    assert grown < BOUND * before["rss_kb"], (
+        f"resident memory grew by {grown} kB ({100 * grown / before['rss_kb']:.2f} %) over {cycles} load/free "
+        f"cycles, from {before['rss_kb']} kB; the documented bound is {100 * BOUND:g} %")
+    # RSS misses a small leak that fills the heap's free holes first; the bytes malloc has handed out do not:
+    # measured +1 to +4 kB over 1,000 cycles, +1,020 kB with 1 kB leaked per load. Under 64 bytes per cycle:
+    heap = after["heap_kb"] - before["heap_kb"]
+    assert heap < cycles * 64 // 1024, f"the heap in use grew by {heap} kB over {cycles} cycles: {before} -> {after}"
+    assert after["fds"] == before["fds"], f"open descriptors changed over {cycles} cycles: {before} -> {after}"
+    # the allocator may add or merge a mapping now and then; a leak adds one per cycle
+    assert after["maps"] - before["maps"] < cycles // 100, f"mappings grew over {cycles} cycles: {before} -> {after}"
+    assert after["plugin_maps"] == before["plugin_maps"] > 0, (
+        "each load must reuse the one mapping of the plugin (content-addressed extraction)", before, after)
 
 
 @pytest.mark.parametrize("model", ["mlp", "mutated_buffer"])
 def test_load_free_1000_times(host_lib, export_example, model):
     pt2, _, _ = export_example(model)
-    r0, r1, m0, m1 = loop(host_lib, pt2, session=(model == "mutated_buffer"))
-    assert r1 < r0 * 1.05, f"resident memory grew from {r0} kB to {r1} kB over 1000 load/free cycles"
-    assert m0 == m1 and m0 > 0, "each load must reuse the one mapping of the plugin (content-addressed extraction)"
+    assert_steady(*loop(host_lib, pt2, session=(model == "mutated_buffer")), CYCLES)
 
 
 def test_multi_method_load_free_1000_times(host_lib, torch, tmp_path_factory):
@@ -70,11 +106,8 @@ def test_multi_method_load_free_1000_times(host_lib, torch, tmp_path_factory):
     out = tmp_path_factory.mktemp("lifecycle-methods")
     manifest = export_methods(module, {"forward": (x,), "embed": (x,)}, out, build_dir=BUILD_DIR)
     # shared weights: torch 2.13 wraps each user-managed constant in a handle its container never deletes; the
-    # runtime deletes them after the container. Left alone they leak ~0.75 kB per load: 2.2 MB over 3000.
-    r0, r1, m0, m1 = loop(host_lib, manifest, n=3000)
-    assert r1 < r0 * 1.05, (r0, r1)
-    assert r1 - r0 < 1024, f"resident memory grew by {r1 - r0} kB over 3000 load/free cycles"
-    assert m0 == m1 and m0 > 0
+    # runtime deletes them after the container. Left alone they leak ~0.75 kB per load (2 %).
+    assert_steady(*loop(host_lib, manifest), CYCLES)
 
 
 _UNLOAD = """

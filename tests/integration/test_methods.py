@@ -141,18 +141,21 @@ def test_weights_held_once(host_lib, big, tmp_path):
     shared, _, shared_bytes = resident_after_load(host_lib, manifest, tmp_path / "x.npy", True, tmp_path / "s.npy")
     unshared, _, _ = resident_after_load(host_lib, manifest, tmp_path / "x.npy", False, tmp_path / "u.npy")
     assert shared_bytes >= weights
-    # resident anonymous memory after loading both methods and running each once: about 1x the shared
-    # weights when shared, about 2x when each method holds its own copy
-    assert 0.9 * weights < shared < 1.35 * weights, (shared, weights)
-    assert unshared > 1.8 * weights, (unshared, weights)
-    # with packed weights (the default): one packed copy more, itself shared, since both methods' GEMMs
-    # read the same constant memory
+    # Resident anonymous memory after loading both methods and running each once. The runtime's own
+    # memory besides the weights (threads, buffers) depends on the machine, so the claims are checked as
+    # differences between runs, where it cancels: holding each method's copy costs one copy of the weights
+    # more than sharing ("66 MiB, not 132"), the packed copies (one, shared: both methods' GEMMs read the
+    # same constant memory; 2944 columns need no padding) one more, and at a 0 MiB cache limit nothing more.
+    # Within 3 % of the weights (2 MB).
+    tol = 0.03 * weights
+    assert shared > weights - tol, (shared, weights)
+    unshared_extra = unshared - shared
+    assert abs(unshared_extra - weights) < tol, (unshared, shared, weights)
     packed, _, _ = resident_after_load(host_lib, manifest, tmp_path / "x.npy", True, tmp_path / "p.npy", pack=True)
-    assert 1.8 * weights < packed < 2.35 * weights, (packed, weights)
-    # the packed cache's limit: at 0 MiB nothing is kept packed, so resident memory is back to about 1x
+    assert abs((packed - shared) - weights) < tol, (packed, shared, weights)
     capped, _, _ = resident_after_load(host_lib, manifest, tmp_path / "x.npy", True, tmp_path / "c.npy", pack=True,
                                        extra_env={"AOTI_HOST_PACK_WEIGHTS_MAX_MB": "0"})
-    assert 0.9 * weights < capped < 1.35 * weights, (capped, weights)
+    assert abs(capped - shared) < tol, (capped, shared, weights)
     for f in ("s.npy", "u.npy", "p.npy", "c.npy"):
         np.testing.assert_allclose(np.load(tmp_path / f), expected["embed"], rtol=1e-3, atol=1e-4)
 

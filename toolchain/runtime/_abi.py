@@ -79,6 +79,10 @@ class CudaStats(ctypes.Structure):
         ("weight_stage_seconds", ctypes.c_double),
         ("weight_upload_seconds", ctypes.c_double),
         ("weight_load_seconds", ctypes.c_double),
+        ("weight_upload_mode", ctypes.c_char_p),
+        ("weight_upload_chunks", ctypes.c_uint64),
+        ("weight_upload_chunk_bytes", ctypes.c_uint64),
+        ("weight_upload_threads", ctypes.c_uint64),
     ]
 
 

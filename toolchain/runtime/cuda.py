@@ -72,6 +72,10 @@ class CudaStats:
     weight_stage_seconds: float
     weight_upload_seconds: float
     weight_load_seconds: float
+    weight_upload_mode: str  # "host", "stage", "pageable" ("" for embedded weights)
+    weight_upload_chunks: int
+    weight_upload_chunk_bytes: int
+    weight_upload_threads: int
 
 
 def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:
@@ -79,7 +83,8 @@ def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:
     library.check(library.lib.aoti_host_program_cuda_stats(handle, ctypes.byref(s)), "cuda_stats")
     return CudaStats(s.graph_captures, s.graph_replays, s.eager_runs, (s.graphs_disabled_reason or b"").decode(),
                      s.weight_upload_bytes, s.weight_stage_seconds, s.weight_upload_seconds,
-                     s.weight_load_seconds)
+                     s.weight_load_seconds, (s.weight_upload_mode or b"").decode(), s.weight_upload_chunks,
+                     s.weight_upload_chunk_bytes, s.weight_upload_threads)
 
 
 class DeviceArray:

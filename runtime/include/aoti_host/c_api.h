@@ -90,6 +90,16 @@ typedef struct aoti_host_cuda_stats {
   double weight_upload_seconds;       /* the host-to-device copy (copy engine time when the host uploads the
                                          weights; AOTInductorModelUpdateConstantsFromBlob when the plugin does) */
   double weight_load_seconds;         /* the whole weight load, start to finish */
+  const char* weight_upload_mode;     /* how blob weights reached the device: "host" (placed by the host through
+                                         its pinned ring), "stage" (the plugin's loader, from a pinned copy),
+                                         "pageable" (the plugin's loader, from where the blob is); "" for
+                                         embedded weights. Static storage. */
+  uint64_t weight_upload_chunks;      /* "host": chunks the pinned ring moved (1 when the ring could not be
+                                         pinned and the copy went from pageable memory); 0 otherwise */
+  uint64_t weight_upload_chunk_bytes; /* "host": the ring's chunk size (AOTI_HOST_UPLOAD_CHUNK_MB, fixed by the
+                                         process's first upload; 0 without a ring); 0 otherwise */
+  uint64_t weight_upload_threads;     /* "host": host threads that filled the chunks (AOTI_HOST_UPLOAD_THREADS,
+                                         at most one per chunk); 0 otherwise */
 } aoti_host_cuda_stats;
 
 /* Capture Run into a CUDA graph after warm-up and replay it; choose before the first run. Graphs stay

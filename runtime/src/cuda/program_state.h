@@ -44,6 +44,15 @@ class ProgramState {
   size_t upload_bytes() const { return upload_bytes_; }
   double upload_stage_seconds() const { return upload_stage_s_; }
   double upload_seconds() const { return upload_s_; }
+  // How the weights got there (the C API's weight_upload_*): "host", "stage" or "pageable" (static
+  // storage; "" until blob weights are loaded), and for "host" the ring's chunks, chunk size and fill threads.
+  void record_upload_path(const char* mode, size_t chunks, size_t chunk_bytes, size_t threads) {
+    upload_mode_ = mode, upload_chunks_ = chunks, upload_chunk_bytes_ = chunk_bytes, upload_threads_ = threads;
+  }
+  const char* upload_mode() const { return upload_mode_; }
+  size_t upload_chunks() const { return upload_chunks_; }
+  size_t upload_chunk_bytes() const { return upload_chunk_bytes_; }
+  size_t upload_threads() const { return upload_threads_; }
 
   // A device tensor for `t` (consumed): t itself when it already lives on this device, else a copy.
   Tensor* to_device(Tensor* t);
@@ -93,6 +102,8 @@ class ProgramState {
   bool logged_mismatch_ = false;
   size_t upload_bytes_ = 0;
   double upload_stage_s_ = 0, upload_s_ = 0, upload_load_s_ = 0;
+  const char* upload_mode_ = "";
+  size_t upload_chunks_ = 0, upload_chunk_bytes_ = 0, upload_threads_ = 0;
 };
 
 }  // namespace cuda

@@ -62,6 +62,7 @@ class Fillers {
   explicit Fillers(size_t n) : count_(n) {
     for (size_t t = 1; t < n; ++t) workers_.emplace_back([this, t] { loop(t); });
   }
+  size_t size() const { return count_; }
   ~Fillers() {
     {
       std::lock_guard<std::mutex> g(m_);
@@ -147,7 +148,7 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
         if (rc != cudaSuccess) device_free(dst), check(rc, "cudaMemcpyAsync (weights)");
         if (times) {
           times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          times->dma_s = times->wall_s, times->chunks = 1;
+          times->dma_s = times->wall_s, times->chunks = 1, times->chunk_bytes = 0, times->threads = 0;
         }
         return dst;
       }
@@ -197,6 +198,8 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
   if (times) {
     times->dma_s = dma_ms / 1e3;
     times->chunks = chunks;
+    times->chunk_bytes = kChunk;
+    times->threads = fillers.size();
     times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return dst;

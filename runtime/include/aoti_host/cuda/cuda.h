@@ -60,9 +60,10 @@ void set_thread_arena(Arena* arena);
 // chunks filled before, in order, on `stream`; returns when everything is on the device.
 // dma_s: the copy engine's time (CUDA events around each chunk's copy, summed); wall_s: the whole call,
 // allocation and host copies included.
+// chunks, chunk_bytes, threads: what the ring used (chunk_bytes 0: no pinned ring, one pageable copy).
 struct UploadTimes {
   double wall_s = 0, dma_s = 0;
-  size_t chunks = 0;
+  size_t chunks = 0, chunk_bytes = 0, threads = 0;
 };
 void* upload_to_device(const void* src, size_t size, int device, void* stream, UploadTimes* times);
 void device_free(void* ptr);
