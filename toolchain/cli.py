@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
 
 
-#: Largest .npy header read (the runtime's bound, runtime/src/npy.cpp): numpy.save writes a few hundred bytes.
+#: Largest .npy header read (the runtime's bound, runtime/tools/npy.cpp): numpy.save writes a few hundred bytes.
 NPY_MAX_HEADER = 1 << 20
 
 _FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
