@@ -94,9 +94,5 @@ bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t c
 // Short runs of floats (im2col's rows of channels): AVX-512 masked moves where available.
 void copy_floats(float* dst, const float* src, int64_t n);
 
-// Softmax of a row in place (every entry -inf: zeros); returns its logsumexp (-inf then). AVX-512
-// (polynomial exp, within 2 ulp of expf) where available, else scalar std::exp.
-float softmax_row(float* row, int64_t n);
-
 }  // namespace cpu
 }  // namespace aoti_host
