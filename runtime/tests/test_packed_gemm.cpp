@@ -151,7 +151,7 @@ void test_cache_follows_constants() {
     EXPECT(after.entries >= 1 && after.bytes >= 40 * 64 * sizeof(float));
   }
 
-  // The constant changes: without telling the registry the cached copy would be used (stale)...
+  // The constant changes: without telling the cache the packed copy would be used (stale)...
   for (int64_t k = 0; k < B.rows; ++k)
     for (int64_t j = 0; j < B.cols; ++j) B.at(k, j) = rnd();
   if (packing) {
