@@ -11,7 +11,7 @@
 #include <string>
 
 #include "aoti_host/error.h"
-#include "aoti_host/npy.h"
+#include "../tools/npy.h"
 
 namespace {
 

@@ -52,7 +52,7 @@ std::vector<ConstantEntry> extract_constants(const Plugin& plugin, AOTInductorMo
 // (AOTI_HOST_INVALID_PROGRAM) when a call fails or returns a null name.
 std::vector<ConstantInfo> constant_infos(const Plugin& plugin, AOTInductorModelContainerHandle container);
 
-// For the CUDA graph check (issue 6): whether every constant the container uses lives on `device_type`.
+// For the CUDA graph check: whether every constant the container uses lives on `device_type`.
 enum class Residency { AllOnDevice, SomeElsewhere, Unknown };
 // Unknown (with `why`) when the plugin lacks the entries call or its result is malformed: graphs stay off.
 Residency constants_residency(const Plugin& plugin, AOTInductorModelContainerHandle container, int32_t device_type,

@@ -1,6 +1,10 @@
-// Reference CPU kernels behind the aoti_torch_cpu_* fallbacks and aoti_torch_copy_. Written for
-// correctness on any strides, not speed. Every function throws aoti_host::Error with a message that
-// names the bad argument; the shim wrapper prefixes the shim's name.
+// The CPU kernels behind the aoti_torch_cpu_* fallbacks and aoti_torch_copy_, one file per concern under
+// cpu/ (copy, matmul, conv, sdpa; convert.h and strided.h are their shared helpers). Every kernel takes
+// any strides and every compute-supported dtype. float32 and float64 take fast paths (the packed
+// AVX-512 GEMM of packed_gemm.h with cached packed weights, im2col or an implicit GEMM, the BLAS, a
+// vectorised softmax); the other dtypes run plain loops in a wider accumulator, written for
+// correctness. Every function throws aoti_host::Error with a message that names the bad argument; the
+// shim wrapper prefixes the shim's name.
 #pragma once
 
 #include <cstdint>

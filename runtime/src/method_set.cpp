@@ -168,6 +168,8 @@ std::shared_ptr<MethodSet> MethodSet::load(const std::string& path, const aoti_h
   for (const auto& s : specs) {
     try {
       set->methods_.push_back(Program::load(s.path, options, share));
+      // One pack cache for the set: a weight the methods share is packed once.
+      if (set->methods_.size() > 1) set->methods_.back()->share_pack_cache(*set->methods_.front());
     } catch (const Error& e) {
       if (specs.size() == 1) throw;
       throw Error("method " + s.name + ": " + e.what(), e.status());

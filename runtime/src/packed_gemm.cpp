@@ -61,7 +61,7 @@ bool cpu_has_avx512f() {
 #endif
 }
 
-// ---- the registry of constant ranges and the packed-copy cache ----
+// ---- the packed-copy cache of one owner ----
 
 struct Range {
   uintptr_t lo, hi;
@@ -72,109 +72,14 @@ struct Entry {
   uintptr_t lo, hi;
 };
 
-class Registry {
- public:
-  void set(const void* owner, const std::vector<Range>& ranges) {
-    std::unique_lock<std::shared_mutex> lock(mu_);
-    auto it = owners_.find(owner);
-    if (it != owners_.end()) {
-      drop_overlapping(it->second);
-      owners_.erase(it);
-    }
-    if (!ranges.empty()) {
-      drop_overlapping(ranges);
-      owners_[owner] = ranges;
-    }
-    rebuild();
-  }
+// Bytes held by the packed copies of every cache in the process, against pack_cache_limit().
+std::atomic<size_t> g_packed_bytes{0};
+std::atomic<bool> g_full_logged{false};
+// GEMMs and convolution GEMMs run by the AVX-512 kernel in this process (PackStats::fast_calls).
+std::atomic<uint64_t> g_fast_calls{0};
 
-  std::shared_ptr<const PackedB> get(const std::string& key, uintptr_t lo, uintptr_t hi,
-                                     const std::function<std::shared_ptr<PackedB>()>& build) {
-    {
-      std::shared_lock<std::shared_mutex> lock(mu_);
-      if (merged_.empty()) return nullptr;
-      auto it = cache_.find(key);
-      if (it != cache_.end()) {
-        hits_.fetch_add(1, std::memory_order_relaxed);
-        return it->second.packed;
-      }
-      if (!contains(lo, hi)) return nullptr;
-      if (bytes_ >= pack_cache_limit()) {
-        if (!full_logged_.exchange(true))
-          log(LogLevel::Info, "packed weights: the cache holds %zu MiB (AOTI_HOST_PACK_WEIGHTS_MAX_MB); further "
-              "constant weights are packed per call", bytes_ >> 20);
-        return nullptr;
-      }
-    }
-    std::shared_ptr<const PackedB> packed = build();  // outside the lock: packing takes a while
-    std::unique_lock<std::shared_mutex> lock(mu_);
-    if (!contains(lo, hi)) return nullptr;  // unregistered meanwhile
-    auto [it, fresh] = cache_.emplace(key, Entry{packed, lo, hi});
-    if (fresh) {
-      packs_.fetch_add(1, std::memory_order_relaxed);
-      bytes_ += packed->bytes();
-    }
-    return it->second.packed;
-  }
-
-  PackStats stats() {
-    std::shared_lock<std::shared_mutex> lock(mu_);
-    PackStats s;
-    s.packs = packs_.load();
-    s.hits = hits_.load();
-    s.entries = cache_.size();
-    s.bytes = bytes_;
-    for (const auto& o : owners_) s.ranges += o.second.size();
-    return s;
-  }
-
-  std::atomic<uint64_t> fast_calls{0};
-
- private:
-  // [lo, hi) inside the union of the registered ranges (merged_: sorted, disjoint, adjacent ones joined).
-  bool contains(uintptr_t lo, uintptr_t hi) const {
-    auto it = std::upper_bound(merged_.begin(), merged_.end(), lo, [](uintptr_t v, const Range& r) { return v < r.lo; });
-    if (it == merged_.begin()) return false;
-    --it;
-    return lo >= it->lo && hi <= it->hi;
-  }
-  void drop_overlapping(const std::vector<Range>& ranges) {
-    for (auto it = cache_.begin(); it != cache_.end();) {
-      bool hit = false;
-      for (const Range& r : ranges) hit |= it->second.lo < r.hi && r.lo < it->second.hi;
-      if (hit) {
-        bytes_ -= it->second.packed->bytes();
-        it = cache_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  void rebuild() {
-    merged_.clear();
-    for (const auto& o : owners_) merged_.insert(merged_.end(), o.second.begin(), o.second.end());
-    std::sort(merged_.begin(), merged_.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
-    std::vector<Range> out;
-    for (const Range& r : merged_) {
-      if (!out.empty() && r.lo <= out.back().hi) out.back().hi = std::max(out.back().hi, r.hi);
-      else out.push_back(r);
-    }
-    merged_ = std::move(out);
-  }
-
-  std::shared_mutex mu_;
-  std::map<const void*, std::vector<Range>> owners_;
-  std::vector<Range> merged_;
-  std::unordered_map<std::string, Entry> cache_;
-  std::atomic<uint64_t> packs_{0}, hits_{0};
-  size_t bytes_ = 0;
-  std::atomic<bool> full_logged_{false};
-};
-
-Registry& registry() {
-  static Registry* r = new Registry();  // never destroyed: programs may be freed during exit
-  return *r;
-}
+// The cache the kernels on this thread consult: set around a program's Run by a PackScope.
+thread_local PackCache* t_current = nullptr;
 
 std::string key_bytes(const std::vector<int64_t>& key) {
   return std::string(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int64_t));
@@ -303,63 +208,6 @@ __attribute__((target("avx512f"))) void copy_floats_avx512(float* dst, const flo
 }
 #endif
 
-#if AOTI_HAVE_AVX512_KERNEL
-// gcc 12 reports its own headers' _mm512_undefined_ps() (behind roundscale/scalef/max/reduce) as
-// "may be used uninitialized" once inlined here: a false positive.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-// exp(x) for x <= 0 region and beyond (Cephes expf's polynomial, 2^n through scalef: underflows to 0).
-__attribute__((target("avx512f"))) inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-104.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
-
-__attribute__((target("avx512f"))) float softmax_row_avx512(float* row, int64_t n) {
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 vmax = ninf;
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
-    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, m, row + j));
-  }
-  const float mx = _mm512_reduce_max_ps(vmax);
-  if (mx == -std::numeric_limits<float>::infinity()) {
-    std::fill_n(row, n, 0.0f);
-    return mx;
-  }
-  const __m512 vmx = _mm512_set1_ps(mx);
-  __m512 vsum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
-    const __m512 e = exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(vmx, m, row + j), vmx));
-    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
-    _mm512_mask_storeu_ps(row + j, m, e);
-  }
-  const float sum = _mm512_reduce_add_ps(vsum);
-  const __m512 inv = _mm512_set1_ps(1.0f / sum);
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
-    _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
-  }
-  return mx + std::log(sum);
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
-
 thread_local std::vector<float> tl_a, tl_b, tl_c;
 
 float* aligned_buffer(std::vector<float>& v, size_t n) {
@@ -396,7 +244,55 @@ void PackedB::fill(const MatView<const float>& B) {
   }
 }
 
-void register_constant_ranges(const void* owner, const std::vector<std::pair<const void*, size_t>>& ranges) {
+struct PackCache::Impl {
+  // [lo, hi) inside the union of the registered ranges (merged: sorted, disjoint, adjacent ones joined).
+  bool contains(uintptr_t lo, uintptr_t hi) const {
+    auto it = std::upper_bound(merged.begin(), merged.end(), lo, [](uintptr_t v, const Range& r) { return v < r.lo; });
+    if (it == merged.begin()) return false;
+    --it;
+    return lo >= it->lo && hi <= it->hi;
+  }
+  void drop_overlapping(const std::vector<Range>& ranges) {
+    for (auto it = cache.begin(); it != cache.end();) {
+      bool hit = false;
+      for (const Range& r : ranges) hit |= it->second.lo < r.hi && r.lo < it->second.hi;
+      if (hit) {
+        drop_bytes(it->second.packed->bytes());
+        it = cache.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  void drop_bytes(size_t n) {
+    bytes -= n;
+    g_packed_bytes.fetch_sub(n, std::memory_order_relaxed);
+  }
+  void rebuild() {
+    merged.clear();
+    for (const auto& o : owners) merged.insert(merged.end(), o.second.begin(), o.second.end());
+    std::sort(merged.begin(), merged.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+    std::vector<Range> out;
+    for (const Range& r : merged) {
+      if (!out.empty() && r.lo <= out.back().hi) out.back().hi = std::max(out.back().hi, r.hi);
+      else out.push_back(r);
+    }
+    merged = std::move(out);
+  }
+
+  mutable std::shared_mutex mu;
+  std::map<const void*, std::vector<Range>> owners;
+  std::vector<Range> merged;
+  std::unordered_map<std::string, Entry> cache;
+  std::atomic<uint64_t> packs{0}, hits{0};
+  size_t bytes = 0;
+};
+
+PackCache::PackCache() : impl_(new Impl()) {}
+
+PackCache::~PackCache() { impl_->drop_bytes(impl_->bytes); }
+
+void PackCache::set_ranges(const void* owner, const std::vector<std::pair<const void*, size_t>>& ranges) {
   std::vector<Range> rs;
   rs.reserve(ranges.size());
   for (const auto& r : ranges) {
@@ -404,16 +300,70 @@ void register_constant_ranges(const void* owner, const std::vector<std::pair<con
     const uintptr_t lo = reinterpret_cast<uintptr_t>(r.first);
     rs.push_back({lo, lo + r.second});
   }
-  registry().set(owner, rs);
+  Impl& d = *impl_;
+  std::unique_lock<std::shared_mutex> lock(d.mu);
+  auto it = d.owners.find(owner);
+  if (it != d.owners.end()) {
+    d.drop_overlapping(it->second);
+    d.owners.erase(it);
+  }
+  if (!rs.empty()) {
+    d.drop_overlapping(rs);
+    d.owners[owner] = std::move(rs);
+  }
+  d.rebuild();
 }
 
-void unregister_constant_ranges(const void* owner) { registry().set(owner, {}); }
+std::shared_ptr<const PackedB> PackCache::get(const std::vector<int64_t>& key_, const void* lo_, const void* hi_,
+                                              const std::function<std::shared_ptr<PackedB>()>& build) {
+  Impl& d = *impl_;
+  const std::string key = key_bytes(key_);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(lo_), hi = reinterpret_cast<uintptr_t>(hi_);
+  {
+    std::shared_lock<std::shared_mutex> lock(d.mu);
+    if (d.merged.empty()) return nullptr;
+    auto it = d.cache.find(key);
+    if (it != d.cache.end()) {
+      d.hits.fetch_add(1, std::memory_order_relaxed);
+      return it->second.packed;
+    }
+    if (!d.contains(lo, hi)) return nullptr;
+    if (g_packed_bytes.load(std::memory_order_relaxed) >= pack_cache_limit()) {
+      if (!g_full_logged.exchange(true))
+        log(LogLevel::Info, "packed weights: the caches hold %zu MiB (AOTI_HOST_PACK_WEIGHTS_MAX_MB); further "
+            "constant weights are packed per call", g_packed_bytes.load() >> 20);
+      return nullptr;
+    }
+  }
+  std::shared_ptr<const PackedB> packed = build();  // outside the lock: packing takes a while
+  std::unique_lock<std::shared_mutex> lock(d.mu);
+  if (!d.contains(lo, hi)) return nullptr;  // unregistered meanwhile
+  auto [it, fresh] = d.cache.emplace(key, Entry{packed, lo, hi});
+  if (fresh) {
+    d.packs.fetch_add(1, std::memory_order_relaxed);
+    d.bytes += packed->bytes();
+    g_packed_bytes.fetch_add(packed->bytes(), std::memory_order_relaxed);
+  }
+  return it->second.packed;
+}
 
-PackStats pack_stats() {
-  PackStats s = registry().stats();
-  s.fast_calls = registry().fast_calls.load();
+PackStats PackCache::stats() const {
+  const Impl& d = *impl_;
+  std::shared_lock<std::shared_mutex> lock(d.mu);
+  PackStats s;
+  s.packs = d.packs.load();
+  s.hits = d.hits.load();
+  s.entries = d.cache.size();
+  s.bytes = d.bytes;
+  for (const auto& o : d.owners) s.ranges += o.second.size();
+  s.fast_calls = g_fast_calls.load();
   return s;
 }
+
+PackScope::PackScope(PackCache* cache) : previous_(t_current) { t_current = cache; }
+PackScope::~PackScope() { t_current = previous_; }
+
+PackCache* current_pack_cache() { return t_current; }
 
 bool fast_gemm_available() {
   static const bool on = cpu_has_avx512f() && !env_off("AOTI_HOST_FAST_GEMM");
@@ -427,12 +377,13 @@ bool pack_weights_enabled() {
 
 std::shared_ptr<const PackedB> constant_packed(const void* lo, const void* hi, const std::vector<int64_t>& key,
                                                const std::function<std::shared_ptr<PackedB>()>& build) {
-  if (!pack_weights_enabled()) return nullptr;
-  return registry().get(key_bytes(key), reinterpret_cast<uintptr_t>(lo), reinterpret_cast<uintptr_t>(hi), build);
+  PackCache* cache = t_current;
+  if (cache == nullptr || !pack_weights_enabled()) return nullptr;
+  return cache->get(key, lo, hi, build);
 }
 
 std::shared_ptr<const PackedB> constant_packed(const MatView<const float>& B) {
-  if (!pack_weights_enabled() || B.rows <= 0 || B.cols <= 0) return nullptr;
+  if (t_current == nullptr || !pack_weights_enabled() || B.rows <= 0 || B.cols <= 0) return nullptr;
   // The view's extent in memory (strides may be zero or negative).
   int64_t lo = 0, hi = 0;
   for (auto [n, s] : {std::pair<int64_t, int64_t>{B.rows, B.rs}, {B.cols, B.cs}}) {
@@ -454,7 +405,7 @@ bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t c
   if (!fast_gemm_available() || packed.K() != taps * cin || packed.N() != N || cin == 0) return false;
   if (!(N == 1 || C.cs == 1) || !(M == 1 || C.rs >= N)) return false;
   if (M == 0 || N == 0) return true;
-  registry().fast_calls.fetch_add(1, std::memory_order_relaxed);
+  g_fast_calls.fetch_add(1, std::memory_order_relaxed);
   const int nr = packed.nr();
   const int64_t np = packed.panels();
   const float* bb = nullptr;
@@ -511,25 +462,6 @@ void copy_floats(float* dst, const float* src, int64_t n) {
   std::copy_n(src, n, dst);
 }
 
-float softmax_row(float* row, int64_t n) {
-#if AOTI_HAVE_AVX512_KERNEL
-  static const bool avx512 = cpu_has_avx512f();
-  if (avx512) return softmax_row_avx512(row, n);
-#endif
-  const float ninf = -std::numeric_limits<float>::infinity();
-  float mx = ninf;
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-  if (mx == ninf) {
-    std::fill_n(row, n, 0.0f);
-    return ninf;
-  }
-  float sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += (row[j] = std::exp(row[j] - mx));
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-  return mx + std::log(sum);
-}
-
 bool prefer_fast_unpacked(int64_t M, int64_t N, int64_t K) {
   // Packing B costs K*N against M*N*K of work; below a few M multiply-adds OpenBLAS's fixed cost per
   // call (argument checks, thread setup, packing both operands) is what we save.
@@ -551,7 +483,7 @@ bool fast_gemm(const MatView<const float>& A, const MatView<const float>& B, con
   if (!fast_gemm_available() || K == 0) return false;
   if (M == 0 || N == 0) return true;
   if (packed != nullptr && (packed->K() != K || packed->N() != N)) return false;
-  registry().fast_calls.fetch_add(1, std::memory_order_relaxed);
+  g_fast_calls.fetch_add(1, std::memory_order_relaxed);
   // B, packed per call when it is not a cached constant.
   if (packed == nullptr) {
     static thread_local PackedB own(0, 0);  // reused: no allocation per call

@@ -2,10 +2,12 @@
 // cache of packed copies of constant (weight) operands.
 //
 // Why: OpenBLAS repacks both operands on every call; for inference's small-M GEMMs against constant
-// weights that packing was a quarter of a Linear's time (issue 7). The runtime knows every constant's
-// memory (Program registers its containers' constants here), so a B operand lying inside one is packed
-// once and reused until the program's constants change or it is freed (both unregister the ranges and
-// drop the packed copies). Packed copies are extra memory, kept for constants only;
+// weights that packing was a quarter of a Linear's time. The runtime knows every constant's memory: a
+// Program owns a PackCache (shared by the methods of one method set) holding its containers' constant
+// ranges, and sets it as the current cache (PackScope) around the plugin's Run. A B operand lying
+// inside those ranges is packed once and reused until the program's constants change or it is freed
+// (both replace the ranges and drop the packed copies). Outside a run no cache is current and every B
+// is packed per call. Packed copies are extra memory, kept for constants only;
 // AOTI_HOST_PACK_WEIGHTS=0 turns the cache off, AOTI_HOST_FAST_GEMM=0 the kernel too (everything then
 // goes to OpenBLAS).
 #pragma once
@@ -45,24 +47,56 @@ class PackedB {
   float* data_;  // store_, aligned to 64 bytes
 };
 
-// Constant ranges of one owner (a Program): replaces what the owner registered before. Packed copies
-// overlapping the old or the new ranges are dropped.
-void register_constant_ranges(const void* owner, const std::vector<std::pair<const void*, size_t>>& ranges);
-void unregister_constant_ranges(const void* owner);
-
 struct PackStats {
-  uint64_t packs = 0;       // packed copies built
-  uint64_t hits = 0;        // GEMMs that used a cached packed copy
-  uint64_t fast_calls = 0;  // GEMMs run by the AVX-512 kernel (packed on the fly or cached)
+  uint64_t packs = 0;       // packed copies built by this cache
+  uint64_t hits = 0;        // GEMMs that used one of its packed copies
+  uint64_t fast_calls = 0;  // GEMMs run by the AVX-512 kernel in the process (packed on the fly or cached)
   size_t entries = 0, bytes = 0, ranges = 0;
 };
-PackStats pack_stats();
+
+// The packed copies of constant B operands lying in the registered constant ranges of its owners (the
+// programs of one method set). The copies of all caches together stop growing at
+// AOTI_HOST_PACK_WEIGHTS_MAX_MB (default 1024 MiB per process). Thread-safe.
+class PackCache {
+ public:
+  PackCache();
+  ~PackCache();
+  PackCache(const PackCache&) = delete;
+  PackCache& operator=(const PackCache&) = delete;
+
+  // Constant ranges of one owner (a Program): replaces what the owner registered before. Packed copies
+  // overlapping the old or the new ranges are dropped. Empty ranges unregister the owner.
+  void set_ranges(const void* owner, const std::vector<std::pair<const void*, size_t>>& ranges);
+  // The packed copy for `key` when [lo, hi) lies inside the registered ranges (built by `build` on first
+  // use); null otherwise or once the process's copies reached the limit.
+  std::shared_ptr<const PackedB> get(const std::vector<int64_t>& key, const void* lo, const void* hi,
+                                     const std::function<std::shared_ptr<PackedB>()>& build);
+  PackStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Makes `cache` the one the kernels on this thread consult (null: none) until the scope ends; the
+// previous one is restored then. Program::run holds one around the plugin's Run.
+class PackScope {
+ public:
+  explicit PackScope(PackCache* cache);
+  ~PackScope();
+  PackScope(const PackScope&) = delete;
+  PackScope& operator=(const PackScope&) = delete;
+
+ private:
+  PackCache* previous_;
+};
+PackCache* current_pack_cache();
 
 bool fast_gemm_available();    // AVX-512F at run time and AOTI_HOST_FAST_GEMM != 0
 bool pack_weights_enabled();   // fast_gemm_available() and AOTI_HOST_PACK_WEIGHTS != 0
 
-// The cached packed copy for `key` when [lo, hi) lies inside registered constants (built by `build` on
-// first use); null otherwise or when packing is off.
+// The current cache's packed copy for `key` when [lo, hi) lies inside its constants (built by `build` on
+// first use); null otherwise, outside a PackScope or when packing is off.
 std::shared_ptr<const PackedB> constant_packed(const void* lo, const void* hi, const std::vector<int64_t>& key,
                                                const std::function<std::shared_ptr<PackedB>()>& build);
 // The same for a plain strided B view.
@@ -93,10 +127,6 @@ bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t c
 
 // Short runs of floats (im2col's rows of channels): AVX-512 masked moves where available.
 void copy_floats(float* dst, const float* src, int64_t n);
-
-// Softmax of a row in place (every entry -inf: zeros); returns its logsumexp (-inf then). AVX-512
-// (polynomial exp, within 2 ulp of expf) where available, else scalar std::exp.
-float softmax_row(float* row, int64_t n);
 
 }  // namespace cpu
 }  // namespace aoti_host

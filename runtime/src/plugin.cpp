@@ -135,7 +135,7 @@ void preload_providers(const std::string& path, const ElfImports& imports) {
   }
 }
 
-// FACTS (measured on the H200, GPU run 4): a plugin that carries its own C++ runtime AND exports it splits in
+// Measured on an H200: a plugin that carries its own C++ runtime AND exports it splits in
 // two once another copy of libstdc++.so.6 is in the process outside its lookup scope (numpy and torch load
 // it RTLD_LOCAL): its GNU_UNIQUE symbols (the locale facet ids) bind process-wide to that copy while its
 // other std:: references bind to its own, so std::use_facet finds an empty slot and the std::regex in

@@ -13,14 +13,12 @@
 #include "aoti_host/error.h"
 #include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
-#include "aoti_host/package_layout.h"
 #include "aoti_host/tensor.h"
 #include "constants.h"
 #include "contract.h"
-#include "packed_gemm.h"
 #include "mapped_file.h"
-#include "plugin_store.h"
-#include "zip.h"
+#include "package.h"
+#include "packed_gemm.h"
 #if CUDA_AVAILABLE
 #include <chrono>
 
@@ -29,12 +27,6 @@
 
 namespace aoti_host {
 namespace {
-
-constexpr const char* kContractEntry = package_layout::kContractEntry;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string dims(const std::vector<int64_t>& v) {
   std::string out = "[";
@@ -91,195 +83,172 @@ std::string Program::plugin_error(const char* call) const {
   return msg;
 }
 
+namespace {
+
+// Makes a CUDA program's device current for the rest of its load; nothing on the CPU.
+class DeviceScope {
+ public:
+  explicit DeviceScope(cuda::ProgramState* state) {
+#if CUDA_AVAILABLE
+    if (state != nullptr) scope_.reset(new cuda::ProgramState::Scope(*state));
+#else
+    (void)state;
+#endif
+  }
+
+ private:
+#if CUDA_AVAILABLE
+  std::unique_ptr<cuda::ProgramState::Scope> scope_;
+#endif
+};
+
+}  // namespace
+
 std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options,
                                        bool defer_weights) {
   std::unique_ptr<Program> p(new Program());
   p->path_ = path;
-  std::string so_path = path;
-  std::string so_shown = path;  // what messages call the plugin: the file, or package:member
-  std::unique_ptr<ZipArchive> zip;
-  const ZipEntry* blob = nullptr;
-  {
-    // Only a regular file: a FIFO or device given as the model is refused here, before anything reads it.
-    const InputFile file(path, "model (.pt2 package or plugin .so)");
-    char magic[4] = {};
-    if (file.size() >= 4) file.read_at(0, magic, 4);
-    if (file.size() >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) {
-      try {
-        zip = std::make_unique<ZipArchive>(path);
-      } catch (const Error& e) {
-        throw Error(e.what(), AOTI_HOST_INVALID_PROGRAM);
-      }
-    }
-  }
-  std::string cubin_dir;
-  if (zip) {
-    std::vector<const ZipEntry*> sos, cubins;
-    for (const auto& e : zip->entries()) {
-      if (e.name.find(package_layout::kPluginDir) == std::string::npos) continue;
-      if (ends_with(e.name, ".so")) sos.push_back(&e);
-      if (ends_with(e.name, "_weights.blob")) blob = &e;
-      if (ends_with(e.name, ".cubin")) cubins.push_back(&e);
-    }
-    if (sos.empty())
-      throw Error(path + ": package holds no plugin (no data/aotinductor/*/*.so)", AOTI_HOST_INVALID_PROGRAM);
-    if (sos.size() > 1)
-      throw Error(path + ": package holds " + std::to_string(sos.size()) +
-                      " plugins; this runtime loads one plugin per package", AOTI_HOST_NOT_SUPPORTED);
-    // The plugin loads from a sealed memfd or the private cache (plugin_store.h), never from a shared path;
-    // the same bytes map once per process however often they are loaded.
-    try {
-      so_shown = path + ":" + sos[0]->name;
-      so_path = store_plugin(zip->data(*sos[0]), sos[0]->size, so_shown).load_path;
-      // A CUDA plugin loads its kernels from <cubin_dir>/<name>.cubin.
-      std::vector<CubinMember> members;
-      for (const ZipEntry* c : cubins) members.push_back({c->name, zip->data(*c), c->size});
-      if (!members.empty()) cubin_dir = store_cubins(members);
-    } catch (const Error& e) {
-      throw Error(path + ": " + e.what(), e.status() == AOTI_HOST_LOAD_FAILED ? AOTI_HOST_LOAD_FAILED
-                                                                              : AOTI_HOST_INVALID_PROGRAM);
-    }
-    std::string prefix = sos[0]->name.substr(0, sos[0]->name.find('/') + 1);
-    if (const ZipEntry* c = zip->find(prefix + kContractEntry)) {
-      const unsigned char* bytes = zip->data(*c);
-      std::string text(reinterpret_cast<const char*>(bytes), c->size);
-      try {
-        Contract contract = parse_contract(text, path + ":" + c->name);
-        p->inputs_ = std::move(contract.inputs);
-        p->outputs_ = std::move(contract.outputs);
-        p->has_contract_ = true;
-      } catch (const Error& e) {
-        throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export",
-                    AOTI_HOST_INVALID_PROGRAM);
-      }
-    }
-    if (const ZipEntry* c = blob != nullptr ? zip->find(prefix + kConstantsEntry) : nullptr) {
-      const unsigned char* bytes = zip->data(*c);
-      try {
-        p->constant_layouts_ = parse_constant_layouts(std::string(reinterpret_cast<const char*>(bytes), c->size),
-                                                      path + ":" + c->name, blob->size);
-      } catch (const Error& e) {
-        throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export",
-                    AOTI_HOST_INVALID_PROGRAM);
-      }
-    }
-  }
-
-  p->plugin_ = open_plugin(so_path, so_shown);
-  const AotiEntryPoints& fns = p->plugin_->fns;
-  const char* device = options.device != nullptr ? options.device : "cpu";
-  if (std::strcmp(device, "cpu") != 0 && CUDA_AVAILABLE == 0)
-    throw Error("device \"" + std::string(device) + "\": this runtime was built without CUDA (scons cuda=on)",
-                AOTI_HOST_NOT_SUPPORTED);
-#if CUDA_AVAILABLE
-  if (std::strncmp(device, "cuda", 4) == 0) {
-    int index = 0;
-    if (device[4] == ':') {
-      char* end = nullptr;
-      index = static_cast<int>(std::strtol(device + 5, &end, 10));
-      if (end == device + 5 || *end != '\0') index = -1;
-    } else if (device[4] != '\0') {
-      index = -1;
-    }
-    if (index < 0) throw Error("device \"" + std::string(device) + "\": use cpu, cuda or cuda:N", AOTI_HOST_INVALID_ARGUMENT);
-    try {
-      p->cuda_.reset(new cuda::ProgramState(index));
-    } catch (const Error& e) {
-      throw Error(path + ": " + e.what(), AOTI_HOST_NOT_SUPPORTED);
-    }
-  } else if (std::strcmp(device, "cpu") != 0) {
-    throw Error("device \"" + std::string(device) + "\": use cpu, cuda or cuda:N", AOTI_HOST_INVALID_ARGUMENT);
-  }
-  std::unique_ptr<cuda::ProgramState::Scope> cuda_scope(p->cuda_ ? new cuda::ProgramState::Scope(*p->cuda_) : nullptr);
-#endif
-  clear_last_error();
-  if (fns.AOTInductorModelContainerCreateWithDevice(&p->container_, options.num_models ? options.num_models : 1,
-                                                    device, cubin_dir.empty() ? nullptr : cubin_dir.c_str()) !=
-      AOTI_RUNTIME_SUCCESS) {
-    p->container_ = nullptr;
-    throw Error(path + ": " + p->plugin_error("AOTInductorModelContainerCreateWithDevice"), AOTI_HOST_INVALID_PROGRAM);
-  }
-
-  size_t num_constants = 0;
-  if (fns.AOTInductorModelContainerGetNumConstants != nullptr)
-    fns.AOTInductorModelContainerGetNumConstants(p->container_, &num_constants);
-  const bool external = p->plugin_->embedded_weight_bytes >= 0 && p->plugin_->embedded_weight_bytes <= 8 &&
-                        num_constants > 0;
-  const bool given = options.weights_path != nullptr && *options.weights_path != '\0';
-  if (given && !external) {
-    throw Error(std::string(options.weights_path) + ": " + path +
-                    " embeds its weights; --weights is only for plugins exported with weights in a blob",
-                AOTI_HOST_INVALID_ARGUMENT);
-  }
-  if (external) {
-    if (given || blob != nullptr) {
-      p->weights_pending_ = true;
-      if (given) p->pending_weights_path_ = options.weights_path;
-      else p->pending_zip_ = std::move(zip), p->pending_blob_ = blob;
-      if (!defer_weights) p->load_pending_weights();
-    } else {
-      throw Error(path + ": the plugin keeps its " + std::to_string(num_constants) +
-                      " constants outside the .so and no weights were given; pass --weights BLOB (the "
-                      "*.wrapper_weights.blob of its package) or load the .pt2",
-                  AOTI_HOST_INVALID_ARGUMENT);
-    }
-  }
-
-  fns.AOTInductorModelContainerGetNumInputs(p->container_, &p->num_inputs_);
-  fns.AOTInductorModelContainerGetNumOutputs(p->container_, &p->num_outputs_);
-  if (p->has_contract_ && (p->inputs_.size() != p->num_inputs_ || p->outputs_.size() != p->num_outputs_)) {
-    throw Error(path + ": the contract lists " + std::to_string(p->inputs_.size()) + " inputs and " +
-                    std::to_string(p->outputs_.size()) + " outputs, the plugin has " +
-                    std::to_string(p->num_inputs_) + " and " + std::to_string(p->num_outputs_) +
-                    "; re-export the model", AOTI_HOST_INVALID_PROGRAM);
-  }
-  if (!p->has_contract_) {
-    // Without a contract the host can't know what the plugin was built for, but the plugin can: its
-    // generated check_inputs (dtype, sizes, dynamic ranges, strides, device) runs when
-    // AOTI_RUNTIME_CHECK_INPUTS is set at its first Run (a function-local static, read once per plugin).
-    // setenv is not thread-safe: load programs before starting threads that read the environment.
-    const char* env = std::getenv(kCheckInputsEnv);
-    if (env == nullptr) {
-      ::setenv(kCheckInputsEnv, "1", 0);
-      env = std::getenv(kCheckInputsEnv);
-    }
-    p->plugin_checks_inputs_ = env != nullptr && env[0] != '0';
-    if (p->plugin_checks_inputs_) {
-      log(LogLevel::Info, "%s: no contract in the package: the plugin checks its own inputs (%s=%s)", path.c_str(),
-          kCheckInputsEnv, env);
-    } else {
-      log(LogLevel::Warning, "%s: no contract in the package and %s=0: inputs are not checked; a wrong shape or "
-          "layout gives wrong numbers. Unset %s or re-export with aoti-toolchain export", path.c_str(),
-          kCheckInputsEnv, kCheckInputsEnv);
-    }
-    p->inputs_.resize(p->num_inputs_);
-    p->outputs_.resize(p->num_outputs_);
-  }
-  p->layouts_.resize(p->num_inputs_);
-  for (size_t i = 0; i < p->num_inputs_; ++i) {
-    const char* name = nullptr;
-    if (fns.AOTInductorModelContainerGetInputName(p->container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
-        p->inputs_[i].name.empty())
-      p->inputs_[i].name = name;
-  }
-  for (size_t i = 0; i < p->num_outputs_; ++i) {
-    const char* name = nullptr;
-    if (fns.AOTInductorModelContainerGetOutputName(p->container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
-        p->outputs_[i].name.empty())
-      p->outputs_[i].name = name;
-  }
-  // Every load validates the constants result once (constants.cpp), or says what an older plugin loses.
-  if (has_entries_call(*p->plugin_)) {
-    extract_constants(*p->plugin_, p->container_);
-    if (!p->weights_pending_) p->constants_changed();
-  } else {
-    warn_no_entries_call(path);
-  }
+  p->pack_cache_ = std::make_shared<cpu::PackCache>();
+  const Package package = Package::open(path);
+  p->adopt_package(package);
+  const PluginSource source = package.store_plugin();
+  p->plugin_ = open_plugin(source.load_path, source.shown);
+  const Device device = parse_device(options.device);
+  p->create_device_state(device);
+  const DeviceScope scope(p->cuda_.get());
+  p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);
+  p->apply_weights_policy(options, package, defer_weights);
+  p->read_signature();
+  p->check_constants();
   return p;
 }
 
+void Program::adopt_package(const Package& package) {
+  has_contract_ = package.has_contract();
+  inputs_ = package.contract().inputs;
+  outputs_ = package.contract().outputs;
+  constant_layouts_ = package.constant_layouts();
+}
+
+void Program::create_device_state(const Device& device) {
+  if (!device.cuda) return;
+#if CUDA_AVAILABLE
+  try {
+    cuda_.reset(new cuda::ProgramState(device.index));
+  } catch (const Error& e) {
+    throw Error(path_ + ": " + e.what(), AOTI_HOST_NOT_SUPPORTED);
+  }
+#endif
+}
+
+void Program::create_container(const Device& device, size_t num_models, const std::string& cubin_dir) {
+  clear_last_error();
+  if (plugin_->fns.AOTInductorModelContainerCreateWithDevice(&container_, num_models, device.name.c_str(),
+                                                             cubin_dir.empty() ? nullptr : cubin_dir.c_str()) !=
+      AOTI_RUNTIME_SUCCESS) {
+    container_ = nullptr;
+    throw Error(path_ + ": " + plugin_error("AOTInductorModelContainerCreateWithDevice"), AOTI_HOST_INVALID_PROGRAM);
+  }
+}
+
+// Weights outside the .so (a blob-mode plugin) come from --weights or the package's blob, now or, with
+// defer_weights, when the caller decides (weight sharing); embedded ones need nothing.
+void Program::apply_weights_policy(const aoti_host_load_options& options, const Package& package, bool defer_weights) {
+  size_t num_constants = 0;
+  if (plugin_->fns.AOTInductorModelContainerGetNumConstants != nullptr)
+    plugin_->fns.AOTInductorModelContainerGetNumConstants(container_, &num_constants);
+  const bool external = plugin_->embedded_weight_bytes >= 0 && plugin_->embedded_weight_bytes <= 8 &&
+                        num_constants > 0;
+  const bool given = options.weights_path != nullptr && *options.weights_path != '\0';
+  if (given && !external) {
+    throw Error(std::string(options.weights_path) + ": " + path_ +
+                    " embeds its weights; --weights is only for plugins exported with weights in a blob",
+                AOTI_HOST_INVALID_ARGUMENT);
+  }
+  if (!external) return;
+  if (!given && package.weights_blob() == nullptr) {
+    throw Error(path_ + ": the plugin keeps its " + std::to_string(num_constants) +
+                    " constants outside the .so and no weights were given; pass --weights BLOB (the "
+                    "*.wrapper_weights.blob of its package) or load the .pt2",
+                AOTI_HOST_INVALID_ARGUMENT);
+  }
+  weights_pending_ = true;
+  if (given) pending_weights_path_ = options.weights_path;
+  else pending_zip_ = package.archive(), pending_blob_ = package.weights_blob();
+  if (!defer_weights) load_pending_weights();
+}
+
+// Input and output counts and names from the plugin, checked against the contract; without one, the
+// plugin's own input check is turned on.
+void Program::read_signature() {
+  const AotiEntryPoints& fns = plugin_->fns;
+  fns.AOTInductorModelContainerGetNumInputs(container_, &num_inputs_);
+  fns.AOTInductorModelContainerGetNumOutputs(container_, &num_outputs_);
+  if (has_contract_ && (inputs_.size() != num_inputs_ || outputs_.size() != num_outputs_)) {
+    throw Error(path_ + ": the contract lists " + std::to_string(inputs_.size()) + " inputs and " +
+                    std::to_string(outputs_.size()) + " outputs, the plugin has " + std::to_string(num_inputs_) +
+                    " and " + std::to_string(num_outputs_) + "; re-export the model", AOTI_HOST_INVALID_PROGRAM);
+  }
+  if (!has_contract_) {
+    enable_plugin_input_checks();
+    inputs_.resize(num_inputs_);
+    outputs_.resize(num_outputs_);
+  }
+  layouts_.resize(num_inputs_);
+  for (size_t i = 0; i < num_inputs_; ++i) {
+    const char* name = nullptr;
+    if (fns.AOTInductorModelContainerGetInputName(container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
+        inputs_[i].name.empty())
+      inputs_[i].name = name;
+  }
+  for (size_t i = 0; i < num_outputs_; ++i) {
+    const char* name = nullptr;
+    if (fns.AOTInductorModelContainerGetOutputName(container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
+        outputs_[i].name.empty())
+      outputs_[i].name = name;
+  }
+}
+
+void Program::enable_plugin_input_checks() {
+  // Without a contract the host can't know what the plugin was built for, but the plugin can: its
+  // generated check_inputs (dtype, sizes, dynamic ranges, strides, device) runs when
+  // AOTI_RUNTIME_CHECK_INPUTS is set at its first Run (a function-local static, read once per plugin).
+  // setenv is not thread-safe: load programs before starting threads that read the environment.
+  const char* env = std::getenv(kCheckInputsEnv);
+  if (env == nullptr) {
+    ::setenv(kCheckInputsEnv, "1", 0);
+    env = std::getenv(kCheckInputsEnv);
+  }
+  plugin_checks_inputs_ = env != nullptr && env[0] != '0';
+  if (plugin_checks_inputs_) {
+    log(LogLevel::Info, "%s: no contract in the package: the plugin checks its own inputs (%s=%s)", path_.c_str(),
+        kCheckInputsEnv, env);
+  } else {
+    log(LogLevel::Warning, "%s: no contract in the package and %s=0: inputs are not checked; a wrong shape or "
+        "layout gives wrong numbers. Unset %s or re-export with aoti-toolchain export", path_.c_str(),
+        kCheckInputsEnv, kCheckInputsEnv);
+  }
+}
+
+// Every load validates the constants result once (constants.cpp), or says what an older plugin loses.
+void Program::check_constants() {
+  if (has_entries_call(*plugin_)) {
+    extract_constants(*plugin_, container_);
+    if (!weights_pending_) constants_changed();
+  } else {
+    warn_no_entries_call(path_);
+  }
+}
+
+void Program::share_pack_cache(const Program& other) {
+  if (pack_cache_ == other.pack_cache_) return;
+  pack_cache_->set_ranges(this, {});
+  pack_cache_ = other.pack_cache_;
+  constants_changed();
+}
+
 void Program::constants_changed() {
-  cpu::unregister_constant_ranges(this);
+  pack_cache_->set_ranges(this, {});
   if (cuda_ || weights_pending_ || !has_entries_call(*plugin_) || !cpu::pack_weights_enabled()) return;
   std::map<std::string, const ConstantInfo*> by_fqn;
   const std::vector<ConstantInfo> infos = constant_infos(*plugin_, container_);
@@ -302,7 +271,7 @@ void Program::constants_changed() {
     const int64_t isz = static_cast<int64_t>(t->itemsize());
     ranges.emplace_back(static_cast<const char*>(t->data_ptr()) + lo * isz, static_cast<size_t>((hi - lo + 1) * isz));
   }
-  cpu::register_constant_ranges(this, ranges);
+  pack_cache_->set_ranges(this, ranges);
   log(LogLevel::Debug, "%s: %zu constant(s) registered for packed GEMM weights", path_.c_str(), ranges.size());
 }
 
@@ -405,7 +374,7 @@ bool Program::place_weights(const unsigned char* blob, size_t size, const std::s
 }
 
 Program::~Program() {
-  cpu::unregister_constant_ranges(this);  // before the container frees the memory they describe
+  if (pack_cache_) pack_cache_->set_ranges(this, {});  // before the container frees the memory they describe
   if (container_ != nullptr) plugin_->fns.AOTInductorModelContainerDelete(container_);
 }
 
@@ -530,9 +499,14 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
     return;
   }
 #endif
-  // Run takes ownership of the input handles (the plugin deletes them); the caller owns the outputs.
-  AOTIRuntimeError rc = plugin_->fns.AOTInductorModelContainerRun(container_, handles.data(), handles.size(),
-                                                                  outputs, num_outputs_, nullptr, nullptr);
+  // Run takes ownership of the input handles (the plugin deletes them); the caller owns the outputs. The
+  // CPU kernels it calls on this thread take packed copies of this program's constant weights.
+  AOTIRuntimeError rc;
+  {
+    const cpu::PackScope packed(pack_cache_.get());
+    rc = plugin_->fns.AOTInductorModelContainerRun(container_, handles.data(), handles.size(), outputs, num_outputs_,
+                                                   nullptr, nullptr);
+  }
   if (rc != AOTI_RUNTIME_SUCCESS) {
     for (size_t i = 0; i < num_outputs_; ++i) {
       if (outputs[i] != nullptr) aoti_torch_delete_tensor_object(outputs[i]);

@@ -17,6 +17,11 @@ namespace aoti_host {
 namespace cuda {
 class ProgramState;  // runtime/src/cuda/program_state.h; only created by a CUDA build
 }
+namespace cpu {
+class PackCache;  // packed_gemm.h
+}
+class Package;
+struct Device;
 
 class Program {
  public:
@@ -39,11 +44,14 @@ class Program {
   bool weights_pending() const { return weights_pending_; }
   void load_pending_weights();
   void weights_supplied() { weights_pending_ = false, pending_zip_.reset(); }
-  // Tells the CPU GEMM which memory holds this program's constants (packed_gemm.h: packed copies of
-  // constant weights). Every path that changes the container's constants calls it afterwards, which
-  // drops the packed copies of the old ones; ~Program drops them too. Buffer (mutable state) and
-  // constant-folded constants are never registered.
+  // Tells this program's pack cache which memory holds its constants (packed_gemm.h: packed copies of
+  // constant weights, used by the CPU kernels during its runs). Every path that changes the container's
+  // constants calls it afterwards, which drops the packed copies of the old ones; ~Program drops them
+  // too. Buffer (mutable state) and constant-folded constants are never registered.
   void constants_changed();
+  // Uses `other`'s pack cache from now on (the methods of one method set share one, so weights they
+  // share are packed once).
+  void share_pack_cache(const Program& other);
 
   // strict: an input whose layout differs from the one the plugin was built for is refused instead of
   // converted.
@@ -63,6 +71,14 @@ class Program {
  private:
   Program() = default;
   std::string plugin_error(const char* call) const;
+  // The steps of load(), in order.
+  void adopt_package(const Package& package);
+  void create_device_state(const Device& device);
+  void create_container(const Device& device, size_t num_models, const std::string& cubin_dir);
+  void apply_weights_policy(const aoti_host_load_options& options, const Package& package, bool defer_weights);
+  void read_signature();
+  void enable_plugin_input_checks();
+  void check_constants();
   void load_weights(const unsigned char* blob, size_t size, const std::string& from);
 
   std::string path_;
@@ -86,6 +102,7 @@ class Program {
   // in (destroyed before cuda_, after the container: ~Program deletes the container first).
   std::vector<ConstantLayout> constant_layouts_;
   std::unique_ptr<PlacedWeights> placed_weights_;
+  std::shared_ptr<cpu::PackCache> pack_cache_;  // this program's (or its method set's) packed weights
   bool place_weights(const unsigned char* blob, size_t size, const std::string& from);
 };
 

@@ -1,7 +1,7 @@
 // Native test of npy.cpp: hand-written .npy bytes (no numpy at test time) and write/read round trips.
 // Exit 0 when every check passes; otherwise prints "FAIL: ..." per failed check and exits 1.
 #include "aoti_host/error.h"
-#include "aoti_host/npy.h"
+#include "../tools/npy.h"
 
 #include <stdlib.h>
 #include <unistd.h>

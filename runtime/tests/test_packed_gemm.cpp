@@ -2,13 +2,15 @@
 // (M, N, K not multiples of the 8x32 tile), strided and transposed A, B and C, alpha/beta 0, 1 and
 // others, a broadcast bias, and the cache of packed constants: a constant changed and re-registered (what
 // Program::constants_changed does after every constants update) gives the new results; unregistered
-// memory is never taken from the cache.
+// memory is never taken from the cache; only the cache of the current run (PackScope, as Program::run
+// sets around the plugin's Run) is consulted, and none outside a run.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../src/packed_gemm.h"
@@ -18,9 +20,17 @@
 
 namespace {
 
-using aoti_host::cpu::pack_stats;
-using aoti_host::cpu::register_constant_ranges;
-using aoti_host::cpu::unregister_constant_ranges;
+using aoti_host::cpu::PackCache;
+using aoti_host::cpu::PackScope;
+
+// The cache of the tests' "program": current (a PackScope) while a test runs, as during a plugin's Run.
+PackCache g_cache;
+
+aoti_host::cpu::PackStats pack_stats() { return g_cache.stats(); }
+void register_constant_ranges(const void* owner, const std::vector<std::pair<const void*, size_t>>& ranges) {
+  g_cache.set_ranges(owner, ranges);
+}
+void unregister_constant_ranges(const void* owner) { g_cache.set_ranges(owner, {}); }
 
 constexpr int32_t kF32 = 6;
 
@@ -143,7 +153,7 @@ void test_cache_follows_constants() {
     EXPECT(after.entries >= 1 && after.bytes >= 40 * 64 * sizeof(float));
   }
 
-  // The constant changes: without telling the registry the cached copy would be used (stale)...
+  // The constant changes: without telling the cache the packed copy would be used (stale)...
   for (int64_t k = 0; k < B.rows; ++k)
     for (int64_t j = 0; j < B.cols; ++j) B.at(k, j) = rnd();
   if (packing) {
@@ -207,9 +217,41 @@ void test_bmm_constant_batches() {
   unregister_constant_ranges(&owner);
 }
 
+void test_cache_is_the_runs() {
+  // A registered constant is packed only while its cache is the current one: outside any scope, or with
+  // another program's cache current, the same GEMM packs nothing and gives the same results.
+  const bool packing = aoti_host::cpu::pack_weights_enabled();
+  int owner = 0;
+  Mat A(12, 30, 0), B(30, 40, 1);
+  register_mat(&owner, B);
+  {
+    PackScope none(nullptr);
+    EXPECT(aoti_host::cpu::current_pack_cache() == nullptr);
+    const auto before = pack_stats();
+    EXPECT(check_addmm(A, B, 0, 1.0f, 0.0f, false) == 0);
+    EXPECT(pack_stats().packs == before.packs && pack_stats().hits == before.hits);
+    PackCache other;
+    {
+      PackScope scope(&other);
+      EXPECT(aoti_host::cpu::current_pack_cache() == &other);
+      EXPECT(check_addmm(A, B, 0, 1.0f, 1.0f, true) == 0);
+      EXPECT(other.stats().packs == 0 && other.stats().entries == 0);
+      other.set_ranges(&owner, {{B.store.data(), B.store.size() * sizeof(float)}});
+      EXPECT(check_addmm(A, B, 0, 1.0f, 0.0f, false) == 0);
+      if (packing) EXPECT(other.stats().packs == 1);
+    }
+    EXPECT(aoti_host::cpu::current_pack_cache() == nullptr);  // the previous one is back
+    EXPECT(pack_stats().packs == before.packs);
+  }
+  EXPECT(aoti_host::cpu::current_pack_cache() == &g_cache);
+  EXPECT(check_addmm(A, B, 0, 1.0f, 0.0f, false) == 0);
+  unregister_constant_ranges(&owner);
+}
+
 }  // namespace
 
 int main() {
+  const PackScope run(&g_cache);
   if (!aoti_host::cpu::fast_gemm_available()) {
     std::printf("the AVX-512 kernel is not available here (no avx512f, or AOTI_HOST_FAST_GEMM=0): checking the "
                 "OpenBLAS path with the same cases\n");
@@ -217,6 +259,7 @@ int main() {
   test_shapes_layouts_scalars();
   test_cache_follows_constants();
   test_bmm_constant_batches();
+  test_cache_is_the_runs();
   const auto s = pack_stats();
   std::printf("packed GEMM: %llu kernel calls, %llu packed copies built, %llu cache hits\n",
               static_cast<unsigned long long>(s.fast_calls), static_cast<unsigned long long>(s.packs),

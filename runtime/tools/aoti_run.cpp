@@ -10,7 +10,7 @@
 #include "aoti_host/error.h"
 #include "aoti_host/exit_codes.h"
 #include "aoti_host/input_file.h"
-#include "aoti_host/npy.h"
+#include "npy.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, scons_command
+from tests.integration.test_shims_archive import shims_archive_violations
 from toolchain.elf.config_records import read_config_records
 from toolchain.scons.nvcc import find_nvcc, gencode_flags, host_flags, parse_arch
 
@@ -159,6 +160,12 @@ def test_cuda_variant_compiles_and_links_here(tmp_path):
     assert {r.defines["CUDA_AVAILABLE"] for r in read_config_records(lib)} == {"1"}
     recorded = {Path(r.object_name).name for r in read_config_records(lib)}
     assert {s.name for s in cuda_sources} <= recorded, recorded
+    # The CUDA program state and weight upload are program-level: in the runtime library, not in the shims
+    # archive every host whole-archives.
+    assert shims_archive_violations(variant / "obj" / "lib" / "libaoti_host_shims.a") == []
+    runtime_objects = subprocess.run(["ar", "t", str(variant / "obj" / "lib" / "libaoti_host_runtime.a")],
+                                     capture_output=True, text=True, check=True).stdout.split()
+    assert {"program_state.os", "upload.os"} <= set(runtime_objects), runtime_objects
     # compile_commands.json lists the .cu compiles too, with the nvcc command.
     import json
 

@@ -140,7 +140,8 @@ def test_plugin_loads_from_hosts_exporting_either_way_and_not_from_neither(host_
         sub.mkdir()
         if mode == "all":
             _project(sub, host_build, f"env['AOTI_EXPORT'] = 'all'\n"
-                     f"env.AotiHostProgram('aoti-run', [File({str(obj / 'tools' / 'aoti_run.o')!r})], "
+                     f"env.AotiHostProgram('aoti-run', [File({str(obj / 'tools' / 'aoti_run.o')!r}), "
+                     f"File({str(obj / 'lib' / 'libaoti_run_npy.a')!r})], "
                      "libs=[runtime], LIBS=['dl', 'stdc++', 'm'])")
             proc = _scons(sub)
             assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -148,6 +149,7 @@ def test_plugin_loads_from_hosts_exporting_either_way_and_not_from_neither(host_
         else:
             # By hand (the builders refuse it): shims whole-archived but exported neither way.
             subprocess.run(["g++", "-o", str(sub / "aoti-run"), str(obj / "tools" / "aoti_run.o"),
+                            str(obj / "lib" / "libaoti_run_npy.a"),  # the tool's .npy reader and writer
                             str(obj / "lib" / "libaoti_host_runtime.a"), "-Wl,--whole-archive",
                             str(obj / "lib" / "libaoti_host_shims.a"), "-Wl,--no-whole-archive", "-ldl",
                             "-lopenblas", "-lsleef", "-fopenmp", "-pthread"], check=True)

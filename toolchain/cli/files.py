@@ -12,7 +12,7 @@ from pathlib import Path
 from toolchain.atomic import replacing
 from toolchain.errors import CompareError, InputError, UsageError
 
-#: Largest .npy header read (the runtime's bound, runtime/src/npy.cpp): numpy.save writes a few hundred bytes.
+#: Largest .npy header read (the runtime's bound, runtime/tools/npy.cpp): numpy.save writes a few hundred bytes.
 NPY_MAX_HEADER = 1 << 20
 
 _FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),

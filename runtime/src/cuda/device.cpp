@@ -281,35 +281,6 @@ void zero(Tensor& t) {
   copy(t, *z);
 }
 
-PinnedBuffer::~PinnedBuffer() {
-  if (data != nullptr) cudaFreeHost(data);
-}
-
-std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size) {
-  auto buf = std::make_unique<PinnedBuffer>();
-  if (cudaHostAlloc(&buf->data, size == 0 ? 1 : size, cudaHostAllocDefault) != cudaSuccess) {
-    cudaGetLastError();
-    buf->data = nullptr;
-    return nullptr;
-  }
-  buf->size = size;
-  std::memcpy(buf->data, data, size);
-  return buf;
-}
-
-UploadMode upload_mode() {
-  const char* v = std::getenv("AOTI_HOST_WEIGHT_UPLOAD");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "host") == 0) return UploadMode::Host;
-  if (std::strcmp(v, "stage") == 0) return UploadMode::Stage;
-  if (std::strcmp(v, "pageable") == 0) return UploadMode::Pageable;
-  log(LogLevel::Warning, "AOTI_HOST_WEIGHT_UPLOAD=%s: use host, stage or pageable; using host", v);
-  return UploadMode::Host;
-}
-
-const char* upload_mode_name(UploadMode mode) {
-  return mode == UploadMode::Host ? "host" : mode == UploadMode::Stage ? "stage" : "pageable";
-}
-
 }  // namespace cuda
 }  // namespace aoti_host
 

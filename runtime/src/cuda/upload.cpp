@@ -1,4 +1,6 @@
-// Weight upload through a ring of pinned chunks (see upload_to_device in aoti_host/cuda/cuda.h).
+// How blob weights reach the device (program-level, compiled into the runtime library, not the shims):
+// the host's upload through a ring of pinned chunks (upload_to_device in aoti_host/cuda/cuda.h), the
+// pinned copy of a blob for the plugin's own loader, and the AOTI_HOST_WEIGHT_UPLOAD choice between them.
 //
 // Why not one pinned copy of the whole blob: page-locking 134 MB took longer than uploading it (82 ms of
 // cudaHostAlloc + memcpy against 3 ms of copy on the H200, bench/RESULTS.md). Why not the plugin's own
@@ -12,6 +14,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -203,6 +206,35 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
     times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return dst;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data != nullptr) cudaFreeHost(data);
+}
+
+std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size) {
+  auto buf = std::make_unique<PinnedBuffer>();
+  if (cudaHostAlloc(&buf->data, size == 0 ? 1 : size, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    buf->data = nullptr;
+    return nullptr;
+  }
+  buf->size = size;
+  std::memcpy(buf->data, data, size);
+  return buf;
+}
+
+UploadMode upload_mode() {
+  const char* v = std::getenv("AOTI_HOST_WEIGHT_UPLOAD");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "host") == 0) return UploadMode::Host;
+  if (std::strcmp(v, "stage") == 0) return UploadMode::Stage;
+  if (std::strcmp(v, "pageable") == 0) return UploadMode::Pageable;
+  log(LogLevel::Warning, "AOTI_HOST_WEIGHT_UPLOAD=%s: use host, stage or pageable; using host", v);
+  return UploadMode::Host;
+}
+
+const char* upload_mode_name(UploadMode mode) {
+  return mode == UploadMode::Host ? "host" : mode == UploadMode::Stage ? "stage" : "pageable";
 }
 
 }  // namespace cuda

@@ -50,7 +50,7 @@ Tensor* to_host(const Tensor& t);
 // Fills with zero bytes on t's device.
 void zero(Tensor& t);
 
-// Per-thread capture arena for CUDA graphs (see graph.cpp).
+// Per-thread capture arena for CUDA graphs (arena.h; program_state.cpp captures the graphs).
 class Arena;
 void set_thread_arena(Arena* arena);
 
@@ -83,8 +83,8 @@ std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size);
 // How blob weights reach the device, AOTI_HOST_WEIGHT_UPLOAD=host (default: the host places them,
 // upload_to_device, when the package records their layouts; else as stage), stage (the plugin's own
 // loader, from a pinned copy of the blob) or pageable (the plugin's own loader, from where the blob is).
-// (Pinning the blob in place with cudaHostRegister was measured and dropped: on the GPU machine's sandbox
-// registering 134 MB did not finish in 120 s.)
+// (Pinning the blob in place with cudaHostRegister was measured and dropped: registering 134 MB took more
+// than 120 s on an H200 host.)
 enum class UploadMode { Host, Stage, Pageable };
 UploadMode upload_mode();
 const char* upload_mode_name(UploadMode mode);

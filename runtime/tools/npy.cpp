@@ -1,7 +1,7 @@
 // NumPy .npy reading and writing (format 1.0/2.0/3.0, https://numpy.org/neps/nep-0001-npy-format.html).
 // Only little-endian numeric dtypes that have a torch ScalarType; everything else is refused with the
 // file name and the numpy call that fixes it, because a silently reinterpreted input is worse than none.
-#include "aoti_host/npy.h"
+#include "npy.h"
 
 #include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"

@@ -1,0 +1,130 @@
+#include "package.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "aoti_host/package_layout.h"
+#include "aoti_host/status.h"
+#include "aoti_host/error.h"
+#include "aoti_host/input_file.h"
+#include "plugin_store.h"
+
+namespace aoti_host {
+namespace {
+
+constexpr const char* kContractEntry = package_layout::kContractEntry;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string member_text(const ZipArchive& zip, const ZipEntry& e) {
+  return std::string(reinterpret_cast<const char*>(zip.data(e)), e.size);
+}
+
+}  // namespace
+
+Device parse_device(const char* device) {
+  Device d;
+  if (device == nullptr || std::strcmp(device, "cpu") == 0) return d;
+  d.name = device;
+  if (CUDA_AVAILABLE == 0)
+    throw Error("device \"" + d.name + "\": this runtime was built without CUDA (scons cuda=on)",
+                AOTI_HOST_NOT_SUPPORTED);
+  int index = -1;
+  if (std::strncmp(device, "cuda", 4) == 0) {
+    index = 0;
+    if (device[4] == ':') {
+      char* end = nullptr;
+      index = static_cast<int>(std::strtol(device + 5, &end, 10));
+      if (end == device + 5 || *end != '\0') index = -1;
+    } else if (device[4] != '\0') {
+      index = -1;
+    }
+  }
+  if (index < 0) throw Error("device \"" + d.name + "\": use cpu, cuda or cuda:N", AOTI_HOST_INVALID_ARGUMENT);
+  d.cuda = true;
+  d.index = index;
+  return d;
+}
+
+Package Package::open(const std::string& path) {
+  Package pkg;
+  pkg.path_ = path;
+  {
+    // Only a regular file: a FIFO or device given as the model is refused here, before anything reads it.
+    const InputFile file(path, "model (.pt2 package or plugin .so)");
+    char magic[4] = {};
+    if (file.size() >= 4) file.read_at(0, magic, 4);
+    if (file.size() < 4 || std::memcmp(magic, "PK\x03\x04", 4) != 0) return pkg;  // a plugin .so
+  }
+  try {
+    pkg.zip_ = std::make_shared<ZipArchive>(path);
+  } catch (const Error& e) {
+    throw Error(e.what(), AOTI_HOST_INVALID_PROGRAM);
+  }
+  pkg.find_members();
+  pkg.read_contract();
+  pkg.read_constant_layouts();
+  return pkg;
+}
+
+void Package::find_members() {
+  std::vector<const ZipEntry*> sos;
+  for (const auto& e : zip_->entries()) {
+    if (e.name.find(package_layout::kPluginDir) == std::string::npos) continue;
+    if (ends_with(e.name, ".so")) sos.push_back(&e);
+    if (ends_with(e.name, "_weights.blob")) blob_ = &e;
+    if (ends_with(e.name, ".cubin")) cubins_.push_back(&e);
+  }
+  if (sos.empty())
+    throw Error(path_ + ": package holds no plugin (no data/aotinductor/*/*.so)", AOTI_HOST_INVALID_PROGRAM);
+  if (sos.size() > 1)
+    throw Error(path_ + ": package holds " + std::to_string(sos.size()) +
+                    " plugins; this runtime loads one plugin per package", AOTI_HOST_NOT_SUPPORTED);
+  plugin_ = sos[0];
+  prefix_ = plugin_->name.substr(0, plugin_->name.find('/') + 1);
+}
+
+void Package::read_contract() {
+  const ZipEntry* c = zip_->find(prefix_ + kContractEntry);
+  if (c == nullptr) return;
+  const std::string text = member_text(*zip_, *c);
+  try {
+    contract_ = parse_contract(text, path_ + ":" + c->name);
+    has_contract_ = true;
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export", AOTI_HOST_INVALID_PROGRAM);
+  }
+}
+
+void Package::read_constant_layouts() {
+  const ZipEntry* c = blob_ != nullptr ? zip_->find(prefix_ + kConstantsEntry) : nullptr;
+  if (c == nullptr) return;
+  const std::string text = member_text(*zip_, *c);
+  try {
+    constant_layouts_ = parse_constant_layouts(text, path_ + ":" + c->name, blob_->size);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export", AOTI_HOST_INVALID_PROGRAM);
+  }
+}
+
+PluginSource Package::store_plugin() const {
+  if (!zip_) return {path_, path_, ""};
+  // The plugin loads from a sealed memfd or the private cache (plugin_store.h), never from a shared path;
+  // the same bytes map once per process however often they are loaded.
+  PluginSource src;
+  src.shown = path_ + ":" + plugin_->name;
+  try {
+    src.load_path = aoti_host::store_plugin(zip_->data(*plugin_), plugin_->size, src.shown).load_path;
+    std::vector<CubinMember> members;
+    for (const ZipEntry* c : cubins_) members.push_back({c->name, zip_->data(*c), c->size});
+    if (!members.empty()) src.cubin_dir = store_cubins(members);
+  } catch (const Error& e) {
+    throw Error(path_ + ": " + e.what(), e.status() == AOTI_HOST_LOAD_FAILED ? AOTI_HOST_LOAD_FAILED
+                                                                              : AOTI_HOST_INVALID_PROGRAM);
+  }
+  return src;
+}
+
+}  // namespace aoti_host
