@@ -3,8 +3,9 @@
 # torch, run the GPU tests (aoti-run and the Python module against eager torch) and the GPU benchmark.
 #   bash tests/gpu/run.sh            (from the repository root; writes logs/results under $OUT if set)
 # Exit status: non-zero if the build, the export or any test fails (the benchmark runs regardless).
-# The log starts with the commit it ran at ($OUT/commit.txt, also the first line of pytest.log): from git
-# when the tree is a checkout, else from AOTI_GPU_COMMIT (set it when copying a tree without .git).
+# The log starts with the commit it ran at ($OUT/commit.txt, also the first line of pytest.log):
+# AOTI_GPU_COMMIT when set (the GPU machine's copy of the tree carries a .git that need not match it), else
+# git's HEAD with the number of tracked files changed since.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
@@ -16,11 +17,13 @@ NPROC=$(nproc 2>/dev/null || echo 4)
 step() { echo; echo "=== $* ($(date -u +%T))"; }
 
 step "commit"
-if COMMIT=$(git rev-parse HEAD 2>/dev/null); then
+if [ -n "${AOTI_GPU_COMMIT:-}" ]; then
+  COMMIT_LINE="commit $AOTI_GPU_COMMIT (AOTI_GPU_COMMIT)"
+elif COMMIT=$(git rev-parse HEAD 2>/dev/null); then
   DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)
   COMMIT_LINE="commit $COMMIT ($DIRTY tracked file(s) changed since)"
 else
-  COMMIT_LINE="commit ${AOTI_GPU_COMMIT:-unknown (not a git checkout and AOTI_GPU_COMMIT unset)}"
+  COMMIT_LINE="commit unknown (not a git checkout and AOTI_GPU_COMMIT unset)"
 fi
 echo "$COMMIT_LINE" | tee "$OUT/commit.txt"
 
