@@ -151,6 +151,12 @@ MatView<const T> mat_of(const Tensor& t, int64_t batch) {
   return {p, s[d - 2], s[d - 1], st[d - 2], st[d - 1]};
 }
 
+// c10's compute_non_overlapping_and_dense, ATen's infer_dense_strides, and the strides at::empty_like(t)
+// (preserve format) gives: the layouts ATen's CPU ops choose for their outputs.
+bool non_overlapping_and_dense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+std::vector<int64_t> infer_dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+std::vector<int64_t> empty_like_strides(const Tensor& t);
+
 }  // namespace detail
 }  // namespace cpu
 }  // namespace aoti_host

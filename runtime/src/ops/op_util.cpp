@@ -10,17 +10,6 @@ using namespace dtype_code;
 
 namespace {
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float f32_from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 template <typename T>
 T rd(const void* base, int64_t i) {
   T v;
@@ -38,38 +27,6 @@ void wr(void* base, int64_t i, T v) {
 }
 
 }  // namespace
-
-// IEEE half <-> float, round-to-nearest-even (the FP16 library's branch-free algorithm, as c10 uses).
-float half_to_float(uint16_t h) {
-  const uint32_t w = static_cast<uint32_t>(h) << 16;
-  const uint32_t sign = w & 0x80000000u;
-  const uint32_t two_w = w + w;
-  const float normalized = f32_from_bits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-  const float denormalized = f32_from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
-  const uint32_t bits = two_w < (1u << 27) ? f32_bits(denormalized) : f32_bits(normalized);
-  return f32_from_bits(sign | bits);
-}
-uint16_t float_to_half(float f) {
-  float base = (std::abs(f) * 0x1.0p+112f) * 0x1.0p-110f;
-  const uint32_t w = f32_bits(f);
-  const uint32_t shl1_w = w + w;
-  const uint32_t sign = w & 0x80000000u;
-  uint32_t bias = shl1_w & 0xFF000000u;
-  if (bias < 0x71000000u) bias = 0x71000000u;
-  base = f32_from_bits((bias >> 1) + 0x07800000u) + base;
-  const uint32_t bits = f32_bits(base);
-  const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
-  const uint32_t mantissa_bits = bits & 0x00000FFFu;
-  const uint32_t nonsign = exp_bits + mantissa_bits;
-  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
-}
-float bf16_to_float(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
-uint16_t float_to_bf16(float f) {
-  const uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
-  const uint32_t rounding_bias = ((u >> 16) & 1u) + 0x7fffu;
-  return static_cast<uint16_t>((u + rounding_bias) >> 16);
-}
 
 bool is_floating(int32_t dt) { return dt == kFloat16 || dt == kBFloat16 || dt == kFloat32 || dt == kFloat64; }
 bool is_integral(int32_t dt) { return dt == kUInt8 || dt == kInt8 || dt == kInt16 || dt == kInt32 || dt == kInt64; }
@@ -177,64 +134,6 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what) {
                 std::to_string(n - 1) + "])");
   }
   return dim < 0 ? dim + n : dim;
-}
-
-bool non_overlapping_and_dense(const Shape& sizes, const Shape& strides) {
-  const size_t n = sizes.size();
-  if (n == 0) return true;
-  if (n == 1) return sizes[0] < 2 || strides[0] == 1;
-  std::vector<size_t> perm(n);
-  for (size_t i = 0; i < n; ++i) perm[i] = i;
-  std::sort(perm.begin(), perm.end(), [&](size_t a, size_t b) {
-    if (sizes[a] < 2) return false;
-    if (sizes[b] < 2) return true;
-    return strides[a] < strides[b];
-  });
-  int64_t require = 1;
-  for (size_t i = 0; i < n; ++i) {
-    if (sizes[perm[i]] < 2) return true;
-    if (strides[perm[i]] != require) return false;
-    require *= sizes[perm[i]];
-  }
-  return true;
-}
-
-Shape infer_dense_strides(const Shape& sizes, const Shape& strides) {
-  const size_t n = sizes.size();
-  std::vector<size_t> perm(n);
-  for (size_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
-  auto should_swap = [&](size_t d0, size_t d1) {
-    const int64_t s0 = strides[d0], s1 = strides[d1];
-    if (s0 == 0 || s1 == 0) return 0;
-    if (s0 < s1) return -1;
-    if (s0 > s1) return 1;
-    return sizes[d0] > sizes[d1] ? 1 : 0;
-  };
-  for (size_t i = 1; i < n; ++i) {
-    size_t dim1 = i;
-    for (size_t j = 1; j <= i; ++j) {
-      const size_t dim0 = i - j;
-      const int c = should_swap(perm[dim0], perm[dim1]);
-      if (c > 0) {
-        std::swap(perm[dim0], perm[dim1]);
-        dim1 = dim0;
-      } else if (c < 0) {
-        break;
-      }
-    }
-  }
-  Shape out(n);
-  int64_t cur = 1;
-  for (size_t i = 0; i < n; ++i) {
-    out[perm[i]] = cur;
-    if (sizes[perm[i]] > 1) cur *= sizes[perm[i]];
-  }
-  return out;
-}
-
-Shape empty_like_strides(const Tensor& t) {
-  if (non_overlapping_and_dense(t.sizes(), t.strides())) return t.strides();
-  return infer_dense_strides(t.sizes(), t.strides());
 }
 
 Tensor* new_contiguous(int32_t dtype, const Shape& sizes) {

@@ -12,16 +12,18 @@
 
 #include "aoti_host/error.h"
 #include "aoti_host/tensor.h"
+#include "../cpu/strided.h"
 
 namespace aoti_host {
 namespace ops {
 
 using Shape = std::vector<int64_t>;
 
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-float bf16_to_float(uint16_t b);
-uint16_t float_to_bf16(float f);
+// float16/bfloat16 <-> float as c10 rounds (cpu/convert.h).
+using cpu::detail::bf16_to_float;
+using cpu::detail::float_to_bf16;
+using cpu::detail::float_to_half;
+using cpu::detail::half_to_float;
 
 bool is_floating(int32_t dt);  // float16, bfloat16, float32, float64
 bool is_integral(int32_t dt);  // uint8, int8, int16, int32, int64 (bool excluded)
@@ -47,10 +49,10 @@ std::vector<double> to_doubles(const Tensor& t);
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what);
 
 // c10's compute_non_overlapping_and_dense, ATen's infer_dense_strides, and the strides
-// at::empty_like(t) (preserve format) gives.
-bool non_overlapping_and_dense(const Shape& sizes, const Shape& strides);
-Shape infer_dense_strides(const Shape& sizes, const Shape& strides);
-Shape empty_like_strides(const Tensor& t);
+// at::empty_like(t) (preserve format) gives (cpu/strided.h).
+using cpu::detail::empty_like_strides;
+using cpu::detail::infer_dense_strides;
+using cpu::detail::non_overlapping_and_dense;
 
 // New owning CPU tensors.
 Tensor* new_contiguous(int32_t dtype, const Shape& sizes);
