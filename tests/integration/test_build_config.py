@@ -6,7 +6,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT, scons_command
+import pytest
+
+from tests.conftest import BUILD_DIR, REPO_ROOT, VARIANT, scons_command
 from toolchain.elf.config_records import (
     NOTE_TYPE,
     ConfigRecord,
@@ -17,13 +19,19 @@ from toolchain.elf.config_records import (
 )
 
 INCLUDE = REPO_ROOT / "runtime" / "include"
+GEN_INCLUDE = BUILD_DIR / VARIANT / "gen" / "include"  # status.h and the other headers made from the spec
+
+
+@pytest.fixture(autouse=True)
+def _generated_headers(host_build):
+    """The C API header includes generated ones: the build that makes them comes first."""
 
 
 def _compile(src: Path, *flags: str) -> Path:
     obj = src.with_suffix(".o")
     compiler = "g++" if src.suffix == ".cpp" else "gcc"
-    subprocess.run([compiler, "-c", "-fPIC", f"-I{INCLUDE}", *flags, str(src), "-o", str(obj)], check=True,
-                   cwd=src.parent)
+    subprocess.run([compiler, "-c", "-fPIC", f"-I{INCLUDE}", f"-I{GEN_INCLUDE}", *flags, str(src), "-o", str(obj)],
+                   check=True, cwd=src.parent)
     return obj
 
 
