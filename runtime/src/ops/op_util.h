@@ -33,6 +33,17 @@ void check_compute_dtype(int32_t dt, const char* arg);
 // Element i (in elements from data_ptr) of a buffer of dtype dt, as double / int64.
 double load_f(const void* base, int32_t dt, int64_t i);
 int64_t load_i(const void* base, int32_t dt, int64_t i);
+// Element i as the key type a kernel compares in: double (load_f) or int64_t (load_i).
+template <typename K>
+K load_key(const void* base, int32_t dt, int64_t i);
+template <>
+inline double load_key<double>(const void* base, int32_t dt, int64_t i) {
+  return load_f(base, dt, i);
+}
+template <>
+inline int64_t load_key<int64_t>(const void* base, int32_t dt, int64_t i) {
+  return load_i(base, dt, i);
+}
 // Stores v, rounded to dt (float16/bfloat16 round to nearest even; integral truncates through int64).
 void store_f(void* base, int32_t dt, int64_t i, double v);
 void store_i(void* base, int32_t dt, int64_t i, int64_t v);

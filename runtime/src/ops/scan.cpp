@@ -61,17 +61,6 @@ Tensor* cum_op(const Tensor& self, int64_t dim, const int32_t* dtype, bool produ
   return out.release();
 }
 
-template <typename K>
-K key(const void* base, int32_t dt, int64_t i);
-template <>
-double key<double>(const void* base, int32_t dt, int64_t i) {
-  return load_f(base, dt, i);
-}
-template <>
-int64_t key<int64_t>(const void* base, int32_t dt, int64_t i) {
-  return load_i(base, dt, i);
-}
-
 // ATen's cummax_cummin_helper: the running extreme with >= (max) or <= (min), so ties move the index
 // to the later element; a NaN is taken and then kept by every later NaN.
 template <typename K>
@@ -84,11 +73,11 @@ void cum_extreme_lines(const Tensor& self, int64_t dim, bool is_max, Tensor& val
   char* vdst = static_cast<char*>(values.data_ptr());
   void* idst = indices.data_ptr();
   for_each_line(sizes, dim, {&sst, &vst, &ist}, [&](const std::vector<int64_t>& b) {
-    K best = key<K>(src, dt, b[0]);
+    K best = load_key<K>(src, dt, b[0]);
     int64_t best_j = 0;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t at = b[0] + j * sst[dim];
-      const K cur = key<K>(src, dt, at);
+      const K cur = load_key<K>(src, dt, at);
       const bool cur_nan = cur != cur;  // NOLINT(misc-redundant-expression)
       const bool best_nan = best != best;  // NOLINT(misc-redundant-expression)
       if (cur_nan || (!best_nan && (is_max ? cur >= best : cur <= best))) {

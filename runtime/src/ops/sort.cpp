@@ -28,17 +28,6 @@ bool less_nan(K a, K b) {
   return a < b;
 }
 
-template <typename K>
-K key_at(const void* base, int32_t dt, int64_t i);
-template <>
-double key_at<double>(const void* base, int32_t dt, int64_t i) {
-  return load_f(base, dt, i);
-}
-template <>
-int64_t key_at<int64_t>(const void* base, int32_t dt, int64_t i) {
-  return load_i(base, dt, i);
-}
-
 // Sorts each line of self along dim into (values, indices); the first `keep` of each sorted line go to
 // the outputs (keep == line length for sort).
 template <typename K>
@@ -53,7 +42,7 @@ void sort_lines(const Tensor& self, int64_t dim, bool descending, int64_t keep, 
   std::vector<K> keys(static_cast<size_t>(n));
   std::vector<int64_t> order(static_cast<size_t>(n));
   for_each_line(sizes, dim, {&self.strides(), &values.strides(), &indices.strides()}, [&](const std::vector<int64_t>& b) {
-    for (int64_t j = 0; j < n; ++j) keys[j] = key_at<K>(src, dt, b[0] + j * ss);
+    for (int64_t j = 0; j < n; ++j) keys[j] = load_key<K>(src, dt, b[0] + j * ss);
     std::iota(order.begin(), order.end(), int64_t{0});
     if (descending) {
       std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return less_nan(keys[y], keys[x]); });
