@@ -20,8 +20,8 @@ Sources, read as text (nothing of torch is imported or executed):
 from __future__ import annotations
 
 import argparse
-import json
 import ast
+import json
 import re
 import sys
 from pathlib import Path
@@ -101,11 +101,16 @@ def read_fallback_ops(path: Path) -> list[tuple[str, str, int, str]]:
     tree = ast.parse(_read(path), str(path))
     lists: dict[str, object] = {}
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
         if isinstance(target, ast.Name) and target.id in ("inductor_fallback_ops", "aten_shimified_ops"):
             try:
-                lists[target.id] = ast.literal_eval(node.value)  # type: ignore[arg-type]
+                lists[target.id] = ast.literal_eval(value)
             except ValueError:
                 msg = f"{path}: {target.id} is not a literal dict"
                 raise CoverageError(msg, fix="update toolchain/coverage.py for this torch") from None
@@ -231,8 +236,8 @@ def render(data: TorchOps, implemented: set[str]) -> str:
         "- op: `namespace.name.overload` as `torch.ops` spells it; `(vN)` is a later version of the op's shim",
         "  (its name ends in `_vN`). The shim name is `aoti_torch_<device>_<name>[_<overload>][_vN]`, the",
         "  overload left out when it is `default`.",
-        f"- since: the `since` key of `fallback_ops.py` (`TORCH_VERSION_X_Y_Z`, of the vN entry for a later",
-        f"  variant). Without one the op predates the versioned shim ABI: `fallback_ops.py` says such ops are",
+        "- since: the `since` key of `fallback_ops.py` (`TORCH_VERSION_X_Y_Z`, of the vN entry for a later",
+        "  variant). Without one the op predates the versioned shim ABI: `fallback_ops.py` says such ops are",
         f"  available since torch {BASELINE}, shown as {BASELINE}. `-`: hand-written in `c/shim_cpu.h`, not versioned.",
         "- a device column is `-` where torch declares no shim for that device (torchgen emits one only",
         "  where the op has a kernel for it).",
