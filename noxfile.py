@@ -36,11 +36,14 @@ def _tool(name: str) -> str:
 @nox.session(venv_backend="none", tags=["lint"])
 def lint(session: nox.Session) -> None:
     """ruff, mypy, the import floors (import-linter contracts in pyproject.toml) and the generated rules
-    reference, in the current environment (the dev extra: pip install -e '.[dev]')."""
+    reference and coverage table, in the current environment (the dev extra: pip install -e '.[dev]')."""
     session.run(_tool("ruff"), "check", "toolchain", "tests", "bench", "noxfile.py", "SConstruct")
     session.run(_tool("mypy"), "toolchain")
     session.run(_tool("lint-imports"), "--config", str(ROOT / "pyproject.toml"))
     session.run(sys.executable, "-m", "toolchain.rules_doc", "--check")
+    # the coverage table against toolchain/torch_ops.json and shims.toml (tests/unit/test_coverage.py also
+    # checks the data against the installed torch)
+    session.run(sys.executable, "-m", "toolchain.coverage", "--check", "--no-torch")
 
 
 @nox.session(tags=["tests"])

@@ -91,6 +91,21 @@ def export_example(torch, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def missing_op_package(torch, tmp_path_factory):
+    """(pt2, inputs): a plain-torch package calling an ATen fallback op the host does not implement: 3-d grid
+    sampling, which torch 2.13 keeps as a fallback (aten.grid_sampler_3d.default, aoti_torch_cpu_grid_sampler_3d)."""
+    from toolchain.export import export
+
+    class Warp(torch.nn.Module):
+        def forward(self, vol, grid):
+            return torch.nn.functional.grid_sample(vol, grid, align_corners=False)
+
+    inputs = (torch.randn(1, 2, 4, 5, 6), torch.rand(1, 3, 3, 3, 3) * 2 - 1)
+    pt2 = export(Warp(), inputs, tmp_path_factory.mktemp("missing-op") / "warp3d.pt2", build_dir=BUILD_DIR)
+    return pt2, inputs
+
+
+@pytest.fixture(scope="session")
 def fake_plugin(tmp_path_factory):
     """fake_plugin(name, imports=[...]) -> path of a real .so compiled from templates/fixtures."""
     import jinja2

@@ -25,6 +25,8 @@ from toolchain.errors import (
     load_exit_codes,
 )
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
+from toolchain.torch_ops import DATA_FILE as TORCH_OPS_FILE
+from toolchain.torch_ops import load as load_torch_ops
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_DIR = REPO_ROOT / "templates"
@@ -38,6 +40,7 @@ OUTPUTS: dict[str, str] = {
     "dtypes.h.j2": "include/aoti_host/dtypes.h",
     "package_layout.h.j2": "include/aoti_host/package_layout.h",
     "providers.h.j2": "include/aoti_host/providers.h",
+    "fallback_ops.h.j2": "include/aoti_host/fallback_ops.h",
     "shims_constants.inc.j2": "include/aoti_host/shims_constants.inc",
     "host.dynlist.j2": "link/host.dynlist",
     "runtime.version.j2": "link/runtime.version",
@@ -62,6 +65,9 @@ _TEMPLATE_SPECS: dict[str, tuple[str, ...]] = {
     "shims_constants.inc.j2": ("shims.toml", "abi.toml"),
     ABI_PY_TEMPLATE: ("c_api.toml", "shims.toml"),
 }
+
+#: Reads toolchain/torch_ops.json (torch's fallback ops), not the spec.
+FALLBACK_OPS_TEMPLATE = "fallback_ops.h.j2"
 
 #: The provider that is the C++ runtime itself (providers.toml); the loader treats it specially.
 CXX_PROVIDER = "libstdc++"
@@ -198,12 +204,14 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
     c_api = load_c_api() if c_api is None else c_api
     env = _environment(template_dir)
     shims = spec.shims_in(*groups)
+    torch_ops = load_torch_ops()
     spec_files = [f"toolchain/spec/{p.name}" for p in spec.sources]
     context = {
         "groups": groups, "shims": shims, "entry_points": spec.entry_points, "exit_codes": exit_codes,
         "help_tools": HELP_TOOLS, "abi": abi, "c_api": c_api, "providers": spec.providers,
         "cxx_provider": CXX_PROVIDER, "constant_values": _constant_values(spec, abi, shims),
         "scalar_shims": _scalar_shims(abi, shims),
+        "torch_ops": torch_ops, "fallback_ops": sorted((name, op.label) for name, (op, _) in torch_ops.by_shim().items()),
     }
     if not any(p.name == CXX_PROVIDER and p.preload for p in spec.providers):
         msg = f"providers.toml: no preloadable provider named {CXX_PROVIDER!r} (the C++ runtime)"
@@ -211,6 +219,7 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
     out: dict[str, str] = {}
     for template, rel in OUTPUTS.items():
         files = ([f"toolchain/spec/{n}" for n in _TEMPLATE_SPECS[template]] if template in _TEMPLATE_SPECS
+                 else [str(TORCH_OPS_FILE.relative_to(REPO_ROOT))] if template == FALLBACK_OPS_TEMPLATE
                  else spec_files)
         try:
             text = env.get_template(template).render(template=f"templates/{template}", spec_files=files, **context)

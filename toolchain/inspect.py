@@ -6,7 +6,8 @@ import fnmatch
 from pathlib import Path
 
 from toolchain.elf.reader import PF_R, PF_W, PF_X, ElfError, ElfFile
-from toolchain.spec import load_spec
+from toolchain.spec import Spec, load_spec
+from toolchain.torch_ops import op_of
 from toolchain.verify import elf_members
 from toolchain.verify.checks import ENTRIES_API, classify
 from toolchain.verify.profiles import parse_version, vstr
@@ -74,7 +75,37 @@ def describe(label: str, elf: ElfFile) -> dict:
         "nodelete": elf.nodelete,
         "gnu_unique_symbols": sum(1 for s in elf.symbols if s.defined and s.binding == "GNU_UNIQUE"),
         "dynamic_symbols": len(elf.symbols),
+        "ops": fallback_ops(elf, spec),
     }
+
+
+# -- the ops a plugin calls ------------------------------------------------------------------------------
+
+def fallback_ops(elf: ElfFile, spec: Spec) -> list[dict]:
+    """The ATen ops a plugin calls through fallback shims (its imported aoti_torch_<device>_* that are one of
+    torch's fallback ops, toolchain/torch_ops.json), each with whether this runtime implements it (shims.toml;
+    a cuda shim only in the runtime's CUDA build)."""
+    ours = {s.name for s in spec.shims}
+    out = []
+    for name in sorted({s.name for s in elf.symbols if not s.defined and s.name.startswith("aoti_torch_")}):
+        known = op_of(name)
+        if known is not None:
+            op, device = known
+            out.append({"op": op.label, "shim": name, "device": device, "since": op.since,
+                        "implemented": name in ours})
+    return out
+
+
+def ops_text(ops: list[dict]) -> list[str]:
+    """The ops section of the text output."""
+    if not ops:
+        return []
+    lacking = sum(1 for o in ops if not o["implemented"])
+    lines = [f"  ops:          {len(ops)} called through fallback shims"
+             + (f", {lacking} NOT implemented by this runtime" if lacking else ", all implemented by this runtime")]
+    width = max(len(o["op"]) for o in ops)
+    lines += [f"    {o['op']:{width}s}  {o['shim']}" + ("" if o["implemented"] else "  (NOT implemented)") for o in ops]
+    return lines
 
 
 def inspect_path(path: Path) -> list[dict]:
@@ -113,6 +144,7 @@ def to_text(info: dict) -> str:
     lines.append(f"  stack:        {st['gnu_stack'] or 'no PT_GNU_STACK'}"
                  + (" (EXECUTABLE)" if st["executable"] else "") + f"; textrel {'yes' if info['textrel'] else 'no'}"
                  + f"; NODELETE {'yes' if info['nodelete'] else 'no'}; GNU_UNIQUE {info['gnu_unique_symbols']}")
+    lines += ops_text(info["ops"])
     return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "aoti_host/error.h"
+#include "aoti_host/fallback_ops.h"
 #include "aoti_host/log.h"
 #include "aoti_host/providers.h"
 #include "aoti_host/status.h"
@@ -183,9 +184,13 @@ std::shared_ptr<Plugin> open_plugin(const std::string& load_path, const std::str
     throw Error(path + ": not a plugin: " + imports.error + "; pass a .pt2 package or the plugin .so inside it",
                 AOTI_HOST_INVALID_PROGRAM);
   }
+  // Each missing shim named with the ATen op it calls where it is one of torch's fallback ops.
   std::vector<std::string> missing_shims;
-  for (const auto& s : imports.undefined)
-    if (starts_with(s, "aoti_torch_") && !in_global_scope(s)) missing_shims.push_back(s);
+  for (const auto& s : imports.undefined) {
+    if (!starts_with(s, "aoti_torch_") || in_global_scope(s)) continue;
+    const char* op = fallback_ops::op_of(s.c_str());
+    missing_shims.push_back(op != nullptr ? s + " (ATen op " + op + ")" : s);
+  }
   if (!missing_shims.empty()) {
     throw Error(path + ": imports " + std::to_string(missing_shims.size()) +
                     " shim(s) this host does not provide: " + join(missing_shims, 32) +

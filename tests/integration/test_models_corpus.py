@@ -1,5 +1,5 @@
 """The model-family corpus (tests/models_corpus.py), exported by plain torch, runs in our host and matches eager
-through aoti-run and the Python module; a package calling a fallback the host lacks is refused, naming it."""
+through aoti-run and the Python module (a package calling a fallback the host lacks: test_missing_shim.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from tests.conftest import BUILD_DIR
 from tests.models_corpus import MODELS, fallback_shims
 from toolchain import runtime
-from toolchain.errors import ToolchainError
 
 pytestmark = pytest.mark.slow
 
@@ -63,26 +62,3 @@ def test_model_matches_eager(host_build, corpus, tmp_path, name):
         g = np.load(tmp_path / "out" / f"output_{k}.npy")
         assert g.dtype == e.dtype and g.shape == e.shape, (k, g.dtype, e.dtype, g.shape, e.shape)
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=f"{name} output {k} (aoti-run)")
-
-
-def test_package_needing_a_missing_fallback_is_refused_by_name(host_build, torch, tmp_path):
-    """3-d grid sampling stays an ATen fallback (aoti_torch_cpu_grid_sampler_3d) that this host does not
-    implement: loading fails before anything runs, naming the shim, in aoti-run and in the Python module."""
-    from toolchain.export import export
-
-    class Warp(torch.nn.Module):
-        def forward(self, vol, grid):
-            return torch.nn.functional.grid_sample(vol, grid, align_corners=False)
-
-    inputs = (torch.randn(1, 2, 4, 5, 6), torch.rand(1, 3, 3, 3, 3) * 2 - 1)
-    pt2 = export(Warp(), inputs, tmp_path / "warp3d.pt2", build_dir=BUILD_DIR)
-    missing = "aoti_torch_cpu_grid_sampler_3d"
-    assert missing in fallback_shims(pt2)
-    with pytest.raises(ToolchainError, match=missing):
-        runtime.load(pt2, library_path=host_build.lib)
-    np.save(tmp_path / "a.npy", inputs[0].numpy())
-    np.save(tmp_path / "b.npy", inputs[1].numpy())
-    proc = subprocess.run([str(host_build.aoti_run), str(pt2), "-i", str(tmp_path / "a.npy"), "-i",
-                           str(tmp_path / "b.npy"), "-o", str(tmp_path / "o")], capture_output=True, text=True)
-    assert proc.returncode == 4, proc.stderr
-    assert missing in proc.stderr and "does not provide" in proc.stderr

@@ -126,6 +126,32 @@ def test_unresolved_shim_against_a_real_host(work, host_build):
     assert "does not export" in found["unresolved-symbol"][0].message
 
 
+def test_missing_shim_names_the_aten_op(work, host_build):
+    """A fallback op's shim the host lacks is missing-shim, naming the ATen op and the shim, and is not
+    reported again as unresolved-symbol; one the runtime implements passes (standalone and in our host)."""
+    so = eb.build(work, "fallback_user", imports=["aoti_torch_cpu_topk", "aoti_torch_cpu_grid_sampler_3d",
+                                                  "aoti_torch_cuda_mm_out", "aoti_torch_no_such_shim"],
+                  flags=["-Wl,-z,noexecstack"])
+    for host in (None, host_build.lib):
+        found = rules(so, host=host)
+        assert [f.symbol for f in found["unresolved-symbol"]] == ["aoti_torch_no_such_shim"], host
+        by_symbol = {f.symbol: f for f in found["missing-shim"]}
+        assert "aoti_torch_cpu_topk" not in by_symbol
+        f = by_symbol["aoti_torch_cpu_grid_sampler_3d"]
+        assert f.severity == "error" and "aten.grid_sampler_3d.default" in f.message
+        assert "aten.grid_sampler_3d.default" in f.fix and "aoti_torch_cpu_grid_sampler_3d" in f.fix
+        assert "shims.toml" in f.message
+    # the CPU build does not export the CUDA matmul: implemented, but in the CUDA build only
+    cpu_host = rules(so, host=host_build.lib)["missing-shim"]
+    (mm,) = [f for f in cpu_host if f.symbol == "aoti_torch_cuda_mm_out"]
+    assert "aten.mm.out" in mm.message and "CUDA build" in mm.message and "cuda=on" in mm.fix
+    assert "aoti_torch_cuda_mm_out" not in {f.symbol for f in rules(so)["missing-shim"]}  # standalone: shims.toml
+    # a host that is not ours lacks even an implemented op
+    c_host = eb.build(work, "c_host_ops", entry_points=[], extra="int main(void) { return 0; }\n", shared=False)
+    (topk,) = [f for f in rules(so, host=c_host)["missing-shim"] if f.symbol == "aoti_torch_cpu_topk"]
+    assert "aten.topk.default" in topk.message and "current build" in topk.fix
+
+
 @pytest.mark.skipif(not any(p.name.startswith("libsleef.so.3") for p in __import__("pathlib").Path(
     "/usr/lib/x86_64-linux-gnu").glob("libsleef.so*")), reason="libsleef3 not installed")
 def test_unresolved_sleef_names_its_provider(work):

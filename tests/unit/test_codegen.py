@@ -26,6 +26,10 @@ def test_every_output_has_the_banner_and_lists_every_shim(tmp_path):
         assert f'"{name}",' in link_test, name
     assert "aoti_torch_cuda_mm_out" not in dynlist  # the CPU variant leaves the cuda group out
     assert "aoti_torch_cuda_mm_out" in (codegen.render(spec, ("core", "cpu", "cuda"))["link/host.dynlist"])
+    ops = (tmp_path / "include/aoti_host/fallback_ops.h").read_text()  # the loader's shim -> ATen op table
+    assert '{"aoti_torch_cpu_grid_sampler_3d", "aten.grid_sampler_3d.default"},' in ops
+    rows = re.findall(r'^    \{"(aoti_torch_\w+)", "', ops, re.M)
+    assert len(rows) > 300 and rows == sorted(rows)  # op_of's binary search needs strcmp order
     version = (tmp_path / "link/plugin.version").read_text()
     assert all(f"    {e.name};" in version for e in spec.entry_points)
 

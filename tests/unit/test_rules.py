@@ -59,3 +59,14 @@ def test_no_fix_text_is_written_in_the_checks():
                 continue
             for rel in ("toolchain/verify/checks.py", "toolchain/scons/checks.py", "toolchain/scons/link_rules.py"):
                 assert words not in (ROOT / rel).read_text(), (rel, rule.id, words)
+
+
+def test_the_json_report_schema_knows_every_verify_rule():
+    """The JSON report's schema lists the rule ids a finding may have: exactly the verify rules."""
+    import json
+
+    from toolchain.findings import verify_rules
+    from toolchain.report.formats import REPORT_SCHEMA
+
+    schema = json.loads(REPORT_SCHEMA.read_text(encoding="utf-8"))
+    assert sorted(schema["$defs"]["finding"]["properties"]["rule"]["enum"]) == sorted(r.id for r in verify_rules())

@@ -1,4 +1,4 @@
-"""aoti-toolchain inspect: kind, arch, DT_NEEDED, RUNPATH, entry points, shims, versions, stack."""
+"""aoti-toolchain inspect: kind, arch, DT_NEEDED, RUNPATH, entry points, shims, versions, stack, ops."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def main(args) -> int:
 
 
 def register(sub) -> None:
-    i = sub.add_parser("inspect", help="kind, arch, DT_NEEDED, RUNPATH, entry points, shims, versions, stack")
+    i = sub.add_parser("inspect", help="kind, arch, DT_NEEDED, RUNPATH, entry points, shims, versions, stack, the ATen ops it calls")
     i.add_argument("files", nargs="+", metavar="FILE")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=main)

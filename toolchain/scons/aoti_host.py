@@ -204,7 +204,8 @@ def AotiCodegen(env):
     targets = [f"$AOTI_GEN_DIR/{rel}" for rel in OUTPUTS.values()]
     sources = [*sorted(spec_dir.glob("*.toml")), *template_files(),
                REPO_ROOT / "toolchain" / "codegen.py", REPO_ROOT / "toolchain" / "spec" / "__init__.py",
-               REPO_ROOT / "toolchain" / "errors.py", EXIT_CODES_FILE]
+               REPO_ROOT / "toolchain" / "errors.py", EXIT_CODES_FILE,
+               REPO_ROOT / "toolchain" / "torch_ops.py", REPO_ROOT / "toolchain" / "torch_ops.json"]
     nodes = env.Command(targets, list(dict.fromkeys(str(Path(s).resolve()) for s in sources)),
                         SCons.Action.Action(_codegen_action, "aoti-codegen: $AOTI_GEN_DIR"))
     # Which groups are generated depends on the configuration, not only on file contents.

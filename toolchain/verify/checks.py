@@ -12,6 +12,7 @@ from toolchain.elf.reader import ElfFile, Symbol
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
 from toolchain.findings import FileResult
 from toolchain.spec import Provider, Spec, load_abi
+from toolchain.torch_ops import TorchOp, op_of
 from toolchain.verify.profiles import Profile, parse_version, vstr
 
 ENTRIES_API = "AOTInductorModelContainerExtractConstantsMapEntries"
@@ -320,12 +321,38 @@ def _defines(r: Resolver, lib_path: str, sym: Symbol) -> bool:
 
 
 def _unresolved_shim(sym: Symbol, res: FileResult, ctx: Context) -> None:
+    """An aoti_torch_* import nothing in the host's scope defines: missing-shim for a fallback op's shim (named
+    with its ATen op, toolchain/torch_ops.json), unresolved-symbol for the rest of the shim ABI. Checked
+    standalone (no host), a shim counts as provided when shims.toml lists it."""
+    known = op_of(sym.name)
+    if known is not None:
+        _missing_shim(sym, known[0], known[1], res, ctx)
+        return
     if ctx.host is not None:
         res.add("unresolved-symbol", f"imports shim {sym.name}, which the host {ctx.host.path} does not export "
                 "(nor anything in its global scope)", fix_variant="shim-not-in-host", symbol=sym.name)
     elif sym.name not in ctx.shim_names:
         res.add("unresolved-symbol", f"imports shim {sym.name}, which the aoti-toolchain host runtime does "
                 "not implement (not in toolchain/spec/shims.toml)", fix_variant="shim-unknown", symbol=sym.name)
+
+
+def _missing_shim(sym: Symbol, op: TorchOp, device: str, res: FileResult, ctx: Context) -> None:
+    ours = next((s for s in ctx.spec.shims if s.name == sym.name), None)
+    if ours is not None and ctx.host is None:
+        return
+    host = ctx.host.path if ctx.host is not None else ""
+    where = "the device-agnostic" if device == "aten" else f"the {device.upper()}"
+    what = f"calls ATen op {op.label} through {where} fallback shim {sym.name} (torch >= {op.since})"
+    fields = {"op": op.label, "shim": sym.name}
+    if ours is None:
+        res.add("missing-shim", f"{what}, which the aoti-toolchain host runtime does not implement (not in "
+                "toolchain/spec/shims.toml): the plugin fails to load", fix_args=fields, symbol=sym.name)
+    elif ours.group == "cuda":
+        res.add("missing-shim", f"{what}, which the host {host} does not export: the runtime implements "
+                "it in its CUDA build only", fix_variant="cuda-build", fix_args=fields, symbol=sym.name)
+    else:
+        res.add("missing-shim", f"{what}, which the host {host} does not export (nor anything in its "
+                "global scope)", fix_variant="host-lacks", fix_args=fields, symbol=sym.name)
 
 
 def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:

@@ -1,0 +1,69 @@
+"""A real plain-torch package calling an ATen fallback op the host does not implement (3-d grid sampling):
+`verify` fails it with missing-shim and `inspect` lists the op, both naming the ATen op and the shim, and it
+fails to load, with the same names, in aoti-run and in the Python module."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.models_corpus import fallback_shims
+from toolchain import runtime
+from toolchain.errors import LoadError, exit_code
+
+pytestmark = pytest.mark.slow
+
+SHIM = "aoti_torch_cpu_grid_sampler_3d"
+OP = "aten.grid_sampler_3d.default"
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "toolchain", *map(str, args)], capture_output=True, text=True)
+
+
+def test_the_package_calls_the_op(missing_op_package):
+    pt2, _ = missing_op_package
+    assert SHIM in fallback_shims(pt2)
+
+
+def test_verify_fails_with_missing_shim(missing_op_package, host_build):
+    pt2, _ = missing_op_package
+    for host in ([], ["--host", host_build.lib], ["--host", "none"]):
+        r = cli("verify", "--format", "json", pt2, *host)
+        assert r.returncode == exit_code("failed"), (host, r.stdout, r.stderr)
+        findings = json.loads(r.stdout)["findings"]
+        (f,) = [x for x in findings if x["rule"] == "missing-shim"]
+        assert f["severity"] == "error" and f["symbol"] == SHIM and OP in f["message"] and OP in f["fix"]
+        assert not [x for x in findings if x["symbol"] == SHIM and x["rule"] != "missing-shim"]  # reported once
+    text = cli("verify", pt2).stdout
+    assert "[missing-shim]" in text and OP in text and SHIM in text
+
+
+def test_inspect_lists_the_ops(missing_op_package):
+    pt2, _ = missing_op_package
+    r = cli("inspect", "--json", pt2)
+    assert r.returncode == 0, r.stderr
+    (info,) = [i for i in json.loads(r.stdout)["files"] if i["kind"] == "plugin"]
+    assert {"op": OP, "shim": SHIM, "device": "cpu", "since": "2.13", "implemented": False} in info["ops"]
+    text = cli("inspect", pt2).stdout
+    assert re.search(rf"{re.escape(OP)} +{SHIM} +\(NOT implemented\)", text), text
+
+
+def test_loading_fails_naming_op_and_shim(missing_op_package, host_build, tmp_path):
+    pt2, inputs = missing_op_package
+    with pytest.raises(LoadError) as info:
+        runtime.load(pt2, library_path=host_build.lib)
+    assert f"{SHIM} (ATen op {OP})" in str(info.value) and "does not provide" in str(info.value)
+    args = [str(host_build.aoti_run), str(pt2)]
+    for i, x in enumerate(inputs):
+        np.save(tmp_path / f"in{i}.npy", x.numpy())
+        args += ["-i", str(tmp_path / f"in{i}.npy")]
+    proc = subprocess.run([*args, "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == exit_code("load_failed"), proc.stderr
+    assert f"{SHIM} (ATen op {OP})" in proc.stderr and "does not provide" in proc.stderr
+    assert not list(tmp_path.glob("out/*"))  # nothing written
