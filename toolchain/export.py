@@ -421,7 +421,7 @@ def asks_small_sizes(dynamic_shapes: Any) -> bool:
 
 
 _WRAPPER_BOUND = re.compile(
-    r'input_handles\[(\d+)\]: dim value is too (small|large) at (\d+), "\s*<<\s*"expected it to be (?:>=|<=) (\d+)')
+    r'input_handles\[(\d+)\]: dim value is too (small|large) at (\d+), "\s*<<\s*"expected (?:it )?to be (?:>=|<=) (\d+)')
 
 
 def compiled_input_ranges(wrapper_cpp: str) -> dict[tuple[int, int], dict[str, int]]:

@@ -434,8 +434,15 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
           if (sizes[d] < c.min_sizes[d] || sizes[d] > c.max_sizes[d]) {
             std::string range = c.sizes[d] >= 0 ? std::to_string(c.sizes[d])
                                                 : std::to_string(c.min_sizes[d]) + ".." + std::to_string(c.max_sizes[d]);
+            // A contract narrowed to >= 2 records torch's 0/1 specialisation: say how to get the small sizes.
+            const std::string why =
+                sizes[d] <= 1 && c.min_sizes[d] == 2
+                    ? "; torch compiled it for sizes >= 2 there (it specialises sizes 0 and 1 while tracing): "
+                      "re-export with aoti-toolchain export and a minimum of 0 or 1, which compiles size-obliviously"
+                    : "";
             throw Error(what + ": shape " + dims(sizes) + ", dimension " + std::to_string(d) + " must be " + range +
-                            " (the model was exported for shape " + dims(c.sizes) + ")", AOTI_HOST_INVALID_ARGUMENT);
+                            " (the model was exported for shape " + dims(c.sizes) + why + ")",
+                        AOTI_HOST_INVALID_ARGUMENT);
           }
         }
       }

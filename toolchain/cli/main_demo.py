@@ -64,8 +64,11 @@ def main(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     d = sub.add_parser("demo", help="build the runtime, export a built-in example, run it, compare with eager")
-    d.add_argument("--example", default="mlp")
-    d.add_argument("--weights", choices=("embedded", "blob"), default="embedded")
-    d.add_argument("--build-dir", default=str(REPO_ROOT / "build"))
-    d.add_argument("--tolerance", type=float, default=1e-5)
+    d.add_argument("--example", default="mlp", help="the built-in example to export (toolchain/examples.py; default mlp)")
+    d.add_argument("--weights", choices=("embedded", "blob"), default="embedded",
+                   help="weights inside the plugin .so (embedded) or in a separate blob in the package (blob)")
+    d.add_argument("--build-dir", default=str(REPO_ROOT / "build"),
+                   help="where the runtime is built and the example exported (default: this checkout's build/)")
+    d.add_argument("--tolerance", type=float, default=1e-5,
+                   help="largest absolute error against eager PyTorch that passes (default 1e-5)")
     d.set_defaults(func=main)
