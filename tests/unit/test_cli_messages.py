@@ -86,3 +86,24 @@ WRAPPER = '''
 def test_compiled_input_ranges_from_the_wrapper():
     assert compiled_input_ranges(WRAPPER) == {(0, 0): {"min": 2, "max": 64}}
     assert compiled_input_ranges("no checks here") == {}
+
+
+def test_progress_lines_and_quiet(capsys):
+    from toolchain import progress
+
+    try:
+        progress.set_quiet(False)
+        with progress.step("compiling"):
+            pass
+        err = capsys.readouterr().err.splitlines()
+        assert err[0] == "aoti-toolchain: compiling ..." and err[1].startswith("aoti-toolchain: compiling: done in ")
+        assert err[1].endswith(" s")
+        with pytest.raises(ValueError), progress.step("tracing"):
+            raise ValueError
+        assert "tracing: failed after" in capsys.readouterr().err
+        progress.set_quiet(True)
+        with progress.step("compiling"):
+            progress.note("a note")
+        assert capsys.readouterr().err == ""
+    finally:
+        progress.set_quiet(False)
