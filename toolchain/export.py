@@ -16,10 +16,18 @@ What this does that a bare `aoti_compile_and_package` call doesn't:
   scalar; the failed result is cached in the process and the probe .so in the inductor cache. We
   probe instead, in our own directory, with the Sleef the host runtime links (libsleef), and pass
   the result as `cpp.vec_isa_ok=True` + `cpp.simdlen`, leaving inductor's caches as we found them.
+- ranges that hold: torch specialises sizes 0 and 1, so `Dim(min=1)` would compile the plugin for >= 2.
+  When a dynamic dimension may be 0 or 1, export traces and compiles with torch's size-oblivious reasoning
+  (`torch.fx.experimental._config.backed_size_oblivious`), which compiles code valid from the asked minimum;
+  and the contract records the range the compiled code checks (read from the generated wrapper's input
+  check), never a wider one, saying so at export when it is narrower than asked.
+- progress on stderr for each long step (toolchain.progress), and torch's known deprecation warnings
+  filtered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,12 +35,14 @@ import struct
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from toolchain import progress
 from toolchain.atomic import replacing, write_text
 from toolchain.errors import ExportError, InputError, ToolchainError
 from toolchain.spec import load_abi
@@ -379,6 +389,90 @@ def clear_exec_stack(package: Path) -> list[str]:
     return fixed
 
 
+# torch's deprecation warnings every export would print, about torch's own internals (nothing the user can
+# change): (category, message regex).
+KNOWN_TORCH_WARNINGS = (
+    (FutureWarning, r".*LeafSpec.*"),
+    (FutureWarning, r".*isinstance\(treespec, LeafSpec\).*"),
+    (UserWarning, r".*TypedStorage is deprecated.*"),
+)
+
+
+@contextlib.contextmanager
+def quiet_torch_warnings() -> Iterator[None]:
+    """Hides KNOWN_TORCH_WARNINGS (and only those) while torch exports and compiles."""
+    with warnings.catch_warnings():
+        for category, pattern in KNOWN_TORCH_WARNINGS:
+            warnings.filterwarnings("ignore", message=pattern, category=category)
+        yield
+
+
+def asks_small_sizes(dynamic_shapes: Any) -> bool:
+    """Whether a dynamic dimension in `dynamic_shapes` (torch.export's spec: dicts, lists and tuples of Dims,
+    Dim hints or None) may be 0 or 1, the sizes torch specialises."""
+    if isinstance(dynamic_shapes, dict):
+        return any(asks_small_sizes(v) for v in dynamic_shapes.values())
+    if isinstance(dynamic_shapes, (list, tuple)):
+        return any(asks_small_sizes(v) for v in dynamic_shapes)
+    if dynamic_shapes is None or isinstance(dynamic_shapes, int):
+        return False
+    low = getattr(dynamic_shapes, "min", None)
+    return low is None or (isinstance(low, int) and low <= 1)
+
+
+_WRAPPER_BOUND = re.compile(
+    r'input_handles\[(\d+)\]: dim value is too (small|large) at (\d+), "\s*<<\s*"expected (?:it )?to be (?:>=|<=) (\d+)')
+
+
+def compiled_input_ranges(wrapper_cpp: str) -> dict[tuple[int, int], dict[str, int]]:
+    """The size bounds the plugin's generated input check enforces, per (input, dimension): what the compiled
+    code was specialised for (inductor writes them from its shape environment, cpp_wrapper_cpu.py)."""
+    out: dict[tuple[int, int], dict[str, int]] = {}
+    for m in _WRAPPER_BOUND.finditer(wrapper_cpp):
+        key = (int(m.group(1)), int(m.group(3)))
+        out.setdefault(key, {})["min" if m.group(2) == "small" else "max"] = int(m.group(4))
+    return out
+
+
+def narrow_to_compiled(package: Path, contract: dict[str, Any]) -> list[str]:
+    """Narrows each dynamic input range of `contract` to the one the package's plugin was compiled for; returns
+    a line per dimension narrowed (what was asked, what holds). Outputs sized by a narrowed input's range are
+    narrowed alike."""
+    with zipfile.ZipFile(package) as zf:
+        wrappers = [n for n in zf.namelist() if n.endswith(".wrapper.cpp") and PLUGIN_DIR in n]
+        if len(wrappers) != 1:
+            return []
+        bounds = compiled_input_ranges(zf.read(wrappers[0]).decode(errors="replace"))
+    notes, renamed = [], {}
+    for i, entry in enumerate(contract["inputs"]):
+        for d, dim in enumerate(entry["shape"]):
+            b = bounds.get((i, d))
+            if not isinstance(dim, dict) or b is None:
+                continue
+            asked = dict(dim)
+            if b.get("min", 0) > dim.get("min", 0):
+                dim["min"] = b["min"]
+            if "max" in b and b["max"] < dim.get("max", b["max"] + 1):
+                dim["max"] = b["max"]
+            if dim != asked:
+                renamed[(asked.get("min"), asked.get("max"))] = dict(dim)
+                notes.append(f"input {entry['name']} dimension {d}: asked {asked.get('min')}..{asked.get('max', '')}, "
+                             f"the compiled plugin checks {dim['min']}..{dim.get('max', '')}; the contract records "
+                             "the compiled range")
+    for entry in contract["outputs"]:
+        for d, dim in enumerate(entry["shape"]):
+            if isinstance(dim, dict) and (dim.get("min"), dim.get("max")) in renamed:
+                entry["shape"][d] = dict(renamed[(dim.get("min"), dim.get("max"))])
+    return notes
+
+
+def _trace(module: Any, example_inputs: Sequence[Any], dynamic_shapes: Any, oblivious: bool) -> Any:
+    import torch
+
+    with _oblivious(oblivious):
+        return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+
+
 def export(
     module: Any,
     example_inputs: Sequence[Any],
@@ -391,22 +485,30 @@ def export(
     device: str = "cpu",
     triton_only: bool = False,
     vectorize: bool = True,
+    size_oblivious: bool | None = None,
 ) -> Path:
     """Export `module` called on `example_inputs` to `out` (.pt2) for our host; returns `out`.
 
+    dynamic_shapes: as torch.export takes them (e.g. {"x": {0: torch.export.Dim("batch", min=1, max=64)}}).
     device="cuda" (or "cuda:N") moves the module and the inputs there and builds a CUDA plugin.
     vectorize (CPU): compile SIMD kernels for the widest ISA `probe_vec_isa` finds (they import Sleef_*,
-    which the host runtime provides); False, or no working ISA, gives scalar kernels."""
+    which the host runtime provides); False, or no working ISA, gives scalar kernels.
+    size_oblivious: trace and compile with torch's size-oblivious reasoning, so that a dynamic dimension
+    whose minimum is 0 or 1 is compiled for that minimum (torch otherwise specialises 0 and 1 and compiles
+    for >= 2); None (default): on exactly when some dynamic dimension may be 0 or 1. Either way the contract
+    records the range the compiled plugin checks, and a narrower one than asked is reported on stderr."""
     prepare_build_dirs(build_dir)
-    import torch
-    from torch._inductor import cpu_vec_isa
+    with progress.step("loading torch and its compiler (inductor)"):
+        import torch
+        from torch._inductor import cpu_vec_isa
 
     if device != "cpu" and not device.startswith("cuda"):
         msg = f"device={device!r}: use cpu, cuda or cuda:N"
         raise InputError(msg)
     cfg = inductor_configs(weights)
     if vectorize and device == "cpu":
-        isa = probe_vec_isa(build_dir)
+        with progress.step("probing the vector ISA kernels can use"):
+            isa = probe_vec_isa(build_dir)
         if isa is not None:
             cfg.update({"cpp.vec_isa_ok": True, "cpp.simdlen": isa[1]})
         else:
@@ -426,29 +528,57 @@ def export(
         raise InputError(msg)
     out.parent.mkdir(parents=True, exist_ok=True)
     module = module.eval() if hasattr(module, "eval") else module
-    try:
-        ep = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-    except Exception as exc:  # torch raises many types; the message is what the user needs
-        msg = f"torch.export failed: {type(exc).__name__}: {exc}"
-        raise ExportError(msg) from exc
-    # inductor caches its list of working ISAs per process, computed with the configs of the first
-    # compile that asked: start from a fresh list and leave one for the next build to compute anew.
-    cpu_vec_isa.valid_vec_isa_list.cache_clear()
-    try:
-        with replacing(out, suffix=".pt2") as tmp:
-            torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
-            clear_exec_stack(tmp)
-            add_contract(tmp, contract_of(ep, example_inputs))
-            if weights == "blob":
-                add_constant_layouts(tmp)
-    except ToolchainError:
-        raise
-    except Exception as exc:
-        msg = f"AOTInductor compilation failed: {type(exc).__name__}: {exc}"
-        raise ExportError(msg) from exc
-    finally:
+    with quiet_torch_warnings():
+        oblivious = dynamic_shapes is not None and (
+            asks_small_sizes(dynamic_shapes) if size_oblivious is None else size_oblivious)
+        try:
+            with progress.step("tracing the module (torch.export)"):
+                try:
+                    ep = _trace(module, example_inputs, dynamic_shapes, oblivious)
+                except Exception as exc:
+                    if not oblivious or size_oblivious:
+                        raise
+                    # some models don't trace size-obliviously: keep torch's specialisation, and the contract
+                    # records the narrower range that then holds
+                    oblivious = False
+                    progress.note(f"note: size-oblivious tracing failed ({type(exc).__name__}: {exc}); tracing "
+                                  "with sizes 0 and 1 specialised")
+                    ep = _trace(module, example_inputs, dynamic_shapes, False)
+        except Exception as exc:  # torch raises many types; the message is what the user needs
+            msg = f"torch.export failed: {type(exc).__name__}: {exc}"
+            raise ExportError(msg) from exc
+        # inductor caches its list of working ISAs per process, computed with the configs of the first
+        # compile that asked: start from a fresh list and leave one for the next build to compute anew.
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        try:
+            with replacing(out, suffix=".pt2") as tmp:
+                with progress.step("compiling with AOTInductor"), _oblivious(oblivious):
+                    torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
+                with progress.step("packaging (contract, constants, executable-stack flag)"):
+                    clear_exec_stack(tmp)
+                    contract = contract_of(ep, example_inputs)
+                    for line in narrow_to_compiled(tmp, contract):
+                        print(f"aoti-toolchain: note: {line}: torch specialised sizes below it; re-export with "
+                              "a minimum of 2 to silence this, or see docs/cli.md (size ranges)", file=sys.stderr)
+                    add_contract(tmp, contract)
+                    if weights == "blob":
+                        add_constant_layouts(tmp)
+        except ToolchainError:
+            raise
+        except Exception as exc:
+            msg = f"AOTInductor compilation failed: {type(exc).__name__}: {exc}"
+            raise ExportError(msg) from exc
+        finally:
+            cpu_vec_isa.valid_vec_isa_list.cache_clear()
     return out
+
+
+def _oblivious(on: bool) -> Any:
+    if not on:
+        return contextlib.nullcontext()
+    from torch.fx.experimental import _config as fx_config
+
+    return fx_config.patch(backed_size_oblivious=True)  # type: ignore[attr-defined]
 
 
 MANIFEST_NAME = _LAYOUT.methods_manifest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 from pathlib import Path
 
 from toolchain.elf.reader import PF_R, PF_W, PF_X, ElfError, ElfFile
@@ -108,13 +109,108 @@ def ops_text(ops: list[dict]) -> list[str]:
     return lines
 
 
+def _dim_text(d) -> str:
+    if isinstance(d, dict):
+        return f"{d.get('min', 0)}..{d['max'] if 'max' in d else ''}"
+    return str(d)
+
+
+def _tensors_of(entries: object) -> list[dict]:
+    out: list[dict] = []
+    if not isinstance(entries, list):
+        return out
+    for t in entries:
+        if isinstance(t, dict):
+            raw = t.get("shape")
+            shape: list = raw if isinstance(raw, list) else []
+            out.append({"name": str(t.get("name", "")), "dtype": str(t.get("dtype", "?")), "shape": shape,
+                        "sizes": "[" + ", ".join(_dim_text(d) for d in shape) + "]"})
+    return out
+
+
+def model_facts(path: Path, plugin: dict | None = None) -> dict | None:
+    """What a .pt2 package (or a bare plugin .so) holds as a model: its contract (inputs and outputs with dtypes
+    and size ranges; None without one), its constants (count, bytes, embedded in the plugin or in a blob) and the
+    torch that built it. `plugin`: describe()'s result for a bare plugin. None for a file that is neither."""
+    from toolchain.export import CONSTANTS_ENTRY, CONTRACT_ENTRY, constant_layouts
+    from toolchain.pt2 import PackageError, open_package
+
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError:
+        return None
+    if magic == b"\x7fELF":
+        if plugin is None:
+            return None
+        return {"has_contract": False, "inputs": None, "outputs": None,
+                "constants": {"count": None, "bytes": None, "where": "embedded or in a separate blob (a bare "
+                              "plugin doesn't record which: inspect its .pt2)"},
+                "torch": ">= 2.13" if plugin["entry_points"]["entries_api"] else "< 2.13 (no entries API)"}
+    if magic != b"PK\x03\x04":
+        return None
+    try:
+        with open_package(path) as pkg:
+            names = list(pkg.members)
+            contract_name = next((n for n in names if n.endswith("/" + CONTRACT_ENTRY)), None)
+            contract = None
+            if contract_name is not None:
+                try:
+                    contract = json.loads(pkg.read(contract_name))
+                except (ValueError, UnicodeDecodeError):
+                    contract = None
+            wrappers = [n for n in names if n.endswith(".wrapper.cpp")]
+            layouts = constant_layouts(pkg.read(wrappers[0]).decode(errors="replace")) if len(wrappers) == 1 else None
+            blobs = [n for n in names if n.endswith("_weights.blob")]
+            blob_bytes = sum(pkg.members[n].size for n in blobs) if blobs else 0
+            has_layouts = any(n.endswith("/" + CONSTANTS_ENTRY) for n in names)
+    except PackageError:
+        return None
+    constants: dict = {"count": len(layouts) if layouts is not None else None,
+                       "bytes": sum(c["data_size"] for c in layouts) if layouts is not None else None,
+                       "where": "blob" if blobs else "embedded"}
+    if blobs:
+        constants.update({"blob_bytes": blob_bytes, "layouts_recorded": has_layouts})
+    if not isinstance(contract, dict):
+        return {"has_contract": False, "inputs": None, "outputs": None, "constants": constants, "torch": None}
+    return {"has_contract": True, "inputs": _tensors_of(contract.get("inputs")),
+            "outputs": _tensors_of(contract.get("outputs")), "constants": constants,
+            "torch": str(contract["torch"]) if contract.get("torch") else None}
+
+
+def model_text(m: dict) -> list[str]:
+    """The model section of `inspect`'s text output."""
+    lines = []
+    if m["has_contract"]:
+        lines.append("  contract:     yes (the host checks every input against it)")
+        for kind in ("inputs", "outputs"):
+            for t in m[kind]:
+                lines.append(f"    {kind[:-1]:6s} {t['name'] or '?'}: {t['dtype']}{t['sizes']}")
+    else:
+        lines.append("  contract:     none (the plugin checks its own inputs; re-export with aoti-toolchain export "
+                     "to record one)")
+    c = m["constants"]
+    if c["count"] is None:
+        lines.append(f"  constants:    {c['where']}")
+    else:
+        lines.append(f"  constants:    {c['count']} ({c['bytes']:,} bytes), {c['where']}"
+                     + (f" ({c['blob_bytes']:,} bytes of blob)" if c["where"] == "blob" else ""))
+    lines.append(f"  torch:        {m['torch'] or 'not recorded'}")
+    return lines
+
+
 def inspect_path(path: Path) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for label, elf in elf_members(path):
         if isinstance(elf, ElfError):
             out.append({"file": label, "kind": "unreadable", "error": elf.rule, "message": str(elf)})
         else:
             out.append(describe(label, elf))
+    plugins = [i for i in out if i["kind"] == "plugin"]
+    if len(plugins) == 1:  # a .pt2 of one model, or a bare plugin
+        facts = model_facts(path, plugins[0])
+        if facts is not None:
+            plugins[0]["model"] = facts
     return out
 
 
@@ -145,6 +241,8 @@ def to_text(info: dict) -> str:
                  + (" (EXECUTABLE)" if st["executable"] else "") + f"; textrel {'yes' if info['textrel'] else 'no'}"
                  + f"; NODELETE {'yes' if info['nodelete'] else 'no'}; GNU_UNIQUE {info['gnu_unique_symbols']}")
     lines += ops_text(info["ops"])
+    if info.get("model") is not None:
+        lines.extend(model_text(info["model"]))
     return "\n".join(lines) + "\n"
 
 

@@ -34,8 +34,9 @@ const char* entries_call_since() {
 void warn_no_entries_call(const std::string& path) {
   log(LogLevel::Warning,
       "%s: the plugin does not export %s (first emitted by torch %s), so it runs with reduced features: "
-      "weights are not shared across methods (each method loads its own copy); sessions answer NotSupported; "
-      "CUDA graphs stay off (its constants cannot be checked for host memory). fix: re-export the model with "
+      "weights are not shared across methods (each method loads its own copy); sessions answer NotSupported "
+      "(CUDA graphs still work: such a plugin uploads its own constants to the device). fix: re-export the "
+      "model with "
       "torch >= %s",
       path.c_str(), kEntriesCall, entries_call_since(), entries_call_since());
 }

@@ -434,8 +434,15 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
           if (sizes[d] < c.min_sizes[d] || sizes[d] > c.max_sizes[d]) {
             std::string range = c.sizes[d] >= 0 ? std::to_string(c.sizes[d])
                                                 : std::to_string(c.min_sizes[d]) + ".." + std::to_string(c.max_sizes[d]);
+            // A contract narrowed to >= 2 records torch's 0/1 specialisation: say how to get the small sizes.
+            const std::string why =
+                sizes[d] <= 1 && c.min_sizes[d] == 2
+                    ? "; torch compiled it for sizes >= 2 there (it specialises sizes 0 and 1 while tracing): "
+                      "re-export with aoti-toolchain export and a minimum of 0 or 1, which compiles size-obliviously"
+                    : "";
             throw Error(what + ": shape " + dims(sizes) + ", dimension " + std::to_string(d) + " must be " + range +
-                            " (the model was exported for shape " + dims(c.sizes) + ")", AOTI_HOST_INVALID_ARGUMENT);
+                            " (the model was exported for shape " + dims(c.sizes) + why + ")",
+                        AOTI_HOST_INVALID_ARGUMENT);
           }
         }
       }
@@ -515,10 +522,25 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
     std::string msg = plugin_error("AOTInductorModelContainerRun");
     if (!has_contract_ && plugin_checks_inputs_ && msg.find("input_handles[") != std::string::npos) {
       // The plugin's own input check refused the inputs (only on when there's no contract).
-      throw Error(path_ + ": the plugin refused its inputs: " + msg +
-                      " (the package has no contract, so the plugin checked them itself: give inputs of the "
-                      "shape and dtype it was built for, and its layout with -i FILE.npy:channels_last or "
-                      ":strides=...)", AOTI_HOST_INVALID_ARGUMENT);
+      std::string why = " (the package has no contract, so the plugin checked them itself: give inputs of the "
+                        "shape and dtype it was built for, and its layout with -i FILE.npy:channels_last or "
+                        ":strides=...)";
+      if (msg.find("dim value is too small") != std::string::npos)
+        // torch specialises sizes 0 and 1 while tracing, so Dim(min=1) compiles a check for >= 2
+        why = " (torch compiled this plugin for the sizes its own check names: while tracing it specialises "
+              "sizes 0 and 1, so a dynamic dimension declared with min=1 is compiled for >= 2. To run smaller "
+              "sizes, re-export with aoti-toolchain export (it compiles size-obliviously when a minimum is 0 "
+              "or 1 and records the range that holds in the package), or with torch's "
+              "torch.fx.experimental._config.backed_size_oblivious=True around torch.export and the compile)";
+      throw Error(path_ + ": the plugin refused its inputs: " + msg + why, AOTI_HOST_INVALID_ARGUMENT);
+    }
+    if (!has_contract_ && plugin_checks_inputs_ && plugin_->fns.AOTInductorGetLastError == nullptr) {
+      // Plugins of torch < 2.13 print their reason on stderr and have no call to read it back: a failed input
+      // check can't be told from a failed kernel, so the message points at both.
+      throw Error(path_ + ": " + msg + " (this plugin has no AOTInductorGetLastError: its reason is on stderr "
+                      "above; if it says input_handles[...], the plugin refused its inputs: give inputs of the "
+                      "shape, dtype and layout it was built for, or re-export it with aoti-toolchain export so "
+                      "the host checks them against the package's contract)", AOTI_HOST_RUN_FAILED);
     }
     throw Error(path_ + ": " + msg, AOTI_HOST_RUN_FAILED);
   }

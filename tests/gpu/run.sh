@@ -36,14 +36,14 @@ $PY -c 'from cuda.bindings import runtime as r; print("cuda.bindings ok, devices
 
 step "build (scons cuda=on with this machine's nvcc)"
 # OpenBLAS and Sleef (the CPU fallbacks and vectorised plugins need them) are not installed on the GPU
-# machine and it has no network: take them along unpacked from the .debs (`.deps`, README "GPU run").
+# machine and it has no network: take them along unpacked from the .debs (`.deps`, docs/scons.md "CUDA and the GPU machine").
 DEPS_ARG=""
 if [ -d "$REPO/.deps/lib/x86_64-linux-gnu" ]; then
   ( cd "$REPO/.deps/lib/x86_64-linux-gnu" && ln -sf libopenblas.so.0 libopenblas.so && ln -sf libsleef.so.3 libsleef.so )
   DEPS_ARG="deps_prefix=$REPO/.deps"
   export LD_LIBRARY_PATH="$REPO/.deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-command -v scons >/dev/null || { echo "scons not found: install the scons wheel (README \"GPU run\")"; exit 2; }
+command -v scons >/dev/null || { echo "scons not found: install the scons wheel (docs/scons.md, \"CUDA and the GPU machine\")"; exit 2; }
 if ! scons -Q cuda=on $DEPS_ARG -j"$NPROC" >"$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; exit 2
 fi

@@ -89,6 +89,9 @@ def test_help_documents_options():
                 "spec_dir:", "deps_prefix:"):
         assert opt in out, opt
     assert "auto" in out and "debug" in out
+    # the project's options come first: SCons's own (e.g. --debug=TYPE) are behind `scons -H`
+    assert "--debug=TYPE" not in out and "scons -H" in out
+    assert out.index("aoti-toolchain:") < out.index("cuda:")
 
 
 def test_unknown_option_is_refused_with_a_suggestion(tmp_path):

@@ -115,8 +115,10 @@ def test_no_entries_call_runs_and_warns_at_every_load(host_build, constants_plug
     assert len(warnings) == 2, proc.stderr  # every load, not once per process
     w = warnings[0]
     for part in (str(so), "AOTInductorModelContainerExtractConstantsMapEntries", "torch 2.13",
-                 "weights are not shared across methods", "sessions answer NotSupported", "CUDA graphs stay off"):
+                 "weights are not shared across methods", "sessions answer NotSupported"):
         assert part in w, (part, w)
+    # CUDA graphs do capture such plugins (their constants are device-resident): no claim that they stay off
+    assert "stay off" not in w, w
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("session")]
     assert len(lines) == 2 and all(ln.startswith(f"session {NOT_SUPPORTED} ") for ln in lines), proc.stdout
     assert "sessions are not supported" in lines[0] and "torch >= 2.13" in lines[0]

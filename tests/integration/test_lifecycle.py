@@ -1,5 +1,5 @@
 """Lifecycle (issue 5, point 6): loading and freeing a program 1,000 times in one process neither crashes
-nor grows resident memory by 1 % (README, "Unloading"), and what unloading does is pinned down: a real torch
+nor grows resident memory by 1 % (docs/performance.md, "Unloading"), and what unloading does is pinned down: a real torch
 plugin stays mapped after its last dlclose (GNU-unique symbols make it NODELETE) and a reload reuses that
 mapping, while a plugin without GNU-unique symbols is unmapped.
 
@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-WARMUP, CYCLES, BOUND = 100, 1000, 0.01  # the README's bound: 1,000 cycles grow resident memory by < 1 %
+WARMUP, CYCLES, BOUND = 100, 1000, 0.01  # the documented bound (docs/performance.md): 1,000 cycles grow resident memory by < 1 %
 
 _LOOP = """
 import ctypes, json, os, sys, numpy as np

@@ -60,7 +60,7 @@ def asan_run() -> Path:
 
 def malformed_package_exit_code() -> int:
     """The exit code aoti-run gives a package the runtime refuses (AOTI_HOST_INVALID_PROGRAM): from the
-    exit-code table where the project has one, else README's 4 ("the plugin does not load")."""
+    exit-code table where the project has one, else 4 ("the plugin does not load")."""
     table = REPO_ROOT / "toolchain" / "spec" / "exit_codes.toml"
     if table.exists():
         import tomllib

@@ -1,4 +1,4 @@
-"""Packed weights are built only for constants (README "Packed weights cost memory"): a Buffer the model
+"""Packed weights are built only for constants (docs/performance.md "Packed weights cost memory"): a Buffer the model
 mutates in place and a constant-folded tensor are GEMM operands here, so a runtime that packed them would
 reuse a stale copy and these outputs would leave eager's. The stateful model is exported through the CLI
 (`aoti-toolchain export package.module:factory --save-inputs`) and run by aoti-run and `aoti-toolchain run`

@@ -11,7 +11,9 @@ from toolchain.errors import ToolchainError, UsageError, exit_code
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
+        # main() prefixes "aoti-toolchain: error:", so only a sub-command's name goes in front
+        command = self.prog.removeprefix("aoti-toolchain").strip()
+        raise UsageError(f"{command}: {message}" if command else message, fix=f"see `{self.prog} --help`")
 
 
 COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch")

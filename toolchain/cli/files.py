@@ -56,6 +56,12 @@ def load_npy(path: Path, what: str = ".npy input"):
 
     with open_regular(path, what) as f:
         size = os.fstat(f.fileno()).st_size
+        head = f.read(len(npy_format.MAGIC_PREFIX))
+        f.seek(0)
+        if head != npy_format.MAGIC_PREFIX:
+            msg = (f"{path}: not a .npy file (a .npy starts with {npy_format.MAGIC_PREFIX!r}, this file with "
+                   f"{head!r})")
+            raise InputError(msg, fix="save arrays with numpy.save(path, array); text, .npz and pickles are not read")
         try:
             version = npy_format.read_magic(f)
             if version == (1, 0):
@@ -144,6 +150,10 @@ def compare(outputs, refs, atol: float, rtol: float) -> list[str]:
         lines.append(f"output_{k}: max abs error {err:.3g} ({'ok' if ok else 'MISMATCH'})")
         if not ok:
             bad.append(lines[-1])
+    if bad and len(lines) < len(outputs):  # a shape differs: no tolerance can help
+        msg = "outputs differ from the references: " + "; ".join(bad)
+        raise CompareError(msg, fix="the shapes differ: give the reference of each output, in order, computed "
+                           "from the same inputs (export --save-inputs writes matching ones)")
     if bad:
         msg = "outputs differ from the references: " + "; ".join(bad)
         raise CompareError(msg, fix=f"atol={atol} rtol={rtol}; loosen them only if the model is numerically noisy")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from toolchain import progress
 from toolchain.cli import main_export
 from toolchain.errors import CompareError, ToolchainError, exit_code
 
@@ -25,18 +26,22 @@ def main(args: argparse.Namespace) -> int:
 
     build = Path(args.build_dir).resolve()
     scons = shutil.which("scons") or str(Path(sys.executable).with_name("scons"))
+    progress.set_quiet(bool(getattr(args, "quiet", False)))
     print(f"[1/4] building the host runtime: scons -C {REPO_ROOT} build_dir={build}", flush=True)
-    subprocess.run([scons, "-C", str(REPO_ROOT), "-Q", "-s", f"build_dir={build}", f"-j{os.cpu_count() or 2}"], check=True)
+    with progress.step("building the host runtime (scons)"):
+        subprocess.run([scons, "-C", str(REPO_ROOT), "-Q", "-s", f"build_dir={build}", f"-j{os.cpu_count() or 2}"],
+                       check=True)
     aoti_run = build / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
     work = build / "demo" / args.example
     pt2 = work / f"{args.example}.pt2"
     print(f"[2/4] exporting example:{args.example} with torch -> {pt2}", flush=True)
     ns = argparse.Namespace(model=f"example:{args.example}", output=str(pt2), weights=args.weights,
-                            build_dir=str(build), save_inputs=str(work))
+                            build_dir=str(build), save_inputs=str(work), quiet=getattr(args, "quiet", False))
     main_export.main(ns)
     lib = build / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
     print(f"[3/4] verifying it in the host it will load in: aoti-toolchain verify --host {lib} {pt2}", flush=True)
-    report = verify_paths([pt2], host=lib, host_source="the runtime library this demo built")
+    with progress.step("verifying the package"):
+        report = verify_paths([pt2], host=lib, host_source="the runtime library this demo built")
     sys.stdout.write(to_text(report))
     print(f"verify verdict: {report.verdict.upper()} ({report.count('error')} error(s), "
           f"{report.count('warning')} warning(s))", flush=True)
@@ -64,8 +69,12 @@ def main(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     d = sub.add_parser("demo", help="build the runtime, export a built-in example, run it, compare with eager")
-    d.add_argument("--example", default="mlp")
-    d.add_argument("--weights", choices=("embedded", "blob"), default="embedded")
-    d.add_argument("--build-dir", default=str(REPO_ROOT / "build"))
-    d.add_argument("--tolerance", type=float, default=1e-5)
+    d.add_argument("--example", default="mlp", help="the built-in example to export (toolchain/examples.py; default mlp)")
+    d.add_argument("--weights", choices=("embedded", "blob"), default="embedded",
+                   help="weights inside the plugin .so (embedded) or in a separate blob in the package (blob)")
+    d.add_argument("--build-dir", default=str(REPO_ROOT / "build"),
+                   help="where the runtime is built and the example exported (default: this checkout's build/)")
+    d.add_argument("--tolerance", type=float, default=1e-5,
+                   help="largest absolute error against eager PyTorch that passes (default 1e-5)")
+    d.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr (the steps still print)")
     d.set_defaults(func=main)

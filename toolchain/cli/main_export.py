@@ -3,46 +3,158 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import sys
 from pathlib import Path
+from typing import Any
 
+from toolchain import progress
 from toolchain.cli import files
 from toolchain.errors import InputError, UsageError, exit_code
 
+FACTORY_RETURNS = ("(module, example_inputs) or (module, example_inputs, dynamic_shapes), dynamic_shapes as "
+                   "torch.export takes them")
 
-def _module_from_spec(spec: str):
+EPILOG = """\
+Your own model: a file mymodel.py in the current directory with
+
+    import torch
+
+    def factory():
+        model = MyModel()                      # any torch.nn.Module, in eval mode or not
+        return model, (torch.randn(8, 16),)    # the example inputs forward() is traced with
+
+  aoti-toolchain export mymodel:factory -o model.pt2 --dynamic x:0=1..64 --save-inputs model/
+
+exports forward(x) with its dimension 0 ("batch") dynamic from 1 to 64; NAME is forward's parameter name.
+The factory may also return (model, inputs, dynamic_shapes), e.g. {"x": {0: torch.export.Dim("batch",
+min=1, max=64)}}; then leave --dynamic out. The current directory is importable, as with `python -m`.
+
+Size ranges: torch specialises sizes 0 and 1; when a dynamic dimension's minimum is 0 or 1, export traces
+and compiles with torch's size-oblivious reasoning so the plugin is valid from that minimum. The package's
+contract records the range the compiled plugin checks; when it is narrower than asked, export says so.
+"""
+
+_DYNAMIC = re.compile(r"^(?P<name>[A-Za-z_]\w*):(?P<dim>\d+)=(?P<min>\d+)\.\.(?P<max>\d*)$")
+
+
+def parse_dynamic(specs: list[str]) -> dict[str, dict[int, tuple[int, int | None]]]:
+    """NAME:DIM=MIN..MAX (MAX may be left out: no upper bound) -> {name: {dim: (min, max)}}."""
+    out: dict[str, dict[int, tuple[int, int | None]]] = {}
+    for spec in specs:
+        m = _DYNAMIC.match(spec)
+        if m is None:
+            msg = f"--dynamic {spec!r}: expected NAME:DIM=MIN..MAX, e.g. x:0=1..64"
+            raise UsageError(msg, fix="NAME is a parameter of forward(), DIM a dimension index, MIN..MAX its sizes")
+        low, high = int(m["min"]), (int(m["max"]) if m["max"] else None)
+        if high is not None and high < low:
+            msg = f"--dynamic {spec!r}: MAX {high} is below MIN {low}"
+            raise UsageError(msg, fix="give MIN..MAX with MIN <= MAX")
+        dims = out.setdefault(m["name"], {})
+        if int(m["dim"]) in dims:
+            msg = f"--dynamic {spec!r}: dimension {m['dim']} of {m['name']} is given twice"
+            raise UsageError(msg, fix="give each dimension once")
+        dims[int(m["dim"])] = (low, high)
+    return out
+
+
+def dynamic_shapes_for(module: Any, example_inputs: Any, dynamic: dict[str, dict[int, tuple[int, int | None]]]):
+    """torch.export's dynamic_shapes for forward's parameters from parse_dynamic's result (Dim.DYNAMIC hints,
+    so that torch relates dimensions that must be equal across inputs itself)."""
+    import inspect
+
+    import torch
+
+    params = [p.name for p in inspect.signature(module.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    shapes: dict[str, Any] = {}
+    for k, name in enumerate(params[:len(example_inputs)]):
+        x = example_inputs[k]
+        dims = dynamic.get(name)
+        if dims is None:
+            shapes[name] = None
+            continue
+        for d, (low, high) in dims.items():
+            if not isinstance(x, torch.Tensor) or d >= x.dim():
+                msg = f"--dynamic {name}:{d}: {name} has {x.dim() if isinstance(x, torch.Tensor) else 'no'} dimensions"
+                raise UsageError(msg, fix=f"give a dimension index below {x.dim() if isinstance(x, torch.Tensor) else 0}")
+            size = int(x.shape[d])
+            if not (low <= size and (high is None or size <= high)):
+                msg = (f"--dynamic {name}:{d}={low}..{'' if high is None else high}: the example input has size "
+                       f"{size} there, outside the range")
+                raise UsageError(msg, fix="make the example's size fall inside MIN..MAX (an example of 2 or more "
+                                 "is safest)")
+        shapes[name] = {d: torch.export.Dim.DYNAMIC(min=low, max=high) if high is not None
+                        else torch.export.Dim.DYNAMIC(min=low) for d, (low, high) in dims.items()}
+    unknown = sorted(set(dynamic) - set(params[:len(example_inputs)]))
+    if unknown:
+        msg = f"--dynamic: {', '.join(unknown)}: not a parameter of {type(module).__name__}.forward"
+        raise UsageError(msg, fix=f"use forward's parameter names: {', '.join(params) or '(none)'}")
+    return shapes
+
+
+def _module_from_spec(spec: str) -> tuple[Any, Any, Any]:
     from toolchain import examples
 
     if spec.startswith("example:"):
-        return examples.get(spec.removeprefix("example:"))
+        module, inputs = examples.get(spec.removeprefix("example:"))
+        return module, inputs, None
     if ":" not in spec:
-        msg = f"{spec!r}: expected example:NAME or package.module:factory"
-        raise UsageError(msg, fix="the factory returns (module, example_inputs)")
+        msg = f"{spec!r}: expected example:NAME or module:factory (e.g. mymodel:factory for ./mymodel.py)"
+        raise UsageError(msg, fix=f"the factory returns {FACTORY_RETURNS}")
     import importlib
 
     mod_name, func = spec.split(":", 1)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: modules in the current directory import
     try:
-        factory = getattr(importlib.import_module(mod_name), func)
-    except (ImportError, AttributeError) as exc:
-        msg = f"{spec}: cannot import: {exc}"
-        raise InputError(msg) from exc
-    return factory()
+        module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        msg = f"{spec}: cannot import module {mod_name!r}: {exc}"
+        raise InputError(msg, fix=f"run from the directory holding {mod_name.replace('.', '/')}.py, or add its "
+                         "directory to PYTHONPATH") from exc
+    factory = getattr(module, func, None)
+    if not callable(factory):
+        msg = f"{spec}: module {mod_name!r} ({getattr(module, '__file__', '?')}) has no function {func!r}"
+        raise InputError(msg, fix=f"define {func}() returning {FACTORY_RETURNS}")
+    made = factory()
+    if not isinstance(made, (tuple, list)) or len(made) not in (2, 3):
+        msg = f"{spec}: the factory returned {type(made).__name__}" + (
+            f" of {len(made)} items" if isinstance(made, (tuple, list)) else "")
+        raise InputError(msg, fix=f"return {FACTORY_RETURNS}")
+    inputs = made[1]
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)  # a lone tensor: forward takes one input
+    return made[0], tuple(inputs), (made[2] if len(made) == 3 else None)
 
 
 def main(args: argparse.Namespace) -> int:
     from toolchain.export import export, prepare_build_dirs
 
+    progress.set_quiet(bool(getattr(args, "quiet", False)))
     prepare_build_dirs(Path(args.build_dir))
-    module, example_inputs = _module_from_spec(args.model)
-    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir))
+    dynamic = parse_dynamic(getattr(args, "dynamic", None) or [])
+    with progress.step(f"loading {args.model}"):
+        module, example_inputs, dynamic_shapes = _module_from_spec(args.model)
+    if dynamic:
+        if dynamic_shapes is not None:
+            msg = f"{args.model}: the factory returns dynamic shapes and --dynamic gives more"
+            raise UsageError(msg, fix="give dynamic shapes in one place: the factory or --dynamic")
+        dynamic_shapes = dynamic_shapes_for(module, example_inputs, dynamic)
+    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir),
+                 dynamic_shapes=dynamic_shapes)
     print(f"exported {args.model} -> {out}")
     if args.save_inputs:
         files.prepare_outdir(Path(args.save_inputs))
         import numpy as np
+        import torch
 
         d = Path(args.save_inputs)
         for i, x in enumerate(example_inputs):
             files.save_npy(d / f"input_{i}.npy", x.detach().numpy())
-        outs = module(*example_inputs)
+        with torch.no_grad():
+            outs = module(*example_inputs)
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
         for k, y in enumerate(outs):
             files.save_npy(d / f"expected_{k}.npy", np.asarray(y.detach().numpy()))
@@ -51,10 +163,17 @@ def main(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    e = sub.add_parser("export", help="export a torch module to a .pt2 for this host (needs torch)")
-    e.add_argument("model", help="example:NAME (built-in) or package.module:factory returning (module, inputs)")
+    e = sub.add_parser("export", help="export a torch module to a .pt2 for this host (needs torch)",
+                       description="Export a torch module to a .pt2 package built for this host's runtime.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("model", help=f"example:NAME (built-in) or module:factory, the factory returning {FACTORY_RETURNS}")
     e.add_argument("-o", "--output", required=True, help="the .pt2 to write")
-    e.add_argument("--weights", choices=("embedded", "blob"), default="embedded")
+    e.add_argument("--dynamic", action="append", default=[], metavar="NAME:DIM=MIN..MAX",
+                   help="make dimension DIM of forward's input NAME dynamic, from MIN to MAX (MAX left out: no "
+                   "bound); repeat for more dimensions")
+    e.add_argument("--weights", choices=("embedded", "blob"), default="embedded",
+                   help="weights inside the plugin .so (embedded) or in a separate blob in the package (blob)")
     e.add_argument("--build-dir", default="build", help="TMPDIR and the inductor cache go under it")
     e.add_argument("--save-inputs", metavar="DIR", help="also save the example inputs and eager outputs as .npy")
+    e.add_argument("-q", "--quiet", action="store_true", help="print no progress, only the result and errors")
     e.set_defaults(func=main)

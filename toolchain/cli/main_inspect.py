@@ -21,7 +21,7 @@ def main(args) -> int:
 
 
 def register(sub) -> None:
-    i = sub.add_parser("inspect", help="kind, arch, DT_NEEDED, RUNPATH, entry points, shims, versions, stack, the ATen ops it calls")
-    i.add_argument("files", nargs="+", metavar="FILE")
+    i = sub.add_parser("inspect", help="what a file is and needs: its model (inputs, outputs, constants, torch), the ATen ops it calls, ELF facts")
+    i.add_argument("files", nargs="+", metavar="FILE", help="a .pt2 package, plugin .so, host program or shared library")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=main)

@@ -33,14 +33,15 @@ def register(sub) -> None:
     p = sub.add_parser("patch", help="repair a plugin (DT_NEEDED, exec stack, RUNPATH), proven before writing",
                        description="Operations are planned first; the result must pass verify and an RTLD_NOW "
                        "dlopen probe in a subprocess, or nothing is written.")
-    p.add_argument("plugin", metavar="PLUGIN")
+    p.add_argument("plugin", metavar="PLUGIN", help="the plugin .so to repair")
     p.add_argument("--add-needed", action="append", default=[], metavar="LIB",
                    help="append LIB to DT_NEEDED after the existing entries (repeat)")
     p.add_argument("--clear-execstack", action="store_true", help="clear the executable-stack flag")
     p.add_argument("--set-runpath", metavar="P", help="set DT_RUNPATH (removes DT_RPATH), e.g. '$ORIGIN'")
     p.add_argument("--fix", action="store_true", help="apply every repair verify proposes")
     p.add_argument("--host", help="host runtime library/program to verify and probe against")
-    p.add_argument("--profile", default=DEFAULT_PROFILE)
+    p.add_argument("--profile", default=DEFAULT_PROFILE,
+                   help=f"the target system the result must pass verify for (default {DEFAULT_PROFILE})")
     dest = p.add_mutually_exclusive_group()
     dest.add_argument("-o", "--output", metavar="OUT", help="write the patched plugin here")
     dest.add_argument("--in-place", action="store_true", help="replace PLUGIN, keeping PLUGIN.orig")

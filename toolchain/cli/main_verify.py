@@ -58,7 +58,8 @@ def register(sub) -> None:
                    "this project's runtime library, libaoti_host.so; 'none': check each file standalone)")
     v.add_argument("--profile", default=DEFAULT_PROFILE,
                    help=f"target profile (default {DEFAULT_PROFILE}: this machine); one of {_profile_names()}")
-    v.add_argument("--format", choices=("text", "json", "sarif", "junit"), default="text")
+    v.add_argument("--format", choices=("text", "json", "sarif", "junit"), default="text",
+                   help="report format: text for people, json/sarif/junit for CI tools (default text)")
     v.add_argument("-o", "--output", help="write the report here (atomically) instead of stdout")
     v.add_argument("--strict", action="store_true", help="warnings fail too")
     v.add_argument("--kind", choices=("auto", "plugin", "host", "library"), default="auto",
