@@ -130,6 +130,37 @@ def test_python_module_takes_torch_numpy_and_dlpack(torch, host_build, models, d
             assert torch.equal(got_s, got_t)
 
 
+@pytest.mark.parametrize("dtype", list(TOL))
+def test_transformer_layer_with_a_causal_mask(torch, host_build, tmp_path, dtype):
+    """Attention in the dtype: the plugin calls the CPU flash-attention, mm and addmm fallbacks with bf16/fp16
+    operands (they convert and accumulate in float) and matches eager within the dtype's tolerance."""
+    from toolchain.export import export
+
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0)
+
+        def forward(self, x, mask):
+            return self.layer(x, src_mask=mask)
+
+    module = Encoder().to(dt).eval()
+    inputs = (torch.randn(2, 5, 32).to(dt), torch.nn.Transformer.generate_square_subsequent_mask(5).to(dt))
+    pt2 = export(module, inputs, tmp_path / f"encoder_{dtype}.pt2", build_dir=BUILD_DIR)
+    shims = fallback_shims(pt2)
+    assert {"aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu", "aoti_torch_cpu_mm_out"} <= set(shims)
+    with torch.no_grad():
+        expected = module(*inputs)
+    with runtime.load(pt2, library_path=host_build.lib) as prog:
+        (got,) = prog.run(list(inputs), output_type="torch")
+    assert got.dtype == dt
+    rtol, atol = TOL[dtype]
+    np.testing.assert_allclose(as_f32(got), as_f32(expected), rtol=rtol, atol=2 * atol)
+
+
 def test_python_module_refuses_what_it_cannot_read(torch, host_build, models):
     pt2, _, (x,), _ = models["bfloat16"]
     with runtime.load(pt2, library_path=host_build.lib) as prog:
