@@ -5,7 +5,8 @@
 OUT_DIR/<target>/ gets, per target:
   json, contract  contracts as `aoti-toolchain export` writes them (static, dynamic, every dtype) and JSON
                   that exercises escapes, numbers and nesting
-  npy             arrays saved by numpy (every supported dtype, C and Fortran order, 0-d, empty, format 1/2/3)
+  npy             arrays saved by numpy (every supported dtype, bfloat16 via ml_dtypes, C and Fortran order, 0-d,
+                  empty, format 1/2/3)
   elf_scan        small shared objects compiled here by the C compiler (imports, weak imports, DT_NEEDED,
                   a C++ one), plus each --so
   zip             stored zip archives laid out like a .pt2 (plugin, contract, weights; zip64; a comment),
@@ -87,6 +88,12 @@ def npy_files() -> dict[str, bytes]:
     save("uint8_4d", np.arange(24, dtype=np.uint8).reshape(1, 2, 3, 4))
     save("float32_v2", np.ones((2, 2), np.float32), (2, 0))
     save("float32_v3", np.ones((3,), np.float32), (3, 0))
+    save("void2_raw", np.zeros((2, 3), "V2"))  # '|V2': refused, next to bfloat16's '<V2'
+    try:
+        import ml_dtypes
+    except ImportError:  # a dependency (pyproject.toml); without it the bfloat16 seed is left out
+        return out
+    save("bfloat16_2x3", np.arange(6, dtype=np.float32).reshape(2, 3).astype(ml_dtypes.bfloat16))  # descr '<V2'
     return out
 
 

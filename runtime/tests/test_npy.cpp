@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -104,6 +106,7 @@ void test_read_each_descr() {
       {"<f2", 5, 2}, {"<f4", 6, 4}, {"<f8", 7, 8}, {"|i1", 1, 1}, {"<i1", 1, 1}, {"<i2", 2, 2},
       {"<i4", 3, 4}, {"<i8", 4, 8}, {"|u1", 0, 1}, {"<u1", 0, 1}, {"|b1", 11, 1}, {"=f4", 6, 4},
       {"=i8", 4, 8}, {">u1", 0, 1}, {">b1", 11, 1},
+      {"<V2", 15, 2},  // ml_dtypes.bfloat16 as numpy.save writes it
   };
   for (const auto& c : cases) {
     const Bytes data = iota_bytes(2 * 3 * c.itemsize);
@@ -142,7 +145,7 @@ void test_versions() {
 
 void test_round_trip_each_dtype() {
   const DtypeCase cases[] = {{"", 5, 2}, {"", 6, 4}, {"", 7, 8}, {"", 1, 1}, {"", 2, 2},
-                             {"", 3, 4}, {"", 4, 8}, {"", 0, 1}, {"", 11, 1}};
+                             {"", 3, 4}, {"", 4, 8}, {"", 0, 1}, {"", 11, 1}, {"<V2", 15, 2}};
   for (const auto& c : cases) {
     Bytes data = iota_bytes(2 * 3 * 4 * c.itemsize);
     if (c.code == 11)
@@ -156,6 +159,10 @@ void test_round_trip_each_dtype() {
       const size_t hl = file.size() > 10 ? file[8] | (file[9] << 8) : 0;
       CHECK((10 + hl) % 64 == 0, name + ": data offset is 64-byte aligned");
       CHECK(file.size() > 10 + hl && file[10 + hl - 1] == '\n', name + ": header ends with a newline");
+      if (*c.descr != '\0') {
+        const std::string head(file.begin() + 10, file.begin() + static_cast<std::ptrdiff_t>(std::min(file.size(), 10 + hl)));
+        CHECK(head.find(std::string("'descr': '") + c.descr + "'") != std::string::npos, name + ": descr " + c.descr);
+      }
       NpyArray a = aoti_host::read_npy(p);
       CHECK(a.dtype == c.code, name + ": dtype");
       CHECK((a.sizes == std::vector<int64_t>{2, 3, 4}), name + ": sizes");
@@ -165,10 +172,10 @@ void test_round_trip_each_dtype() {
       CHECK(false, name + ": " + e.what());
     }
   }
-  expect_error("write of an unknown dtype", [] {
+  expect_error("write of a dtype numpy lacks", [] {
     const float x = 0;
-    aoti_host::write_npy(path_of("bf16.npy"), 15, {1}, {1}, &x);
-  }, {"bf16.npy", "15"});
+    aoti_host::write_npy(path_of("complex32.npy"), 8, {1}, {1}, &x);
+  }, {"complex32.npy", "8"});
 }
 
 void test_fortran_order() {
@@ -258,6 +265,22 @@ void test_bad_files() {
   write_file(path_of("struct.npy"),
              make_npy("'descr': [('a', '<f4'), ('b', '<i4')], 'fortran_order': False, 'shape': (2,), ", iota_bytes(16)));
   expect_error("structured", [] { aoti_host::read_npy(path_of("struct.npy")); }, {"struct.npy", "structured"});
+
+  // Void that is not ml_dtypes' bfloat16: raw bytes, refused with the fix (view as bfloat16, or convert).
+  write_file(path_of("void2.npy"), make_npy(header("|V2", false, "(2,)"), iota_bytes(4)));
+  expect_error("plain 2-byte void", [] { aoti_host::read_npy(path_of("void2.npy")); },
+               {"void2.npy", "'|V2'", "raw 2-byte void", "arr.view(ml_dtypes.bfloat16)"});
+  write_file(path_of("void2be.npy"), make_npy(header(">V2", false, "(2,)"), iota_bytes(4)));
+  expect_error("big-endian 2-byte void", [] { aoti_host::read_npy(path_of("void2be.npy")); },
+               {"void2be.npy", "'>V2'", "ml_dtypes"});
+  write_file(path_of("void4.npy"), make_npy(header("<V4", false, "(2,)"), iota_bytes(8)));
+  expect_error("4-byte void", [] { aoti_host::read_npy(path_of("void4.npy")); }, {"void4.npy", "'<V4'", "raw bytes"});
+  write_file(path_of("void_long.npy"), make_npy(header("<V2x", false, "(2,)"), iota_bytes(4)));
+  expect_error("void with a tail", [] { aoti_host::read_npy(path_of("void_long.npy")); },
+               {"void_long.npy", "'<V2x'", "raw bytes"});
+  write_file(path_of("bf16_short.npy"), make_npy(header("<V2", false, "(2, 3)"), iota_bytes(11)));
+  expect_error("truncated bfloat16", [] { aoti_host::read_npy(path_of("bf16_short.npy")); },
+               {"bf16_short.npy", "truncated", "'<V2'", "12", "11"});
 
   write_file(path_of("complex.npy"), make_npy(header("<c8", false, "(2,)"), iota_bytes(16)));
   expect_error("unknown descr", [] { aoti_host::read_npy(path_of("complex.npy")); }, {"complex.npy", "'<c8'", "not supported"});

@@ -314,26 +314,6 @@ void check_shim(int32_t err, const char* shim, size_t k) {
   }
 }
 
-// Widens bfloat16 (no .npy equivalent) to float32 in logical order; exact, since every bfloat16 is a float32.
-std::vector<float> bf16_to_f32(const void* data, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  int64_t numel = 1;
-  for (int64_t s : sizes) numel *= s;
-  std::vector<float> out(static_cast<size_t>(std::max<int64_t>(numel, 0)));
-  const auto* src = static_cast<const uint16_t*>(data);
-  std::vector<int64_t> idx(sizes.size(), 0);
-  for (size_t j = 0; j < out.size(); ++j) {
-    int64_t off = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) off += idx[d] * strides[d];
-    const uint32_t bits = static_cast<uint32_t>(src[off]) << 16;
-    std::memcpy(&out[j], &bits, sizeof bits);
-    for (size_t d = sizes.size(); d-- > 0;) {
-      if (++idx[d] < sizes[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return out;
-}
-
 void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool quiet) {
   int32_t device_type = 0;
   check_shim(aoti_torch_get_device_type(h, &device_type), "aoti_torch_get_device_type", k);
@@ -364,16 +344,7 @@ void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool 
   const std::string name = "output_" + std::to_string(k);
   const std::string path = join(outdir, name + ".npy");
   try {
-    if (dtype == aoti_host::dtypes::kBfloat16) {
-      const std::vector<float> wide = bf16_to_f32(data, sizes, strides);
-      aoti_host::write_npy(path, aoti_host::dtypes::kFloat32, sizes, {}, wide.data());
-      std::fprintf(stderr,
-                   "aoti-run: note: %s is bfloat16, which .npy cannot hold; wrote it as float32 "
-                   "(exact; convert back with torch.from_numpy(a).bfloat16())\n",
-                   name.c_str());
-    } else {
-      aoti_host::write_npy(path, dtype, sizes, strides, data);
-    }
+    aoti_host::write_npy(path, dtype, sizes, strides, data);  // bfloat16: '<V2', read with ml_dtypes
   } catch (const aoti_host::Error& e) {  // an OUTDIR that refuses the file: a bad -o, nothing half-written
     throw Failure{kExitBadInput, std::string("cannot write ") + name + " (" + dtype_label(dtype) +
                                    shape_label(sizes) + "): " + e.what()};

@@ -1,6 +1,8 @@
 // NumPy .npy reading and writing (format 1.0/2.0/3.0, https://numpy.org/neps/nep-0001-npy-format.html).
 // Only little-endian numeric dtypes that have a torch ScalarType; everything else is refused with the
 // file name and the numpy call that fixes it, because a silently reinterpreted input is worse than none.
+// bfloat16 is ml_dtypes.bfloat16 (the JAX project's numpy dtypes), which numpy.save writes with descr '<V2'
+// (the spec's numpy string): that exact string is bfloat16; plain void ('|V2', raw bytes) is refused.
 #include "npy.h"
 
 #include "aoti_host/dtypes.h"
@@ -31,8 +33,9 @@ constexpr size_t kMaxHeader = size_t{1} << 20;
 
 struct DtypeInfo {
   int32_t code;
-  char kind;  // numpy kind: 'f', 'i', 'u', 'b'
+  char kind;  // numpy kind: 'f', 'i', 'u', 'b'; 'V' for an ml_dtypes type (bfloat16)
   int size;
+  const char* descr;  // what numpy.save writes: "<f4", "|u1", "<V2"
 };
 
 // The dtypes a .npy file may hold: the runtime's dtypes that numpy has (aoti_host/dtypes.h, generated
@@ -41,7 +44,8 @@ const std::vector<DtypeInfo>& npy_dtypes() {
   static const std::vector<DtypeInfo> table = [] {
     std::vector<DtypeInfo> out;
     for (const auto& d : dtypes::kTable)
-      if (d.runtime && d.numpy_kind != 0) out.push_back({d.code, d.numpy_kind, static_cast<int>(d.itemsize)});
+      if (d.runtime && d.numpy_kind != 0)
+        out.push_back({d.code, d.numpy_kind, static_cast<int>(d.itemsize), d.numpy});
     return out;
   }();
   return table;
@@ -224,6 +228,17 @@ const DtypeInfo& dtype_from_descr(const std::string& path, const std::string& de
                "save a numeric array (arr.astype(np.float32))");
   }
   char kind = body.empty() ? '\0' : body[0];
+  if (kind == 'V') {
+    // Void: raw bytes to numpy. Only an ml_dtypes type's exact descr ('<V2' for bfloat16) names numbers.
+    for (const auto& d : npy_dtypes())
+      if (d.kind == 'V' && descr == d.descr) return d;
+    if (body == "V2") {
+      fail(path, "dtype '" + descr + "' is raw 2-byte void, not numbers; a bfloat16 array saved with ml_dtypes has "
+                 "descr '<V2': save arr.view(ml_dtypes.bfloat16) (or convert it, arr.astype('<f4'))");
+    }
+    fail(path, "dtype '" + descr + "' is raw bytes (numpy void), not numbers; save a numeric array "
+               "(e.g. arr.astype('<f4'))");
+  }
   if (kind == '?') {  // numpy's character code for bool
     kind = 'b';
     body = "b1";
@@ -240,7 +255,7 @@ const DtypeInfo& dtype_from_descr(const std::string& path, const std::string& de
   const DtypeInfo* info = digits ? find_by_kind(kind, size) : nullptr;
   if (info == nullptr) {
     fail(path, "dtype '" + descr +
-                   "' is not supported (float16/32/64, int8/16/32/64, uint8, bool are); "
+                   "' is not supported (float16/32/64, bfloat16 via ml_dtypes, int8/16/32/64, uint8, bool are); "
                    "convert it (e.g. arr.astype('<f4') or arr.astype('<i8'))");
   }
   if (order == '>' && info->size > 1) {
@@ -384,7 +399,7 @@ void write_npy(const std::string& path, int32_t dtype, const std::vector<int64_t
   const DtypeInfo* info = find_by_code(dtype);
   if (info == nullptr) {
     fail(path, "dtype code " + std::to_string(dtype) +
-                   " has no .npy equivalent here (float16/32/64, int8/16/32/64, uint8, bool); "
+                   " has no .npy equivalent here (float16/32/64, bfloat16, int8/16/32/64, uint8, bool); "
                    "convert the tensor before writing it");
   }
   if (!strides.empty() && strides.size() != sizes.size()) {
@@ -404,9 +419,7 @@ void write_npy(const std::string& path, int32_t dtype, const std::vector<int64_t
     for (size_t k = sizes.size(); k-- > 1;) st[k - 1] = st[k] * sizes[k];
   }
 
-  std::string descr = info->size == 1 ? "|" : "<";
-  descr += info->kind;
-  descr += std::to_string(info->size);
+  const std::string descr = info->descr;  // bfloat16: '<V2', which numpy.load + ml_dtypes read back
   std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_repr(sizes) + ", }";
   // Version 1.0 unless the padded header can't fit its 2-byte length.
   int major = 1;

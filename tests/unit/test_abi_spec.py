@@ -29,8 +29,34 @@ def test_dtypes_agree_with_numpy():
     from toolchain.runtime import _FROM_CODE, _TO_CODE
 
     assert {np.dtype(t).name for t in _TO_CODE} == {"uint8", "int8", "int16", "int32", "int64", "float16",
-                                                     "float32", "float64", "bool"}
+                                                     "float32", "float64", "bool", "bfloat16"}
     assert _FROM_CODE[6] == np.float32 and _FROM_CODE[11] == np.bool_
+
+
+def test_ml_dtypes_descr_is_what_numpy_save_writes(tmp_path):
+    """Kind V dtypes are ml_dtypes types: abi.toml's string is exactly the descr numpy.save writes for an
+    array of that type (measured here, with the installed numpy and ml_dtypes), which the .npy readers
+    accept, and numpy.load gives back as plain void that .view() makes that type again."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from numpy.lib import format as npy_format
+
+    kinds = [d for d in ABI.dtypes if d.numpy_kind == "V"]
+    assert [d.name for d in kinds] == ["bfloat16"]
+    for d in kinds:
+        t = getattr(ml_dtypes, d.name)
+        a = np.arange(6, dtype=np.float32).reshape(2, 3).astype(t)
+        np.save(tmp_path / f"{d.name}.npy", a)
+        with open(tmp_path / f"{d.name}.npy", "rb") as f:
+            assert npy_format.read_magic(f) == (1, 0)
+            f.seek(8)
+            header = f.read(int.from_bytes(f.read(2), "little")).decode("latin1")
+        assert f"'descr': '{d.numpy}'" in header, header
+        back = np.load(tmp_path / f"{d.name}.npy")
+        assert back.dtype == np.dtype(f"V{d.itemsize}")
+        np.testing.assert_array_equal(back.view(t).astype(np.float32), a.astype(np.float32))
+        # plain void writes '|V<n>': a different string, which the readers refuse
+        np.save(tmp_path / "void.npy", np.zeros(3, f"V{d.itemsize}"))
+        assert f"'descr': '{d.numpy}'" not in (tmp_path / "void.npy").read_bytes()[:128].decode("latin1")
 
 
 def test_dtypes_agree_with_torch(torch):
@@ -54,8 +80,9 @@ def test_contract_names_are_the_runtime_dtypes_and_aliases():
 def test_generated_dtype_header(tmp_path):
     codegen.generate(tmp_path)
     text = (tmp_path / "include/aoti_host/dtypes.h").read_text()
-    rows = re.findall(r'\{(\d+), "(\w+)", (\d+), (true|false), (\'\w\'|0)\}', text)
-    assert [(int(c), n, int(s)) for c, n, s, _, _ in rows] == [(d.code, d.name, d.itemsize) for d in ABI.dtypes]
+    rows = re.findall(r'\{(\d+), "(\w+)", (\d+), (true|false), (\'\w\'|0), "([<|]?\w*)"\}', text)
+    assert [(int(c), n, int(s), np_) for c, n, s, _, _, np_ in rows] == [
+        (d.code, d.name, d.itemsize, d.numpy) for d in ABI.dtypes]
     assert 'inline constexpr int32_t kBfloat16 = 15;' in text and '{"long", 4},' in text
 
 
@@ -132,6 +159,7 @@ def _abi_copy(tmp_path: Path, old: str, new: str) -> Path:
 @pytest.mark.parametrize(("old", "new", "message"), [
     ('name = "int8"\ncode = 1', 'name = "int8"\ncode = 2', "codes must run 0, 1, 2"),
     ('numpy = "<f4"', 'numpy = "<f8"', "not a little-endian numpy dtype string of 4 bytes"),
+    ('numpy = "<V2"', 'numpy = "|V2"', "'|V2' is not a little-endian numpy dtype string of 2 bytes"),
     ('aliases = ["half"]', 'aliases = ["float"]', "is taken"),
     ("itemsize = 16", "itemsize = 3", "is not 1, 2, 4, 8 or 16"),
     ("cuda = 1", 'cuda = "1"', "must be an integer"),

@@ -3,6 +3,7 @@ outputs with references."""
 
 from __future__ import annotations
 
+import ast
 import errno
 import math
 import os
@@ -48,9 +49,39 @@ def check_regular(path: Path, what: str) -> None:
     open_regular(path, what).close()
 
 
+def _header_descr(f, version: tuple[int, int]) -> str:
+    """The 'descr' string of a header numpy has already read and validated (a dict literal of at most
+    NPY_MAX_HEADER bytes): numpy turns '<V2' (ml_dtypes.bfloat16) and '|V2' (raw bytes) into the same void."""
+    f.seek(8)
+    n = int.from_bytes(f.read(2 if version == (1, 0) else 4), "little")
+    text = f.read(n).decode("utf8" if version == (3, 0) else "latin1")
+    descr = ast.literal_eval(text)["descr"]
+    return descr if isinstance(descr, str) else ""
+
+
+def _void_dtype(path: Path, descr: str, itemsize: int):
+    """numpy's dtype for a void descr: the ml_dtypes type whose exact descr abi.toml names ('<V2' is
+    bfloat16); any other void is raw bytes, refused."""
+    from toolchain import runtime
+    from toolchain.spec import load_abi
+
+    d = next((d for d in load_abi().dtypes if d.runtime and d.numpy_kind == "V" and d.numpy == descr), None)
+    if d is not None:
+        dt = runtime.numpy_dtype(d)
+        if dt is None:
+            msg = f"{path}: holds {d.name} (descr {descr!r}), which needs ml_dtypes to be read"
+            raise InputError(msg, fix="pip install ml_dtypes")
+        return dt
+    hint = (" (a bfloat16 array saved with ml_dtypes has descr '<V2': save arr.view(ml_dtypes.bfloat16))"
+            if itemsize == 2 else "")
+    msg = f"{path}: dtype {descr!r} is raw bytes (numpy void), not numbers{hint}"
+    raise InputError(msg, fix="save a numeric array (bfloat16 via ml_dtypes, or arr.astype('<f4'))")
+
+
 def load_npy(path: Path, what: str = ".npy input"):
     """A .npy array, read only after its header's shape * itemsize is checked against the file's size (from
-    fstat), so a crafted header can't make numpy allocate or read more than the file holds."""
+    fstat), so a crafted header can't make numpy allocate or read more than the file holds. descr '<V2' (what
+    numpy.save writes for ml_dtypes.bfloat16) comes back as an ml_dtypes.bfloat16 array."""
     import numpy as np
     from numpy.lib import format as npy_format
 
@@ -81,9 +112,13 @@ def load_npy(path: Path, what: str = ".npy input"):
                 msg = (f"{what_is}: shape {tuple(shape)} of {dtype.str} needs {need} bytes after the header, "
                        f"the file has {have}")
                 raise ValueError(msg)
+            view_as = None
+            if dtype.kind == "V" and dtype.names is None and dtype.subdtype is None:
+                view_as = _void_dtype(path, _header_descr(f, version), dtype.itemsize)
             f.seek(0)
-            return np.load(f, allow_pickle=False, max_header_size=NPY_MAX_HEADER)
-        except (ValueError, OSError, EOFError) as exc:
+            array = np.load(f, allow_pickle=False, max_header_size=NPY_MAX_HEADER)
+            return array if view_as is None else array.view(view_as)
+        except (ValueError, OSError, EOFError, SyntaxError, KeyError) as exc:
             msg = f"{path}: not a valid .npy file: {exc}"
             raise InputError(msg, fix="save inputs with numpy.save(path, array)") from exc
 
@@ -145,8 +180,9 @@ def compare(outputs, refs, atol: float, rtol: float) -> list[str]:
         if out.shape != ref.shape:
             bad.append(f"output_{k}: shape {list(out.shape)}, reference {list(ref.shape)}")
             continue
-        err = float(np.max(np.abs(out.astype(np.float64) - ref.astype(np.float64)))) if out.size else 0.0
-        ok = bool(np.allclose(out, ref, atol=atol, rtol=rtol))
+        out64, ref64 = out.astype(np.float64), ref.astype(np.float64)  # bfloat16 (ml_dtypes) too
+        err = float(np.max(np.abs(out64 - ref64))) if out.size else 0.0
+        ok = bool(np.allclose(out64, ref64, atol=atol, rtol=rtol))
         lines.append(f"output_{k}: max abs error {err:.3g} ({'ok' if ok else 'MISMATCH'})")
         if not ok:
             bad.append(lines[-1])

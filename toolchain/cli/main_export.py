@@ -147,17 +147,18 @@ def main(args: argparse.Namespace) -> int:
     print(f"exported {args.model} -> {out}")
     if args.save_inputs:
         files.prepare_outdir(Path(args.save_inputs))
-        import numpy as np
         import torch
+
+        from toolchain.runtime import to_numpy  # bfloat16 as ml_dtypes.bfloat16 ('<V2' in the file)
 
         d = Path(args.save_inputs)
         for i, x in enumerate(example_inputs):
-            files.save_npy(d / f"input_{i}.npy", x.detach().numpy())
+            files.save_npy(d / f"input_{i}.npy", to_numpy(x.detach()))
         with torch.no_grad():
             outs = module(*example_inputs)
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
         for k, y in enumerate(outs):
-            files.save_npy(d / f"expected_{k}.npy", np.asarray(y.detach().numpy()))
+            files.save_npy(d / f"expected_{k}.npy", to_numpy(y.detach()))
         print(f"example inputs and eager outputs -> {d}")
     return exit_code("ok")
 

@@ -3,6 +3,10 @@
     from toolchain import runtime
     prog = runtime.load("model.pt2")
     outputs = prog.run([x])          # numpy arrays in, numpy arrays out
+    outputs = prog.run([t], output_type="torch")   # torch tensors (or any DLPack producer) in, torch out
+
+bfloat16 is numpy's `ml_dtypes.bfloat16` (the JAX project's numpy dtypes): bf16 inputs may be torch tensors,
+any DLPack producer, or numpy arrays of that dtype, and bf16 outputs come back as such arrays.
 
     prog = runtime.load("methods/")  # a directory or methods.json: one .pt2 per method, weights shared
     prog.run([x], method="embed")
@@ -32,14 +36,81 @@ import numpy as np
 
 from toolchain.errors import InputError, LoadError, RunError, error_for_status
 from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, default_library
-from toolchain.runtime import _abi
-from toolchain.spec import load_abi
+from toolchain.runtime import _abi, _dlpack
+from toolchain.spec import Dtype, load_abi
 
 _Self = TypeVar("_Self", bound="_Owned")
 
+ml_dtypes: Any
+try:
+    import ml_dtypes  # bfloat16 for numpy; a dependency, but float32 programs run without it
+except ImportError:  # pragma: no cover - exercised only where ml_dtypes is absent
+    ml_dtypes = None
+
+
+def numpy_dtype(d: Dtype) -> np.dtype[Any] | None:
+    """numpy's dtype for a spec dtype: kind V ("<V2") is the ml_dtypes type of that name (bfloat16), None
+    when ml_dtypes is missing or numpy has no such dtype."""
+    if not d.numpy:
+        return None
+    if d.numpy_kind == "V":
+        return np.dtype(getattr(ml_dtypes, d.name)) if ml_dtypes is not None else None
+    return np.dtype(d.numpy)
+
+
 # torch ScalarType codes <-> numpy dtypes (toolchain/spec/abi.toml: the runtime's dtypes that numpy has)
-_TO_CODE: dict[np.dtype[Any], int] = {np.dtype(d.numpy): d.code for d in load_abi().dtypes if d.runtime and d.numpy}
+_TO_CODE: dict[np.dtype[Any], int] = {}
+for _d in load_abi().dtypes:
+    _dt = numpy_dtype(_d) if _d.runtime else None
+    if _dt is not None:
+        _TO_CODE[_dt] = _d.code
 _FROM_CODE: dict[int, np.dtype[Any]] = {v: k for k, v in _TO_CODE.items()}
+OUTPUT_TYPES = ("numpy", "torch")
+
+
+def _missing_dtype(code: int) -> str:
+    d = load_abi().dtypes[code] if 0 <= code < len(load_abi().dtypes) else None
+    if d is not None and d.numpy_kind == "V":
+        return f"{d.name} needs ml_dtypes (pip install ml_dtypes) for numpy"
+    return f"dtype code {code} ({d.name if d else 'unknown'}) has no numpy equivalent"
+
+
+def to_torch(array: np.ndarray) -> Any:
+    """A torch tensor sharing `array`'s memory and layout; an ml_dtypes bfloat16 array becomes torch.bfloat16."""
+    import torch
+
+    if ml_dtypes is not None and array.dtype == np.dtype(ml_dtypes.bfloat16):
+        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def to_numpy(obj: Any) -> np.ndarray:
+    """A numpy copy of a host array: a numpy array as it is, a torch tensor or any DLPack producer in host
+    memory (bfloat16 as ml_dtypes.bfloat16). Layout kept."""
+    if isinstance(obj, np.ndarray) or not _dlpack.is_producer(obj):
+        return np.asarray(obj)
+    v = _dlpack.view(obj, "array")
+    if not v.on_host:
+        msg = f"array: in device memory (DLPack device type {v.device_type}); copy it to the host first"
+        raise InputError(msg, fix="tensor.cpu()")
+    dtype = _FROM_CODE.get(v.code)
+    if dtype is None:
+        raise InputError(f"array: {_missing_dtype(v.code)}", fix="pip install ml_dtypes")
+    return _host_copy(v.ptr, dtype, v.shape, v.strides)
+
+
+def _host_copy(data: int, dtype: np.dtype, shape: tuple[int, ...], elem_strides: tuple[int, ...]) -> np.ndarray:
+    """A numpy copy of the strided host memory at `data` (its layout preserved)."""
+    if any(s == 0 for s in shape):
+        return np.empty(shape, dtype)
+    # span of memory the view touches, then a strided view of it, copied (layout preserved)
+    lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, elem_strides, strict=True))
+    hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, elem_strides, strict=True))
+    count = hi - lo + 1
+    buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(data + lo * dtype.itemsize)
+    flat = np.frombuffer(memoryview(buf), dtype=dtype, count=count)
+    view = np.lib.stride_tricks.as_strided(flat[-lo:], shape, [s * dtype.itemsize for s in elem_strides])
+    return np.array(view, order="K", copy=True)
 
 # The C API's structs, generated from toolchain/spec/c_api.toml (_abi.py)
 _View = _abi.TensorView
@@ -94,7 +165,7 @@ class Library:
             self.check(rc, "reading an output tensor")
         dtype = _FROM_CODE.get(code.value)
         if dtype is None:
-            msg = f"output dtype code {code.value} has no numpy equivalent"
+            msg = f"output: {_missing_dtype(code.value)}"
             raise RunError(msg)
         return (data.value or 0, dtype, tuple(sizes[i] for i in range(ndim.value)),
                 tuple(strides[i] for i in range(ndim.value)))
@@ -113,16 +184,7 @@ class Library:
             return self.take_output(host.value or 0)
         try:
             data, dtype, shape, elem_strides = self.tensor_meta(handle)
-            if any(s == 0 for s in shape):
-                return np.empty(shape, dtype)
-            # span of memory the view touches, then a strided view of it, copied (layout preserved)
-            lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, elem_strides, strict=True))
-            hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, elem_strides, strict=True))
-            count = hi - lo + 1
-            buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(data + lo * dtype.itemsize)
-            flat = np.frombuffer(memoryview(buf), dtype=dtype, count=count)
-            view = np.lib.stride_tricks.as_strided(flat[-lo:], shape, [s * dtype.itemsize for s in elem_strides])
-            return np.array(view, order="K", copy=True)
+            return _host_copy(data, dtype, shape, elem_strides)
         finally:
             lib.aoti_torch_delete_tensor_object(handle)
 
@@ -234,15 +296,20 @@ class Program(_Owned):
         self._lib.check(rc, "set_input_layout")
 
     def run(self, inputs: Sequence[Any], *, method: str | None = None, session: Session | None = None,
-            device_outputs: bool = False) -> list[Any]:
+            device_outputs: bool = False, output_type: str = "numpy") -> list[Any]:
         """Run `method` (default: the first, "forward" when present) in `session` (default: the program's state).
 
-        Inputs: numpy arrays, or for a CUDA program device buffers (anything with `__cuda_array_interface__`,
-        such as `cuda.DeviceArray`, torch or cupy arrays, used without a copy). Returns numpy arrays; with
-        device_outputs=True a CUDA program returns `cuda.DeviceArray`s."""
+        Inputs: numpy arrays (bfloat16 as ml_dtypes.bfloat16), torch tensors or any DLPack producer (`__dlpack__`:
+        JAX, cupy, ...), used without a copy; for a CUDA program also device buffers (such producers in device
+        memory, or anything with `__cuda_array_interface__`, such as `cuda.DeviceArray`).
+        Returns numpy arrays (bfloat16 as ml_dtypes.bfloat16), or torch tensors with output_type="torch"; with
+        device_outputs=True a CUDA program returns `cuda.DeviceArray`s (torch CUDA tensors with "torch")."""
         handle = self._live()
         index = self._method_index(method)
         num_inputs, num_outputs = self._arity[index]
+        if output_type not in OUTPUT_TYPES:
+            msg = f"output_type={output_type!r}: use one of {', '.join(OUTPUT_TYPES)}"
+            raise InputError(msg)
         if session is not None and session._handle.value is None:
             msg = f"{self.path}: the session is closed"
             raise RunError(msg)
@@ -251,12 +318,15 @@ class Program(_Owned):
             msg = f"{self.path}: the model{label} takes {num_inputs} input(s), got {len(inputs)}"
             raise InputError(msg)
         views = (_View * max(1, len(inputs)))()
-        keep = []
+        keep: list[Any] = []  # what the views point into, alive until the run returns
         on_cuda = self.device.startswith("cuda")
         if device_outputs and not on_cuda:
             msg = f"{self.path}: device_outputs=True needs a program loaded with device='cuda'"
             raise InputError(msg)
         for i, arr in enumerate(inputs):
+            if not isinstance(arr, np.ndarray) and _dlpack.is_producer(arr):
+                views[i] = self._dlpack_view(arr, i, on_cuda, keep)
+                continue
             if hasattr(arr, "__cuda_array_interface__"):
                 if not on_cuda:
                     msg = f"input {i}: a device buffer, but {self.path} was loaded on the CPU; load(..., device='cuda')"
@@ -267,7 +337,7 @@ class Program(_Owned):
                 code = _TO_CODE.get(dt)
                 if code is None:
                     msg = f"input {i}: dtype {dt} is not supported"
-                    raise InputError(msg)
+                    raise InputError(msg, fix="pass a torch tensor or another DLPack producer (bfloat16 included)")
                 sizes = (ctypes.c_int64 * max(1, len(shape)))(*shape)
                 strides = (ctypes.c_int64 * max(1, len(shape)))(*st)
                 keep.append((arr, sizes, strides))
@@ -276,7 +346,8 @@ class Program(_Owned):
             a = np.asarray(arr)
             code = _TO_CODE.get(a.dtype)
             if code is None or not a.dtype.isnative:
-                msg = f"input {i}: dtype {a.dtype} is not supported (use float16/32/64, int8-64, uint8 or bool)"
+                msg = (f"input {i}: dtype {a.dtype} is not supported (use float16/32/64, bfloat16 (ml_dtypes), "
+                       "int8-64, uint8 or bool)")
                 raise InputError(msg)
             if any(s % a.itemsize for s in a.strides):
                 a = np.ascontiguousarray(a)
@@ -292,8 +363,30 @@ class Program(_Owned):
         if device_outputs:
             from toolchain.runtime import cuda as _cuda
 
-            return [_cuda.wrap_output(self._lib, h) for h in handles]
-        return [self._lib.take_output(h) for h in handles]
+            wrapped = [_cuda.wrap_output(self._lib, h) for h in handles]
+            return [_cuda.to_torch(w) for w in wrapped] if output_type == "torch" else wrapped
+        host = [self._lib.take_output(h) for h in handles]
+        return [to_torch(a) for a in host] if output_type == "torch" else host
+
+    def _dlpack_view(self, arr: Any, i: int, on_cuda: bool, keep: list[Any]) -> Any:
+        """The TensorView of a DLPack producer (torch, JAX, cupy, ...): host memory for any program, device
+        memory for a CUDA program (exported on the legacy default stream, which the program's stream orders
+        with)."""
+        dev_type, _ = _dlpack.device_of(arr)
+        on_device = dev_type not in _dlpack._HOST_DEVICES
+        if on_device and not (on_cuda and dev_type == _dlpack.KDL_CUDA):
+            where = "the CPU" if not on_cuda else self.device
+            msg = f"input {i}: in device memory (DLPack device type {dev_type}), but {self.path} was loaded on {where}"
+            raise InputError(msg, fix="load(..., device='cuda') for CUDA tensors, or pass host memory (tensor.cpu())")
+        v = _dlpack.view(arr, f"input {i}", stream=1 if on_device else None)
+        sizes = (ctypes.c_int64 * max(1, len(v.shape)))(*v.shape)
+        strides = (ctypes.c_int64 * max(1, len(v.shape)))(*v.strides)
+        keep.append((arr, v, sizes, strides))
+        if on_device:
+            from toolchain.runtime import cuda as _cuda
+
+            return _View(v.ptr, v.code, len(v.shape), sizes, strides, _cuda.CUDA_DEVICE_TYPE, v.device_id)
+        return _View(v.ptr, v.code, len(v.shape), sizes, strides, 0, 0)
 
     def synchronize(self) -> None:
         """Wait for this program's device work (a no-op on the CPU)."""
@@ -365,8 +458,8 @@ class Session(_Owned):
         self.program = program  # keeps the library; the C session keeps the program's resources alive
         self._handle = ctypes.c_void_p(handle)
 
-    def run(self, inputs: Sequence[np.ndarray], *, method: str | None = None) -> list[np.ndarray]:
-        return self.program.run(inputs, method=method, session=self)
+    def run(self, inputs: Sequence[Any], *, method: str | None = None, output_type: str = "numpy") -> list[Any]:
+        return self.program.run(inputs, method=method, session=self, output_type=output_type)
 
     def reset(self) -> None:
         """Back to the state as loaded."""

@@ -170,9 +170,11 @@ def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def device_view(obj: Any, index: int) -> tuple[int, np.dtype, tuple[int, ...], tuple[int, ...], int]:
-    """(pointer, dtype, shape, element strides, device index) of an object with __cuda_array_interface__."""
+    """(pointer, dtype, shape, element strides, device index) of an object with __cuda_array_interface__.
+
+    A DeviceArray gives its own dtype: the interface's typestr of an ml_dtypes bfloat16 is plain void ('<V2')."""
     cai = obj.__cuda_array_interface__
-    dtype = np.dtype(cai["typestr"])
+    dtype = obj.dtype if isinstance(obj, DeviceArray) else np.dtype(cai["typestr"])
     shape = tuple(int(s) for s in cai["shape"])
     if cai.get("strides") is None:
         strides = _contiguous(shape)
@@ -200,3 +202,20 @@ def wrap_output(library: Any, handle: int) -> DeviceArray:
         raise
     h = ctypes.c_void_p(handle)
     return DeviceArray(data, shape, dtype, st, dev.value, _free=lambda: lib.aoti_torch_delete_tensor_object(h))
+
+
+def to_torch(array: DeviceArray) -> Any:
+    """A torch CUDA tensor with `array`'s contents and layout (a device-to-device copy into torch's allocator,
+    finished before it returns); `array` is freed. bfloat16 (ml_dtypes) becomes torch.bfloat16."""
+    import torch
+
+    cudart = _cudart()
+    out = torch.empty_strided(array.shape, array.strides, dtype=getattr(torch, array.dtype.name),
+                              device=f"cuda:{array.device}")
+    span = array._span()
+    if span:
+        _check(cudart.cudaMemcpy(out.data_ptr(), array.ptr, span, cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice),
+               "cudaMemcpy (device to device)")
+        synchronize()
+    array.free()
+    return out

@@ -353,12 +353,12 @@ class Dtype:
     code: int
     itemsize: int
     runtime: bool  # the host runtime computes with it (contracts may name it)
-    numpy: str  # numpy's dtype string ("<f4"), "" when numpy has none
+    numpy: str  # numpy's dtype string ("<f4"; "<V2" for ml_dtypes.bfloat16), "" when numpy has none
     aliases: tuple[str, ...]
 
     @property
     def numpy_kind(self) -> str:
-        """numpy's kind character ('f', 'i', 'u', 'b', 'c'), "" when numpy has no such dtype."""
+        """numpy's kind character ('f', 'i', 'u', 'b', 'c'; 'V' for an ml_dtypes type), "" when numpy has none."""
         return self.numpy[1] if self.numpy else ""
 
 
@@ -422,7 +422,8 @@ _PACKAGE_FIELDS: dict[str, tuple[type, bool]] = {
     "constants_schema": (int, True), "plugin_dir": (str, True), "methods_manifest": (str, True),
     "methods_schema": (int, True),
 }
-_NUMPY_RE = re.compile(r"^[<|][biufc]\d{1,2}$")
+# 'V': an ml_dtypes extension type, always '<' (numpy.save's descr for it; plain void is '|V<n>').
+_NUMPY_RE = re.compile(r"^([<|][biufc]|<V)\d{1,2}$")
 _C_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
