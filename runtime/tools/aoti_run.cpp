@@ -220,6 +220,18 @@ void require_file(const std::string& path, const char* what) {
   }
 }
 
+// What this command wrote: the output files, and the directories make_outdir created (deepest first).
+// A command that fails removes them again, so a failed run leaves no partial result.
+std::vector<std::string> g_written_files;
+std::vector<std::string> g_created_dirs;
+
+void remove_created_dirs() {
+  for (const auto& f : g_written_files) ::unlink(f.c_str());
+  for (const auto& d : g_created_dirs) ::rmdir(d.c_str());  // only succeeds while empty
+  g_written_files.clear();
+  g_created_dirs.clear();
+}
+
 // Creates OUTDIR (and its parents) and checks that files can be created in it, before the (possibly
 // slow) load and run: an unusable -o is a bad input, found early, with nothing written.
 void make_outdir(const std::string& dir) {
@@ -227,6 +239,11 @@ void make_outdir(const std::string& dir) {
   if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
     throw Failure{kExitBadInput, dir + ": exists and is " + aoti_host::file_type_name(st.st_mode) +
                                      ", not a directory; choose another -o"};
+  }
+  for (std::filesystem::path p(dir); !p.empty() && ::lstat(p.c_str(), &st) != 0 && errno == ENOENT;
+       p = p.parent_path()) {
+    g_created_dirs.push_back(p.string());
+    if (p == p.parent_path()) break;
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -345,6 +362,7 @@ void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool 
   const std::string path = join(outdir, name + ".npy");
   try {
     aoti_host::write_npy(path, dtype, sizes, strides, data);  // bfloat16: '<V2', read with ml_dtypes
+    g_written_files.push_back(path);
   } catch (const aoti_host::Error& e) {  // an OUTDIR that refuses the file: a bad -o, nothing half-written
     throw Failure{kExitBadInput, std::string("cannot write ") + name + " (" + dtype_label(dtype) +
                                    shape_label(sizes) + "): " + e.what()};
@@ -556,13 +574,16 @@ int main(int argc, char** argv) {
     }
     return run(args);
   } catch (const Failure& f) {
+    remove_created_dirs();
     std::fflush(stdout);
     std::fprintf(stderr, "aoti-run: %s\n", f.message.c_str());
     return f.code;
   } catch (const std::bad_alloc&) {
+    remove_created_dirs();
     std::fprintf(stderr, "aoti-run: out of memory; free memory or use smaller inputs\n");
     return kExitFailed;
   } catch (const std::exception& e) {
+    remove_created_dirs();
     std::fprintf(stderr, "aoti-run: unexpected error: %s; please report it with the command line\n", e.what());
     return kExitFailed;
   } catch (...) {

@@ -63,7 +63,15 @@ def test_loading_fails_naming_op_and_shim(missing_op_package, host_build, tmp_pa
     for i, x in enumerate(inputs):
         np.save(tmp_path / f"in{i}.npy", x.numpy())
         args += ["-i", str(tmp_path / f"in{i}.npy")]
-    proc = subprocess.run([*args, "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    (tmp_path / "kept").mkdir()
+    proc = subprocess.run([*args, "-o", str(tmp_path / "kept" / "out" / "deeper")], capture_output=True, text=True)
     assert proc.returncode == exit_code("load_failed"), proc.stderr
     assert f"{SHIM} (ATen op {OP})" in proc.stderr and "does not provide" in proc.stderr
-    assert not list(tmp_path.glob("out/*"))  # nothing written
+    # No trace: the -o directories aoti-run made for the run are gone again; the one that was there stays.
+    assert (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())
+    # The same through aoti-toolchain run (the Python module).
+    r = subprocess.run([sys.executable, "-m", "toolchain", "run", str(pt2), *args[2:], "-o", str(tmp_path / "kept" / "py")],
+                       capture_output=True, text=True)
+    assert r.returncode == exit_code("load_failed"), r.stderr
+    assert f"{SHIM} (ATen op {OP})" in r.stderr
+    assert not list((tmp_path / "kept").iterdir())

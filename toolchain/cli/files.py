@@ -123,9 +123,15 @@ def load_npy(path: Path, what: str = ".npy input"):
             raise InputError(msg, fix="save inputs with numpy.save(path, array)") from exc
 
 
-def prepare_outdir(path: Path) -> None:
+def prepare_outdir(path: Path) -> list[Path]:
     """Create the output directory (and parents) and check files can be made in it, before any work:
-    an unusable -o is a bad input, found early, with nothing written."""
+    an unusable -o is a bad input, found early, with nothing written. Returns the directories it created,
+    deepest first, for remove_created() when the command then fails."""
+    created = []
+    p = path
+    while not os.path.lexists(p) and p != p.parent:
+        created.append(p)
+        p = p.parent
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):  # mkdir below says why it can't be made
@@ -144,6 +150,17 @@ def prepare_outdir(path: Path) -> None:
     if not os.access(path, os.W_OK | os.X_OK):
         msg = f"{path}: the output directory is not writable"
         raise InputError(msg, fix="choose another -o or fix its permissions")
+    return created
+
+
+def remove_created(dirs: list[Path]) -> None:
+    """Remove the directories prepare_outdir created, deepest first, each only while still empty: a command
+    that fails after making its -o leaves no trace."""
+    for d in dirs:
+        try:
+            os.rmdir(d)
+        except OSError:
+            return
 
 
 def save_npy(path: Path, array) -> None:

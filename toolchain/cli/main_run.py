@@ -22,19 +22,27 @@ def main(args: argparse.Namespace) -> int:
     inputs = [files.load_npy(Path(p)) for p, _ in specs]
     layouts = [runtime.layout_strides(lay, x.shape) if lay else None for (_, lay), x in zip(specs, inputs, strict=True)]
     refs = [files.load_npy(Path(p), "reference (--compare)") for p in args.compare]
-    files.prepare_outdir(Path(args.output))
-    with runtime.load(args.model, weights=args.weights, library_path=args.library, strict=args.strict) as prog:
-        if args.method is not None and args.method not in prog.methods:
-            msg = f"{args.model}: no method {args.method!r}; it has {', '.join(prog.methods)}"
-            raise UsageError(msg, fix="choose one with --method")
-        for k, strides in enumerate(layouts):
-            if strides is not None:
-                prog.set_input_layout(k, strides, method=args.method)
-        outputs = prog.run(inputs, method=args.method)
-    for k, out in enumerate(outputs):
-        dest = Path(args.output) / f"output_{k}.npy"
-        files.save_npy(dest, out)
-        print(f"output_{k}: {out.dtype}{list(out.shape)} -> {dest}")
+    created = files.prepare_outdir(Path(args.output))
+    written: list[Path] = []
+    try:
+        with runtime.load(args.model, weights=args.weights, library_path=args.library, strict=args.strict) as prog:
+            if args.method is not None and args.method not in prog.methods:
+                msg = f"{args.model}: no method {args.method!r}; it has {', '.join(prog.methods)}"
+                raise UsageError(msg, fix="choose one with --method")
+            for k, strides in enumerate(layouts):
+                if strides is not None:
+                    prog.set_input_layout(k, strides, method=args.method)
+            outputs = prog.run(inputs, method=args.method)
+        for k, out in enumerate(outputs):
+            dest = Path(args.output) / f"output_{k}.npy"
+            files.save_npy(dest, out)
+            written.append(dest)
+            print(f"output_{k}: {out.dtype}{list(out.shape)} -> {dest}")
+    except BaseException:  # no partial result: this command's outputs and the directories it made go
+        for f in written:
+            f.unlink(missing_ok=True)
+        files.remove_created(created)
+        raise
     if refs:
         for line in files.compare(outputs, refs, args.atol, args.rtol):
             print(line)
