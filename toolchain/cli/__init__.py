@@ -14,7 +14,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", fix=f"see `{self.prog} --help`")
 
 
-COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch")
+COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:
