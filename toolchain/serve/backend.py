@@ -158,6 +158,7 @@ class ProgramBackend:
         self.max_batch = max(0, int(max_batch))
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aoti-run")
         self.submit: Submit | None = None
+        self.counts = {"requests": 0, "runs": 0}  # infer calls, program runs (fewer when batched)
         self._ready = True
 
     def ready(self) -> bool:
@@ -167,6 +168,7 @@ class ProgramBackend:
         return self.max_batch > 1 and any(m.batch is not None for m in self.models.values())
 
     async def infer(self, model: ModelMeta, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        self.counts["requests"] += 1
         if self.submit is not None and model.batch is not None and self.max_batch > 1:
             result = await self.submit((model, inputs))
         else:
@@ -176,6 +178,7 @@ class ProgramBackend:
         return result
 
     def run_one(self, model: ModelMeta, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.counts["runs"] += 1
         try:
             return self.runner.run(list(inputs), method=model.method)
         except InputError as exc:  # the runtime's own contract check: the request's fault

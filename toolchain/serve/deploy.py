@@ -77,7 +77,7 @@ class ProgramReplica:
         ctx = ray.get_runtime_context()
         return {"pid": os.getpid(), "rss_bytes": rss_bytes(), "torch_imported": "torch" in sys.modules,
                 "actor_name": ctx.get_actor_name(), "init_seconds": self.init_seconds,
-                "process_start_to_ready_s": self.start_to_ready_s, "models": sorted(self.backend.models)}
+                "process_start_to_ready_s": self.start_to_ready_s, "models": sorted(self.backend.models), **self.backend.counts}
 
 
 def parse_autoscale(text: str) -> tuple[int, int]:
