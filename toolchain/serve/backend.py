@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,12 +81,15 @@ def read_contract(package: Path) -> dict[str, Any] | None:
 def _meta_from_contract(entry: Any, fallback: str) -> TensorMeta:
     if not isinstance(entry, dict):
         return TensorMeta(fallback, None, None)
-    name = entry.get("name") if isinstance(entry.get("name"), str) else fallback
-    datatype = CONTRACT_DATATYPES.get(entry.get("dtype")) if isinstance(entry.get("dtype"), str) else None
+    raw_name, raw_dtype = entry.get("name"), entry.get("dtype")
+    name: str = raw_name if isinstance(raw_name, str) else fallback
+    datatype = CONTRACT_DATATYPES.get(raw_dtype) if isinstance(raw_dtype, str) else None
     raw = entry.get("shape")
     if not isinstance(raw, list):
         return TensorMeta(name, datatype, None)
-    shape, lo, hi = [], [], []
+    shape: list[int] = []
+    lo: list[int] = []
+    hi: list[int | None] = []
     for d in raw:
         if type(d) is int and d >= 0:
             shape.append(d)
@@ -151,7 +154,8 @@ class ProgramBackend:
 
     def __init__(self, runner: Runner, path: Path, *, name: str | None = None, max_batch: int = 0) -> None:
         self.runner = runner
-        self.models, self.notes = describe(runner, Path(path), name)
+        models, self.notes = describe(runner, Path(path), name)
+        self.models: Mapping[str, ModelMeta] = models
         if not self.models:
             msg = f"{path}: no method of the program can be served: {'; '.join(self.notes)}"
             raise InputError(msg, fix="export the program with aoti-toolchain export (it records a contract)")

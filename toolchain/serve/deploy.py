@@ -56,8 +56,9 @@ class ProgramReplica:
                                       max_batch=int(options.get("max_batch", 0)))
         self.max_body_bytes = int(options.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES))
         if self.backend.batchable():
-            self._batched.set_max_batch_size(self.backend.max_batch)
-            self._batched.set_batch_wait_timeout_s(float(options.get("batch_wait_ms", 5.0)) / 1000.0)
+            batched: Any = self._batched  # serve.batch's wrapper, tunable per replica
+            batched.set_max_batch_size(self.backend.max_batch)
+            batched.set_batch_wait_timeout_s(float(options.get("batch_wait_ms", 5.0)) / 1000.0)
             self.backend.submit = self._batched
         self.init_seconds = time.monotonic() - t0
         self.start_to_ready_s = process_age_s()
@@ -77,7 +78,8 @@ class ProgramReplica:
         ctx = ray.get_runtime_context()
         return {"pid": os.getpid(), "rss_bytes": rss_bytes(), "torch_imported": "torch" in sys.modules,
                 "actor_name": ctx.get_actor_name(), "init_seconds": self.init_seconds,
-                "process_start_to_ready_s": self.start_to_ready_s, "models": sorted(self.backend.models), **self.backend.counts}
+                "process_start_to_ready_s": self.start_to_ready_s, "models": sorted(self.backend.models),
+                **self.backend.counts}
 
 
 def parse_autoscale(text: str) -> tuple[int, int]:
@@ -133,5 +135,6 @@ def application(model: str | os.PathLike[str], *, replicas: int = 1, autoscale: 
                                                     "initial_replicas": max(1, autoscale[0])}
     else:
         deployment_options["num_replicas"] = replicas
-    deployment = serve.deployment(ProgramReplica).options(**deployment_options)
+    deployment: Any = serve.deployment(ProgramReplica)
+    deployment = deployment.options(**deployment_options)
     return deployment.bind(str(path), options)
