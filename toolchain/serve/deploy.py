@@ -47,11 +47,16 @@ class ProgramReplica:
 
     def __init__(self, path: str, options: dict[str, Any]) -> None:
         t0 = time.monotonic()
-        from toolchain import runtime
+        self.rss_at_init = rss_bytes()  # the Ray worker and Serve alone, before the program's engine
+        factory = options.get("runner_factory")
+        if factory is not None:  # another engine behind the same protocol (bench/bench_serve.py: torch's)
+            program = factory(path, options)
+        else:
+            from toolchain import runtime
 
-        device = options.get("device", "cpu")
-        program = runtime.load(path, device=device, cuda_graphs=bool(options.get("cuda_graphs", False)),
-                               library_path=options.get("library_path"))
+            program = runtime.load(path, device=options.get("device", "cpu"),
+                                   cuda_graphs=bool(options.get("cuda_graphs", False)),
+                                   library_path=options.get("library_path"))
         self.backend = ProgramBackend(program, Path(path), name=options.get("name"),
                                       max_batch=int(options.get("max_batch", 0)))
         self.max_body_bytes = int(options.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES))
@@ -76,7 +81,7 @@ class ProgramReplica:
         import ray
 
         ctx = ray.get_runtime_context()
-        return {"pid": os.getpid(), "rss_bytes": rss_bytes(), "torch_imported": "torch" in sys.modules,
+        return {"pid": os.getpid(), "rss_bytes": rss_bytes(), "rss_at_init_bytes": self.rss_at_init, "torch_imported": "torch" in sys.modules,
                 "actor_name": ctx.get_actor_name(), "init_seconds": self.init_seconds,
                 "process_start_to_ready_s": self.start_to_ready_s, "models": sorted(self.backend.models),
                 **self.backend.counts}
@@ -99,14 +104,15 @@ def application(model: str | os.PathLike[str], *, replicas: int = 1, autoscale: 
                 max_batch: int = 0, batch_wait_ms: float = 5.0, device: str = "cpu", cuda_graphs: bool = False,
                 name: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, num_cpus: float = 1.0,
                 library_path: str | os.PathLike[str] | None = None,
-                max_ongoing_requests: int = 32) -> serve.Application:
+                max_ongoing_requests: int = 32, runner_factory: Any = None) -> serve.Application:
     """A Ray Serve application serving `model` (.pt2, plugin .so, or a directory / methods.json of several
     methods) over the v2 protocol; run it with `ray.serve.run(app, route_prefix="/")`.
 
     replicas / autoscale=(MIN, MAX): fixed replicas or Ray Serve autoscaling. max_batch > 1 batches
     requests of a model whose contract has a dynamic dimension 0 (rows per run <= max_batch and the
     contract's maximum), waiting up to batch_wait_ms. device "cuda"/"cuda:N" gives each replica a GPU
-    (num_gpus=1) and cuda_graphs=True captures its runs into CUDA graphs."""
+    (num_gpus=1) and cuda_graphs=True captures its runs into CUDA graphs. runner_factory(path, options),
+    a picklable function, replaces toolchain.runtime.load as the replicas' engine (for comparisons)."""
     path = Path(model).resolve()
     if not path.exists():
         msg = f"{model}: no such file or directory"
@@ -122,7 +128,8 @@ def application(model: str | os.PathLike[str], *, replicas: int = 1, autoscale: 
         raise InputError(msg)
     options = {"device": device, "cuda_graphs": cuda_graphs, "name": name, "max_batch": max_batch,
                "batch_wait_ms": batch_wait_ms, "max_body_bytes": max_body_bytes,
-               "library_path": str(library_path) if library_path is not None else None}
+               "library_path": str(library_path) if library_path is not None else None,
+               "runner_factory": runner_factory}
     # replicas import the same toolchain (and so the same built runtime library) as this process
     pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     actor: dict[str, Any] = {"num_cpus": num_cpus, "runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}}}
