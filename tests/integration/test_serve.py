@@ -354,10 +354,11 @@ def test_triton_backend_runs_the_lifecycle_and_answers_bad_requests_with_errors(
     backend_dir = host_build.lib.parent.parent / "triton" / "aoti_toolchain"
     backend = backend_dir / "libtriton_aoti_toolchain.so"
     exported = subprocess.run(["nm", "-D", "--defined-only", backend], capture_output=True, text=True).stdout
-    names = {line.split()[-1] for line in exported.splitlines() if " T " in line}
+    names = {line.split()[-1] for line in exported.splitlines() if line.strip()}
     assert names == {"TRITONBACKEND_Initialize", "TRITONBACKEND_ModelInitialize", "TRITONBACKEND_ModelFinalize",
                      "TRITONBACKEND_ModelInstanceInitialize", "TRITONBACKEND_ModelInstanceFinalize",
                      "TRITONBACKEND_ModelInstanceExecute"}, names
+    assert not [line for line in exported.splitlines() if " u " in line]  # no GNU-unique: Triton can unload it
     needed = subprocess.run(["readelf", "-d", backend], capture_output=True, text=True).stdout
     assert "libaoti_host" not in needed and "torch" not in needed  # the runtime is opened, not linked
     model_dir = tmp_path / "repo" / "mlp"
@@ -375,3 +376,36 @@ def test_triton_backend_runs_the_lifecycle_and_answers_bad_requests_with_errors(
     x = ((np.arange(rows * 16) % 97) * 0.01 - 0.5).astype(np.float32).reshape(rows, 16)
     out = np.fromfile(tmp_path / "out.bin", dtype=np.float32).reshape(rows, 8)
     np.testing.assert_allclose(out, eager(x), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ command line
+
+def test_serve_command_refuses_bad_arguments_before_starting_ray(tmp_path):
+    import sys
+
+    from tests.conftest import REPO_ROOT
+    from toolchain.errors import InputError, UsageError
+
+    model = tmp_path / "m.pt2"
+    model.write_bytes(b"not a package")
+    for args, code, text in [
+        ([str(tmp_path / "missing.pt2")], UsageError.exit_code, "no such file"),
+        ([str(model), "--replicas", "2", "--autoscale", "1..3"], UsageError.exit_code, "exclude each other"),
+        ([str(model), "--autoscale", "3..1"], InputError.exit_code, "MIN..MAX"),
+        ([str(model), "--port", "0"], UsageError.exit_code, "not a TCP port"),
+    ]:
+        proc = subprocess.run([sys.executable, "-m", "toolchain", "serve", *args], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == code and text in proc.stderr, (args, proc.returncode, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
+def test_parse_autoscale():
+    pytest.importorskip("ray.serve", reason="ray[serve] is not installed (pip install -e '.[serve]')")
+    from toolchain.errors import InputError
+    from toolchain.serve.deploy import parse_autoscale
+
+    assert parse_autoscale("1..4") == (1, 4) and parse_autoscale("0..1") == (0, 1)
+    for bad in ("4..1", "1-4", "a..b", "0..0", "-1..2", ""):
+        with pytest.raises(InputError, match="MIN..MAX"):
+            parse_autoscale(bad)

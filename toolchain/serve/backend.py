@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -162,7 +163,8 @@ class ProgramBackend:
         self.max_batch = max(0, int(max_batch))
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aoti-run")
         self.submit: Submit | None = None
-        self.counts = {"requests": 0, "runs": 0}  # infer calls, program runs (fewer when batched)
+        # infer calls, program runs (fewer when batched), and the seconds spent in the program's runs
+        self.counts: dict[str, float] = {"requests": 0, "runs": 0, "run_seconds": 0.0}
         self._ready = True
 
     def ready(self) -> bool:
@@ -183,12 +185,15 @@ class ProgramBackend:
 
     def run_one(self, model: ModelMeta, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self.counts["runs"] += 1
+        t0 = time.perf_counter()
         try:
             return self.runner.run(list(inputs), method=model.method)
         except InputError as exc:  # the runtime's own contract check: the request's fault
             raise V2Error(400, str(exc)) from None
         except ToolchainError as exc:
             raise V2Error(500, f"the program failed: {exc}") from None
+        finally:
+            self.counts["run_seconds"] += time.perf_counter() - t0
 
     def _run_safe(self, model: ModelMeta, inputs: Sequence[np.ndarray]) -> Result:
         try:
