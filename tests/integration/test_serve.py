@@ -3,7 +3,8 @@ then against a local Ray Serve deployment of 2 torch-free replicas: outputs equa
 along the contract's dynamic dimension, bad requests get v2 errors and leave the replicas up, and a replica
 killed during a bounded request loop loses no request beyond those in flight (the client retries).
 
-One Ray instance for the whole session, bounded (2 CPUs, a small object store) and shut down at its end."""
+One Ray instance for the session (started by this module only), bounded (2 CPUs, a small object store) and
+shut down when the module ends."""
 
 from __future__ import annotations
 
@@ -202,9 +203,11 @@ def test_multi_method_program_serves_each_method(torch, host_lib, tmp_path_facto
 
 # ------------------------------------------------------------------------------------ Ray Serve
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_serve(dyn_mlp):
-    """A local Ray (2 CPUs, 80 MB object store) serving the dynamic MLP with 2 replicas, batching <= 8 rows, bodies <= 1 MiB."""
+    """The one local Ray instance of the test session (only this module starts Ray; module scope shuts it
+    down when the module ends, not after the rest of the suite): 2 CPUs, 80 MB object store, serving the
+    dynamic MLP with 2 replicas, batching <= 8 rows, bodies <= 1 MiB."""
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[serve]'); Ray tests skipped")
     serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed (pip install -e '.[serve]')")
     from toolchain.serve import application
