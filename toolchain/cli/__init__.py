@@ -16,7 +16,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{command}: {message}" if command else message, fix=f"see `{self.prog} --help`")
 
 
-COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch")
+COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,454 @@
+// A Triton Inference Server backend ("aoti_toolchain") over the host runtime's C API: a model is a .pt2
+// package (or a program of several methods), an instance loads it on its device and runs requests without
+// LibTorch. Design, model repository layout and config.pbtxt: docs/serving.md.
+//
+// The runtime library is not linked: it is opened RTLD_GLOBAL at TRITONBACKEND_Initialize (Triton opens
+// backends RTLD_LOCAL, and plugins bind their aoti_torch_* shims from the global scope), from
+// $AOTI_HOST_LIBRARY or else libaoti_host.so beside this library, and its C API is resolved by name.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aoti_host/c_api.h"
+
+#pragma GCC visibility push(default)  // the TRITONBACKEND_* entry points this library implements
+#include "triton/core/tritonbackend.h"
+#pragma GCC visibility pop
+
+namespace {
+
+using Tensor = AtenTensorOpaque*;
+
+// The C API and the shims used to read outputs, resolved from the runtime library.
+struct Api {
+  void* handle = nullptr;
+  decltype(&aoti_host_last_error) last_error = nullptr;
+  decltype(&aoti_host_program_load) load = nullptr;
+  decltype(&aoti_host_program_free) free_program = nullptr;
+  decltype(&aoti_host_program_set_cuda_graphs) set_cuda_graphs = nullptr;
+  decltype(&aoti_host_program_find_method) find_method = nullptr;
+  decltype(&aoti_host_program_method_num_inputs) method_num_inputs = nullptr;
+  decltype(&aoti_host_program_method_num_outputs) method_num_outputs = nullptr;
+  decltype(&aoti_host_program_input_spec) input_spec = nullptr;
+  decltype(&aoti_host_program_output_spec) output_spec = nullptr;
+  decltype(&aoti_host_program_run_method) run_method = nullptr;
+  decltype(&aoti_host_program_num_state_tensors) num_state_tensors = nullptr;
+  decltype(&aoti_host_session_create) session_create = nullptr;
+  decltype(&aoti_host_session_free) session_free = nullptr;
+  decltype(&aoti_host_tensor_to_cpu) to_cpu = nullptr;
+  decltype(&aoti_host_program_synchronize) synchronize = nullptr;
+  int32_t (*get_data_ptr)(Tensor, void**) = nullptr;
+  int32_t (*get_dtype)(Tensor, int32_t*) = nullptr;
+  int32_t (*get_dim)(Tensor, int64_t*) = nullptr;
+  int32_t (*get_sizes)(Tensor, int64_t**) = nullptr;
+  int32_t (*delete_tensor)(Tensor) = nullptr;
+};
+Api g_api;
+
+TRITONSERVER_Error* error(TRITONSERVER_Error_Code code, const std::string& message) {
+  return TRITONSERVER_ErrorNew(code, ("aoti_toolchain: " + message).c_str());
+}
+
+TRITONSERVER_Error* runtime_error(const std::string& what) {
+  const char* detail = g_api.last_error ? g_api.last_error() : "";
+  return error(TRITONSERVER_ERROR_INTERNAL, what + ": " + (detail ? detail : ""));
+}
+
+#define RETURN_IF_ERROR(expr)                     \
+  do {                                            \
+    TRITONSERVER_Error* err__ = (expr);           \
+    if (err__ != nullptr) return err__;           \
+  } while (false)
+
+template <typename F>
+bool resolve(void* handle, const char* name, F& out) {
+  out = reinterpret_cast<F>(::dlsym(handle, name));
+  return out != nullptr;
+}
+
+TRITONSERVER_Error* open_runtime() {
+  std::string path;
+  if (const char* env = std::getenv("AOTI_HOST_LIBRARY"); env != nullptr && *env != '\0') {
+    path = env;
+  } else {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&open_runtime), &info) == 0 || info.dli_fname == nullptr)
+      return error(TRITONSERVER_ERROR_INTERNAL, "cannot find this backend's own path (dladdr); set AOTI_HOST_LIBRARY");
+    path = info.dli_fname;
+    path = path.substr(0, path.rfind('/') + 1) + "libaoti_host.so";
+  }
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) {
+    const char* why = ::dlerror();
+    return error(TRITONSERVER_ERROR_UNAVAILABLE, path + ": cannot load the host runtime: " + (why ? why : "") +
+                                                     " (install libaoti_host.so beside the backend or set "
+                                                     "AOTI_HOST_LIBRARY)");
+  }
+  Api a;
+  a.handle = h;
+  bool ok = resolve(h, "aoti_host_last_error", a.last_error) && resolve(h, "aoti_host_program_load", a.load) &&
+            resolve(h, "aoti_host_program_free", a.free_program) &&
+            resolve(h, "aoti_host_program_set_cuda_graphs", a.set_cuda_graphs) &&
+            resolve(h, "aoti_host_program_find_method", a.find_method) &&
+            resolve(h, "aoti_host_program_method_num_inputs", a.method_num_inputs) &&
+            resolve(h, "aoti_host_program_method_num_outputs", a.method_num_outputs) &&
+            resolve(h, "aoti_host_program_input_spec", a.input_spec) &&
+            resolve(h, "aoti_host_program_output_spec", a.output_spec) &&
+            resolve(h, "aoti_host_program_run_method", a.run_method) &&
+            resolve(h, "aoti_host_program_num_state_tensors", a.num_state_tensors) &&
+            resolve(h, "aoti_host_session_create", a.session_create) &&
+            resolve(h, "aoti_host_session_free", a.session_free) &&
+            resolve(h, "aoti_host_tensor_to_cpu", a.to_cpu) &&
+            resolve(h, "aoti_host_program_synchronize", a.synchronize) &&
+            resolve(h, "aoti_torch_get_data_ptr", a.get_data_ptr) &&
+            resolve(h, "aoti_torch_get_dtype", a.get_dtype) && resolve(h, "aoti_torch_get_dim", a.get_dim) &&
+            resolve(h, "aoti_torch_get_sizes", a.get_sizes) &&
+            resolve(h, "aoti_torch_delete_tensor_object", a.delete_tensor);
+  if (!ok)
+    return error(TRITONSERVER_ERROR_UNAVAILABLE, path + ": lacks a C API function this backend needs (an older "
+                                                        "runtime?): rebuild it with scons");
+  g_api = a;
+  return nullptr;
+}
+
+// Triton datatype <-> torch ScalarType code (toolchain/spec/abi.toml) and element size.
+struct Dtype {
+  TRITONSERVER_DataType triton;
+  int32_t code;
+  size_t size;
+};
+constexpr Dtype kDtypes[] = {
+    {TRITONSERVER_TYPE_BOOL, 11, 1}, {TRITONSERVER_TYPE_UINT8, 0, 1}, {TRITONSERVER_TYPE_INT8, 1, 1},
+    {TRITONSERVER_TYPE_INT16, 2, 2}, {TRITONSERVER_TYPE_INT32, 3, 4}, {TRITONSERVER_TYPE_INT64, 4, 8},
+    {TRITONSERVER_TYPE_FP16, 5, 2},  {TRITONSERVER_TYPE_FP32, 6, 4},  {TRITONSERVER_TYPE_FP64, 7, 8},
+    {TRITONSERVER_TYPE_BF16, 15, 2},
+};
+const Dtype* by_triton(TRITONSERVER_DataType t) {
+  for (const auto& d : kDtypes)
+    if (d.triton == t) return &d;
+  return nullptr;
+}
+const Dtype* by_code(int32_t c) {
+  for (const auto& d : kDtypes)
+    if (d.code == c) return &d;
+  return nullptr;
+}
+
+// A string parameter of the model configuration ("parameters": {"method": {"string_value": "embed"}}), read
+// from Triton's own JSON serialisation of the parsed config (compact, keys quoted as below).
+std::string config_parameter(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\":{\"string_value\":\"";
+  size_t at = json.find(needle);
+  if (at == std::string::npos) return "";
+  at += needle.size();
+  size_t end = json.find('"', at);
+  return end == std::string::npos ? "" : json.substr(at, end - at);
+}
+
+struct ModelState {
+  std::string artifact;  // model.pt2, or a program directory / methods.json
+  std::string method;    // empty: the first ("forward" when present)
+  bool cuda_graphs = false;
+};
+
+struct InstanceState {
+  aoti_host_program* program = nullptr;
+  aoti_host_session* session = nullptr;  // the instance's own mutable state, for a stateful program
+  bool on_gpu = false;
+  size_t method = 0, num_inputs = 0, num_outputs = 0;
+  std::vector<std::string> input_names, output_names;  // method 0: from the contract; else INPUT__k/OUTPUT__k
+  ~InstanceState() {
+    if (session) g_api.session_free(session);
+    if (program) g_api.free_program(program);
+  }
+};
+
+struct TensorDeleter {
+  void operator()(AtenTensorOpaque* t) const {
+    if (t) g_api.delete_tensor(t);
+  }
+};
+using TensorPtr = std::unique_ptr<AtenTensorOpaque, TensorDeleter>;
+
+bool file_exists(const std::string& p) { return ::access(p.c_str(), R_OK) == 0; }
+
+// Index of a request input or a requested output by name: the contract's names, then Triton's INPUT__k.
+long slot_of(const std::vector<std::string>& names, const char* name, const char* prefix, size_t count) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<long>(i);
+  size_t n = std::strlen(prefix);
+  if (std::strncmp(name, prefix, n) == 0 && name[n] != '\0') {
+    char* end = nullptr;
+    long k = std::strtol(name + n, &end, 10);
+    if (*end == '\0' && k >= 0 && static_cast<size_t>(k) < count) return k;
+  }
+  return -1;
+}
+
+TRITONSERVER_Error* run_request(InstanceState* st, TRITONBACKEND_Request* request, TRITONBACKEND_Response* response) {
+  uint32_t input_count = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_RequestInputCount(request, &input_count));
+  if (input_count != st->num_inputs)
+    return error(TRITONSERVER_ERROR_INVALID_ARG, "the model takes " + std::to_string(st->num_inputs) +
+                                                     " input(s), the request has " + std::to_string(input_count));
+  std::vector<aoti_host_tensor_view> views(st->num_inputs);
+  std::vector<bool> seen(st->num_inputs, false);
+  std::vector<std::vector<int64_t>> shapes(st->num_inputs);
+  std::vector<std::vector<char>> gathered(st->num_inputs);
+  for (uint32_t i = 0; i < input_count; ++i) {
+    TRITONBACKEND_Input* input = nullptr;
+    RETURN_IF_ERROR(TRITONBACKEND_RequestInputByIndex(request, i, &input));
+    const char* name = nullptr;
+    TRITONSERVER_DataType datatype;
+    const int64_t* shape = nullptr;
+    uint32_t dims = 0, buffers = 0;
+    uint64_t byte_size = 0;
+    RETURN_IF_ERROR(TRITONBACKEND_InputProperties(input, &name, &datatype, &shape, &dims, &byte_size, &buffers));
+    long slot = slot_of(st->input_names, name, "INPUT__", st->num_inputs);
+    if (slot < 0 || seen[slot])
+      return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("unexpected or repeated input '") + name + "'");
+    seen[slot] = true;
+    const Dtype* dt = by_triton(datatype);
+    if (dt == nullptr)
+      return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("input '") + name + "': datatype " +
+                                                       TRITONSERVER_DataTypeString(datatype) + " is not supported");
+    uint64_t numel = 1;
+    for (uint32_t d = 0; d < dims; ++d) {
+      if (shape[d] < 0) return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("input '") + name + "': negative dim");
+      numel *= static_cast<uint64_t>(shape[d]);
+    }
+    if (numel * dt->size != byte_size)
+      return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("input '") + name + "': " + std::to_string(byte_size) +
+                                                       " bytes for " + std::to_string(numel) + " elements");
+    shapes[slot].assign(shape, shape + dims);
+    // One buffer in host memory is used in place; several are gathered; device memory is refused (the CPU
+    // copy is Triton's job: the config asks for host inputs, see docs/serving.md).
+    const void* data = nullptr;
+    for (uint32_t b = 0; b < buffers; ++b) {
+      const void* buf = nullptr;
+      uint64_t size = 0;
+      TRITONSERVER_MemoryType mem = TRITONSERVER_MEMORY_CPU;
+      int64_t mem_id = 0;
+      RETURN_IF_ERROR(TRITONBACKEND_InputBuffer(input, b, &buf, &size, &mem, &mem_id));
+      if (mem == TRITONSERVER_MEMORY_GPU)
+        return error(TRITONSERVER_ERROR_UNSUPPORTED, std::string("input '") + name + "' is in GPU memory");
+      if (buffers == 1) {
+        data = buf;
+      } else {
+        auto& g = gathered[slot];
+        g.insert(g.end(), static_cast<const char*>(buf), static_cast<const char*>(buf) + size);
+      }
+    }
+    if (buffers != 1) data = gathered[slot].data();
+    if (buffers != 1 && gathered[slot].size() != byte_size)
+      return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("input '") + name + "': buffers do not add up");
+    views[slot] = aoti_host_tensor_view{const_cast<void*>(data), dt->code, static_cast<int32_t>(dims),
+                                        shapes[slot].data(), nullptr, 0, 0};
+  }
+  std::vector<Tensor> raw(st->num_outputs, nullptr);
+  // the runtime checks the inputs against the method's contract (dtype, rank, each dimension's range)
+  int rc = g_api.run_method(st->program, st->method, st->session, views.data(), views.size(), raw.data(), raw.size());
+  std::vector<TensorPtr> outputs;
+  for (Tensor t : raw) outputs.emplace_back(t);
+  if (rc != 0) {
+    const std::string detail_text = g_api.last_error() ? g_api.last_error() : "";
+    // A device-side assert (or any sticky CUDA error) leaves the context unusable for every later run, as
+    // in torch: when the device cannot even synchronise after a failed run, end the process so that the
+    // server's supervisor restarts it, instead of failing every request from now on.
+    if (st->on_gpu && g_api.synchronize(st->program) != 0) {
+      std::fprintf(stderr, "aoti_toolchain: the CUDA context is unusable after a failed run (%s): aborting\n",
+                   detail_text.c_str());
+      std::abort();
+    }
+    const char* detail = detail_text.c_str();
+    return error(rc == AOTI_HOST_INVALID_ARGUMENT ? TRITONSERVER_ERROR_INVALID_ARG : TRITONSERVER_ERROR_INTERNAL,
+                 detail ? detail : "run failed");
+  }
+  uint32_t requested = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_RequestOutputCount(request, &requested));
+  for (uint32_t r = 0; r < requested; ++r) {
+    const char* name = nullptr;
+    RETURN_IF_ERROR(TRITONBACKEND_RequestOutputName(request, r, &name));
+    long k = slot_of(st->output_names, name, "OUTPUT__", st->num_outputs);
+    if (k < 0) return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("unknown output '") + name + "'");
+    Tensor host_raw = nullptr;  // a contiguous host copy (device outputs come back to the host here)
+    if (g_api.to_cpu(outputs[k].get(), &host_raw) != 0) return runtime_error("copying an output to the host");
+    TensorPtr host(host_raw);
+    void* src = nullptr;
+    int32_t code = 0;
+    int64_t ndim = 0;
+    int64_t* sizes = nullptr;
+    if (g_api.get_data_ptr(host.get(), &src) || g_api.get_dtype(host.get(), &code) ||
+        g_api.get_dim(host.get(), &ndim) || g_api.get_sizes(host.get(), &sizes))
+      return runtime_error("reading an output");
+    const Dtype* dt = by_code(code);
+    if (dt == nullptr) return error(TRITONSERVER_ERROR_UNSUPPORTED, "output dtype " + std::to_string(code));
+    uint64_t bytes = dt->size;
+    for (int64_t d = 0; d < ndim; ++d) bytes *= static_cast<uint64_t>(sizes[d]);
+    TRITONBACKEND_Output* out = nullptr;
+    RETURN_IF_ERROR(TRITONBACKEND_ResponseOutput(response, &out, name, dt->triton, sizes, static_cast<uint32_t>(ndim)));
+    void* dst = nullptr;
+    TRITONSERVER_MemoryType mem = TRITONSERVER_MEMORY_CPU;
+    int64_t mem_id = 0;
+    RETURN_IF_ERROR(TRITONBACKEND_OutputBuffer(out, &dst, bytes, &mem, &mem_id));
+    if (mem == TRITONSERVER_MEMORY_GPU)
+      return error(TRITONSERVER_ERROR_UNSUPPORTED, std::string("output '") + name + "': Triton gave GPU memory");
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  return nullptr;
+}
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+extern "C" {
+
+TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
+  (void)backend;
+  uint32_t major = 0, minor = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_ApiVersion(&major, &minor));
+  if (major != TRITONBACKEND_API_VERSION_MAJOR || minor < TRITONBACKEND_API_VERSION_MINOR)
+    return error(TRITONSERVER_ERROR_UNSUPPORTED, "built for backend API " +
+                                                     std::to_string(TRITONBACKEND_API_VERSION_MAJOR) + "." +
+                                                     std::to_string(TRITONBACKEND_API_VERSION_MINOR) + ", the server has " +
+                                                     std::to_string(major) + "." + std::to_string(minor));
+  return open_runtime();
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
+  const char* location = nullptr;
+  TRITONBACKEND_ArtifactType type;
+  uint64_t version = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelRepository(model, &type, &location));
+  RETURN_IF_ERROR(TRITONBACKEND_ModelVersion(model, &version));
+  if (type != TRITONBACKEND_ARTIFACT_FILESYSTEM)
+    return error(TRITONSERVER_ERROR_UNSUPPORTED, "the model repository must be a filesystem");
+  auto state = std::make_unique<ModelState>();
+  const std::string dir = std::string(location) + "/" + std::to_string(version) + "/";
+  for (const char* name : {"model.pt2", "methods.json"})
+    if (state->artifact.empty() && file_exists(dir + name)) state->artifact = dir + name;
+  if (state->artifact.empty())
+    return error(TRITONSERVER_ERROR_NOT_FOUND, dir + ": no model.pt2 or methods.json (export with aoti-toolchain)");
+  TRITONSERVER_Message* config = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelConfig(model, 1, &config));
+  const char* json = nullptr;
+  size_t size = 0;
+  TRITONSERVER_Error* err = TRITONSERVER_MessageSerializeToJson(config, &json, &size);
+  if (err == nullptr) {
+    const std::string text(json, size);
+    state->method = config_parameter(text, "method");
+    state->cuda_graphs = config_parameter(text, "cuda_graphs") == "true";
+  }
+  TRITONSERVER_MessageDelete(config);
+  RETURN_IF_ERROR(err);
+  RETURN_IF_ERROR(TRITONBACKEND_ModelSetState(model, state.release()));
+  return nullptr;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
+  void* state = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &state));
+  delete static_cast<ModelState*>(state);
+  return nullptr;
+}
+
+// Each instance loads the program on its own device (cpu, or cuda:<device id> for KIND_GPU), so instances
+// run concurrently and each GPU instance has its program's own stream (and CUDA graph, when asked).
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance) {
+  TRITONBACKEND_Model* model = nullptr;
+  void* mstate = nullptr;
+  TRITONSERVER_InstanceGroupKind kind;
+  int32_t device_id = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(instance, &model));
+  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &mstate));
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceKind(instance, &kind));
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceDeviceId(instance, &device_id));
+  const ModelState* ms = static_cast<ModelState*>(mstate);
+  const std::string device = kind == TRITONSERVER_INSTANCEGROUPKIND_GPU ? "cuda:" + std::to_string(device_id) : "cpu";
+  aoti_host_load_options options{nullptr, device.c_str(), 1, 0};
+  auto st = std::make_unique<InstanceState>();
+  st->on_gpu = kind == TRITONSERVER_INSTANCEGROUPKIND_GPU;
+  if (g_api.load(ms->artifact.c_str(), &options, &st->program) != 0) return runtime_error(ms->artifact + ": load");
+  if (ms->cuda_graphs && kind == TRITONSERVER_INSTANCEGROUPKIND_GPU &&
+      g_api.set_cuda_graphs(st->program, true) != 0)
+    return runtime_error("enabling CUDA graphs");
+  if (!ms->method.empty() && g_api.find_method(st->program, ms->method.c_str(), &st->method) != 0)
+    return runtime_error("parameter method");
+  if (g_api.method_num_inputs(st->program, st->method, &st->num_inputs) != 0 ||
+      g_api.method_num_outputs(st->program, st->method, &st->num_outputs) != 0)
+    return runtime_error("reading the method's arity");
+  auto names = [&](bool inputs, size_t n, const char* prefix) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n; ++i) {
+      aoti_host_tensor_spec spec{};
+      int rc = st->method == 0 ? (inputs ? g_api.input_spec : g_api.output_spec)(st->program, i, &spec) : 1;
+      out.push_back(rc == 0 && spec.name != nullptr && *spec.name ? spec.name : prefix + std::to_string(i));
+    }
+    return out;
+  };
+  st->input_names = names(true, st->num_inputs, "INPUT__");
+  st->output_names = names(false, st->num_outputs, "OUTPUT__");
+  size_t state_tensors = 0;
+  if (g_api.num_state_tensors(st->program, &state_tensors) == 0 && state_tensors > 0 &&
+      g_api.session_create(st->program, &st->session) != 0)
+    return runtime_error("creating the instance's session");
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceSetState(instance, st.release()));
+  return nullptr;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance) {
+  void* state = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &state));
+  delete static_cast<InstanceState*>(state);
+  return nullptr;
+}
+
+// Every request gets its own response (an error response for a bad one) and is released here; requests
+// run one after the other on this instance (see docs/serving.md for batching along the dynamic dim 0).
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance,
+                                                       TRITONBACKEND_Request** requests, const uint32_t count) {
+  void* state = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &state));
+  auto* st = static_cast<InstanceState*>(state);
+  const uint64_t exec_start = now_ns();
+  uint64_t compute_start = exec_start, compute_end = exec_start;
+  for (uint32_t r = 0; r < count; ++r) {
+    TRITONBACKEND_Request* request = requests[r];
+    TRITONBACKEND_Response* response = nullptr;
+    TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, request);
+    const uint64_t start = now_ns();
+    if (err == nullptr) err = run_request(st, request, response);
+    const uint64_t end = now_ns();
+    if (r == 0) compute_start = start;
+    compute_end = end;
+    const bool ok = err == nullptr;
+    if (response != nullptr) {
+      TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
+      if (sent) TRITONSERVER_ErrorDelete(sent);
+    } else if (err != nullptr) {
+      TRITONSERVER_ErrorDelete(err);
+    }
+    TRITONSERVER_Error* stat = TRITONBACKEND_ModelInstanceReportStatistics(instance, request, ok, start, start, end, end);
+    if (stat) TRITONSERVER_ErrorDelete(stat);
+    TRITONSERVER_Error* rel = TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_ALL);
+    if (rel) TRITONSERVER_ErrorDelete(rel);
+  }
+  TRITONSERVER_Error* stat =
+      TRITONBACKEND_ModelInstanceReportBatchStatistics(instance, count, exec_start, compute_start, compute_end, now_ns());
+  if (stat) TRITONSERVER_ErrorDelete(stat);
+  return nullptr;
+}
+
+}  // extern "C"

@@ -1,0 +1,251 @@
+"""What a replica serves: a program's methods as v2 models, their metadata read from the contract, and runs
+(one request, or several batched along the contract's dynamic dimension 0). No Ray and no torch here: the
+program runs through toolchain.runtime (or any object with the same `methods`/`inputs`/`outputs`/`run`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from toolchain import pt2
+from toolchain.errors import InputError, ToolchainError
+from toolchain.serve.protocol import CONTRACT_DATATYPES, ModelMeta, TensorMeta, V2Error, datatype_of
+from toolchain.spec import load_abi
+
+_LAYOUT = load_abi().package
+CONTRACT_ENTRY = _LAYOUT.contract_entry
+MANIFEST_NAME = _LAYOUT.methods_manifest
+_NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
+
+Result = list[np.ndarray] | Exception
+Submit = Callable[[tuple[ModelMeta, list[np.ndarray]]], Awaitable[Result]]
+
+
+class Runner(Protocol):
+    """What a backend runs: toolchain.runtime.Program has this shape."""
+
+    methods: tuple[str, ...]
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+
+    def run(self, inputs: Sequence[np.ndarray], *, method: str | None = None) -> list[np.ndarray]: ...
+
+
+def model_name(path: Path) -> str:
+    """The default model name of a package or program directory: its file stem (or directory name)."""
+    p = Path(path)
+    stem = p.parent.name if p.name == MANIFEST_NAME else (p.name if p.is_dir() else p.stem)
+    return _NAME_OK.sub("_", stem) or "model"
+
+
+def method_packages(path: Path) -> dict[str, Path]:
+    """Method name -> its .pt2, for a directory (its methods.json, else every *.pt2 by stem) or a
+    methods.json; {} for a single package or plugin (its one method's contract is read from `path`)."""
+    path = Path(path)
+    manifest = path / MANIFEST_NAME if path.is_dir() else path if path.name == MANIFEST_NAME else None
+    if manifest is None:
+        return {}
+    if manifest.is_file():
+        try:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            return {str(m["name"]): manifest.parent / str(m["package"]) for m in doc["methods"]}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+            return {}  # the runtime's own load has already reported a bad manifest
+    return {p.stem: p for p in sorted(path.glob("*.pt2"))}
+
+
+def read_contract(package: Path) -> dict[str, Any] | None:
+    """The contract an exported package carries, or None (a plugin .so, a package exported elsewhere, or a
+    contract that is not what the exporter writes)."""
+    if Path(package).suffix != ".pt2":
+        return None
+    try:
+        with pt2.open_package(package) as pkg:
+            name = next((n for n in pkg.members if n.endswith("/" + CONTRACT_ENTRY)), None)
+            if name is None:
+                return None
+            doc = json.loads(pkg.read(name))
+    except (ToolchainError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    ok = (isinstance(doc, dict) and isinstance(doc.get("inputs"), list) and isinstance(doc.get("outputs"), list))
+    return doc if ok else None
+
+
+def _meta_from_contract(entry: Any, fallback: str) -> TensorMeta:
+    if not isinstance(entry, dict):
+        return TensorMeta(fallback, None, None)
+    raw_name, raw_dtype = entry.get("name"), entry.get("dtype")
+    name: str = raw_name if isinstance(raw_name, str) else fallback
+    datatype = CONTRACT_DATATYPES.get(raw_dtype) if isinstance(raw_dtype, str) else None
+    raw = entry.get("shape")
+    if not isinstance(raw, list):
+        return TensorMeta(name, datatype, None)
+    shape: list[int] = []
+    lo: list[int] = []
+    hi: list[int | None] = []
+    for d in raw:
+        if type(d) is int and d >= 0:
+            shape.append(d)
+            lo.append(d)
+            hi.append(d)
+        elif isinstance(d, dict):
+            shape.append(-1)
+            lo.append(d["min"] if type(d.get("min")) is int else 0)
+            hi.append(d["max"] if type(d.get("max")) is int else None)
+        else:
+            return TensorMeta(name, datatype, None)
+    return TensorMeta(name, datatype, tuple(shape), tuple(lo), tuple(hi))
+
+
+def _meta_from_spec(spec: Any) -> TensorMeta:
+    """From the runtime's TensorSpec (the C API's view of method 0): no dimension ranges."""
+    datatype = datatype_of(spec.dtype) if spec.dtype is not None else None
+    shape = tuple(-1 if n is None else n for n in spec.shape) if spec.shape is not None else None
+    return TensorMeta(spec.name, datatype, shape)
+
+
+def _batch_range(inputs: Sequence[TensorMeta], outputs: Sequence[TensorMeta]) -> tuple[int, int | None] | None:
+    """(min, max) rows along dimension 0 when it is dynamic in every input and output, else None."""
+    if not inputs or not outputs or any(not t.shape or t.shape[0] != -1 for t in (*inputs, *outputs)):
+        return None
+    lo = max(t.min_shape[0] if t.min_shape else 0 for t in inputs)
+    highs = [t.max_shape[0] for t in inputs if t.max_shape and t.max_shape[0] is not None]
+    return (max(lo, 1), min(highs) if highs else None)
+
+
+def describe(runner: Runner, path: Path, name: str | None = None) -> tuple[dict[str, ModelMeta], list[str]]:
+    """The v2 models of a program: `name` serves the first method; a program of several methods also serves
+    each as `name.method`. Returns (models, notes on methods left out)."""
+    base = _NAME_OK.sub("_", name) if name else model_name(path)
+    packages = method_packages(path)
+    notes: list[str] = []
+    models: dict[str, ModelMeta] = {}
+    for k, method in enumerate(runner.methods):
+        contract = read_contract(packages[method] if method in packages else path)
+        if contract is not None:
+            ins = tuple(_meta_from_contract(e, f"input_{i}") for i, e in enumerate(contract["inputs"]))
+            outs = tuple(_meta_from_contract(e, f"output_{i}") for i, e in enumerate(contract["outputs"]))
+        elif k == 0:
+            ins = tuple(_meta_from_spec(s) for s in runner.inputs)
+            outs = tuple(_meta_from_spec(s) for s in runner.outputs)
+        else:
+            notes.append(f"method {method!r}: no contract in its package, so its inputs are unknown; not served")
+            continue
+        meta = ModelMeta(base, method, ins, outs, _batch_range(ins, outs))
+        if k == 0:
+            models[base] = meta
+        if len(runner.methods) > 1:
+            full = f"{base}.{_NAME_OK.sub('_', method)}"
+            models[full] = ModelMeta(full, method, ins, outs, meta.batch)
+    return models, notes
+
+
+class ProgramBackend:
+    """The protocol's Backend over one loaded program. Runs go to one worker thread, in order (the event
+    loop stays free for health checks and parsing); `submit`, when a replica installs one (Ray Serve's
+    batcher), receives the requests of batchable models and calls `run_many`."""
+
+    def __init__(self, runner: Runner, path: Path, *, name: str | None = None, max_batch: int = 0) -> None:
+        self.runner = runner
+        models, self.notes = describe(runner, Path(path), name)
+        self.models: Mapping[str, ModelMeta] = models
+        if not self.models:
+            msg = f"{path}: no method of the program can be served: {'; '.join(self.notes)}"
+            raise InputError(msg, fix="export the program with aoti-toolchain export (it records a contract)")
+        self.max_batch = max(0, int(max_batch))
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aoti-run")
+        self.submit: Submit | None = None
+        # infer calls, program runs (fewer when batched), and the seconds spent in the program's runs
+        self.counts: dict[str, float] = {"requests": 0, "runs": 0, "run_seconds": 0.0}
+        self._ready = True
+
+    def ready(self) -> bool:
+        return self._ready
+
+    def batchable(self) -> bool:
+        return self.max_batch > 1 and any(m.batch is not None for m in self.models.values())
+
+    async def infer(self, model: ModelMeta, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        self.counts["requests"] += 1
+        if self.submit is not None and model.batch is not None and self.max_batch > 1:
+            result = await self.submit((model, inputs))
+        else:
+            result = await asyncio.get_running_loop().run_in_executor(self.executor, self._run_safe, model, inputs)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_one(self, model: ModelMeta, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.counts["runs"] += 1
+        t0 = time.perf_counter()
+        try:
+            return self.runner.run(list(inputs), method=model.method)
+        except InputError as exc:  # the runtime's own contract check: the request's fault
+            raise V2Error(400, str(exc)) from None
+        except ToolchainError as exc:
+            raise V2Error(500, f"the program failed: {exc}") from None
+        finally:
+            self.counts["run_seconds"] += time.perf_counter() - t0
+
+    def _run_safe(self, model: ModelMeta, inputs: Sequence[np.ndarray]) -> Result:
+        try:
+            return self.run_one(model, inputs)
+        except Exception as exc:
+            return exc
+
+    def run_many(self, items: Sequence[tuple[ModelMeta, list[np.ndarray]]]) -> list[Result]:
+        """Results of several requests, in order: requests of one model whose inputs agree beyond dimension 0
+        run as one batch (concatenated along dimension 0, at most max_batch and the contract's maximum rows
+        per run) and their outputs are split back; anything else runs alone. Never raises."""
+        results: list[Result | None] = [None] * len(items)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, (model, inputs) in enumerate(items):
+            key = (model.name, tuple((a.dtype.str, a.shape[1:]) for a in inputs)) if model.batch else ("", i)
+            groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            model = items[members[0]][0]
+            cap = self.max_batch if model.batch is None or model.batch[1] is None else min(self.max_batch,
+                                                                                           model.batch[1])
+            chunk: list[int] = []
+            rows = 0
+            for i in [*members, -1]:
+                n = items[i][1][0].shape[0] if i >= 0 else 0
+                if chunk and (i < 0 or rows + n > cap):
+                    for j, r in zip(chunk, self._run_chunk(model, [items[j][1] for j in chunk]), strict=True):
+                        results[j] = r
+                    chunk, rows = [], 0
+                if i >= 0:
+                    chunk.append(i)
+                    rows += n
+        return [r if r is not None else RuntimeError("no result") for r in results]
+
+    def _run_chunk(self, model: ModelMeta, requests: list[list[np.ndarray]]) -> list[Result]:
+        if len(requests) == 1:
+            return [self._run_safe(model, requests[0])]
+        sizes = [r[0].shape[0] for r in requests]
+        total = sum(sizes)
+        try:
+            stacked = [np.concatenate([r[k] for r in requests], axis=0) for k in range(len(requests[0]))]
+            outs = self.run_one(model, stacked)
+            if all(o.ndim >= 1 and o.shape[0] == total for o in outs):
+                cuts = np.cumsum(sizes)[:-1]
+                split = [np.split(o, cuts, axis=0) for o in outs]
+                return [[s[j] for s in split] for j in range(len(requests))]
+        except Exception:
+            pass  # run them one by one: each gets its own result or error
+        return [self._run_safe(model, r) for r in requests]
+
+    def close(self) -> None:
+        self._ready = False
+        self.executor.shutdown(wait=True)
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
