@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -214,8 +216,9 @@ def ray_serve(dyn_mlp):
 
     pt2, _ = dyn_mlp
     port = _free_port()
+    temp_dir = tempfile.mkdtemp(prefix="aoti-ray-")  # private (0700), not the shared /tmp/ray
     ray.init(num_cpus=2, object_store_memory=80 << 20, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+             configure_logging=False, _temp_dir=temp_dir)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(application(pt2, name="mlp", replicas=2, max_batch=8, batch_wait_ms=20, num_cpus=0.5,
@@ -225,6 +228,7 @@ def ray_serve(dyn_mlp):
     finally:
         serve.shutdown()
         ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _replicas(handle, want: int = 2, timeout: float = 60.0) -> dict[int, dict]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +39,14 @@ def main(args: argparse.Namespace) -> int:
                              batch_wait_ms=args.batch_wait_ms, device=args.device, cuda_graphs=args.cuda_graphs,
                              name=args.name, max_body_bytes=int(args.max_body_mb * (1 << 20)),
                              num_cpus=args.cpus_per_replica)
-    ray.init(address=args.address, num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=args.verbose)
+    # A local Ray instance keeps its sockets, logs and spilled objects in its temp dir, by default the shared,
+    # predictable /tmp/ray that another user can pre-create or link. Ours is private: a fresh mkdtemp
+    # directory (mode 0700, random name), removed at exit. RAY_TMPDIR or a cluster (--address) overrides it.
+    temp_dir = None
+    if args.address is None and not os.environ.get("RAY_TMPDIR"):
+        temp_dir = tempfile.mkdtemp(prefix="aoti-ray-")
+    ray.init(address=args.address, num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=args.verbose,
+             **({"_temp_dir": temp_dir} if temp_dir else {}))
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
         serve.run(app, name="aoti", route_prefix="/")
@@ -51,6 +61,8 @@ def main(args: argparse.Namespace) -> int:
     finally:
         serve.shutdown()
         ray.shutdown()
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
     return exit_code("ok")
 
 
