@@ -46,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     if args.address is None and not os.environ.get("RAY_TMPDIR"):
         temp_dir = tempfile.mkdtemp(prefix="aoti-ray-")
     ray.init(address=args.address, num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=args.verbose,
-             **({"_temp_dir": temp_dir} if temp_dir else {}))
+             _temp_dir=temp_dir)
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
         serve.run(app, name="aoti", route_prefix="/")
