@@ -30,7 +30,7 @@ PH = ctypes.POINTER(H)
 I32, I64, F64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_double
 I64P = ctypes.POINTER(I64)
 CODES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
-         torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15}
+         torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15, torch.uint64: 29}
 DTYPES = {v: k for k, v in CODES.items()}
 T, OT, R, RI = "tensor", "optional tensor", "return", "int64 return"
 
@@ -286,10 +286,10 @@ EFF_CASES = [
 def make_bias(kind, b, h, m, n, dtype, g):
     if kind is None:
         return None
-    if kind == "broadcast":  # [B, 1, 1, N] key padding, expanded as sdpa does
-        return torch.randn(b, 1, 1, n, generator=g, device="cuda").to(dtype).expand(b, h, m, n)
     # rows padded to a multiple of 16 elements (the efficient kernel's alignment), as sdpa pads masks
     padded = (n + 15) // 16 * 16 + (16 if kind == "padded" else 0)
+    if kind == "broadcast":  # [B, 1, 1, N] key padding, expanded as sdpa does
+        return torch.randn(b, 1, 1, padded, generator=g, device="cuda").to(dtype)[..., :n].expand(b, h, m, n)
     return torch.randn(b, h, m, padded, generator=g, device="cuda").to(dtype)[..., :n]
 
 
@@ -316,7 +316,7 @@ def test_efficient_attention(host, dtype, case, lse):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", [(2, 4, 20, 20, 64, "bmhd", False), (2, 4, 20, 20, 64, "bmhd", True),
                                   (1, 3, 33, 33, 128, "contiguous", True), (2, 2, 16, 40, 32, "bmhd", True),
-                                  (2, 2, 24, 24, 36, "contiguous", False)],
+                                  (2, 2, 40, 24, 32, "contiguous", True), (1, 2, 24, 24, 256, "bmhd", False)],
                          ids=lambda c: "-".join(map(str, c)))
 def test_flash_attention(host, dtype, case):
     b, h, m, n, d, layout, causal = case
@@ -334,6 +334,11 @@ def test_flash_attention(host, dtype, case):
 
 
 def test_attention_refuses_dropout_and_bad_shapes(host):
+    q, k, v = qkv(1, 2, 8, 8, 36, 36, torch.float16, "contiguous", gen(3))
+    with pytest.raises(RuntimeError, match="multiple of 8"):  # ATen refuses it too
+        torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False)
+    with pytest.raises(ShimError, match="multiple of 8"):
+        host("_scaled_dot_product_flash_attention", q, k, v, 0.0, 0, 0, None)
     q, k, v = qkv(1, 2, 8, 8, 16, 16, torch.float32, "contiguous", gen(3))
     with pytest.raises(ShimError, match="dropout_p"):
         host("_scaled_dot_product_efficient_attention", q, k, v, None, 1, 0.1, 0, None)
@@ -369,6 +374,20 @@ def test_transposed_convolution(host, dtype, case, layout):
     got = host("convolution", x, w, bias, list(stride), list(padding), list(dil), 1, list(out_pad), groups)
     rtol, atol = (1e-4, 1e-4) if dtype == torch.float32 else (5e-3, 5e-3)
     same(got, want, rtol=rtol, atol=atol, layout=layout != "stepped")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_convolution_still_matches(host, layout, groups):
+    g = gen(12)
+    x = rand((2, 4, 16, 12), torch.float32, "contiguous", g)
+    w = rand((6, 4 // groups, 3, 3), torch.float32, "contiguous", g)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    bias = rand((6,), torch.float32, "contiguous", g)
+    want = torch.ops.aten.convolution(x, w, bias, [2, 2], [1, 1], [1, 1], False, [0, 0], groups)
+    got = host("convolution", x, w, bias, [2, 2], [1, 1], [1, 1], 0, [0, 0], groups)
+    same(got, want, rtol=1e-4, atol=1e-4)
 
 
 # --- sort / topk -----------------------------------------------------------------------------------

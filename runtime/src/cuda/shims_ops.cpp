@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -183,14 +184,15 @@ cu::AttentionSpec attention_spec(const AttentionArgs& a, int device) {
   return s;
 }
 
-// A 0-d int64 tensor holding 0 (the philox seed/offset outputs: no dropout, so no random state).
-Tensor* zero_scalar(bool on_cuda, int device) {
+// A zero-filled tensor of 8-byte elements for the philox seed/offset outputs (no dropout, so no random
+// state to report).
+Tensor* zeros64(int32_t dtype, const Shape& sizes, bool on_cuda, int device) {
   if (!on_cuda) {
-    Owned t(Tensor::empty_strided(dc::kInt64, {}, {}, aoti_host::device_code::kCPU, 0));
-    *static_cast<int64_t*>(t->data_ptr()) = 0;
+    Owned t(Tensor::empty_strided(dtype, sizes, Tensor::contiguous_strides(sizes), aoti_host::device_code::kCPU, 0));
+    std::memset(t->data_ptr(), 0, t->storage_nbytes());
     return t.release();
   }
-  Owned t(new_cuda(dc::kInt64, {}, {}, device));
+  Owned t(new_cuda(dtype, sizes, device));
   cu::zero(*t);
   return t.release();
 }
@@ -461,7 +463,7 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_efficient_atten
                          q.data_ptr(), a.k->data_ptr(), a.v->data_ptr(),
                          a.bias != nullptr ? a.bias->data_ptr() : nullptr, s, stream);
     const bool on_gpu = capturing(stream);
-    Owned seed(zero_scalar(on_gpu, device)), offset(zero_scalar(on_gpu, device));
+    Owned seed(zeros64(dc::kInt64, {}, on_gpu, device)), offset(zeros64(dc::kInt64, {}, on_gpu, device));
     *ret0 = to_handle(out.release());
     *ret1 = to_handle(lse.release());
     *ret2 = to_handle(seed.release());
@@ -470,10 +472,10 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_efficient_atten
 }
 
 // ATen's _scaled_dot_product_flash_attention on CUDA: output laid out like at::empty_like of the query
-// transposed to [B, M, H, D] (head sizes not a multiple of 8 are padded to one, as the flash kernel
-// pads its operands), transposed back; logsumexp float32 [B, H, M]; cum_seq_q/k undefined (null
-// handles); max_q = M, max_k = N; philox seed/offset 0-d int64 on the GPU; debug mask [0] (only
-// return_debug_mask=False). Causal masking is bottom-right aligned, as in the flash kernel (the same as
+// transposed to [B, M, H, D], transposed back (head sizes must be multiples of 8, as in ATen);
+// logsumexp float32 [B, H, M]; cum_seq_q/k undefined (null handles); max_q = M, max_k = N; the rng
+// state uint64 [2] and an unused uint64 0-d tensor on the GPU (zeros: no dropout); debug mask [0]
+// (only return_debug_mask=False). Causal masking is bottom-right aligned, as in the flash kernel (the same as
 // top-left when M == N).
 AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_flash_attention(
     AtenTensorHandle query, AtenTensorHandle key, AtenTensorHandle value, double dropout_p, int32_t is_causal,
@@ -493,16 +495,14 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_flash_attention
       throw Error("flash attention needs equal query and value head sizes, got " + std::to_string(s.d) + " and " +
                   std::to_string(s.dv));
     s.causal_offset = s.n - s.m;
-    // at::empty_like(query.transpose(1, 2)), or a padded contiguous [B, M, H, D8] when D % 8 != 0
-    Shape t_strides;
-    if (s.d % 8 == 0) {
-      Owned qt(q.alias({s.b, s.m, s.h, s.d}, {q.strides()[0], q.strides()[2], q.strides()[1], q.strides()[3]},
-                       q.storage_offset()));
-      t_strides = aoti_host::cpu::detail::empty_like_strides(*qt);
-    } else {
-      const int64_t d8 = (s.d + 7) / 8 * 8;
-      t_strides = {s.m * s.h * d8, s.h * d8, d8, 1};
-    }
+    if (s.d % 8 != 0)
+      throw Error("head size " + std::to_string(s.d) +
+                  " is not a multiple of 8 (ATen's flash kernel refuses it too; scaled_dot_product_attention "
+                  "pads the head size before choosing it)");
+    // at::empty_like(query.transpose(1, 2)), transposed back
+    Owned qt(q.alias({s.b, s.m, s.h, s.d}, {q.strides()[0], q.strides()[2], q.strides()[1], q.strides()[3]},
+                     q.storage_offset()));
+    const Shape t_strides = aoti_host::cpu::detail::empty_like_strides(*qt);
     Owned out(new_cuda(q.dtype(), {s.b, s.h, s.m, s.d}, {t_strides[0], t_strides[2], t_strides[1], t_strides[3]},
                        device));
     Owned lse(new_cuda(dc::kFloat32, {s.b, s.h, s.m}, device));
@@ -510,7 +510,7 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_flash_attention
     for (int d = 0; d < 3; ++d) s.lse_st[d] = lse->strides()[static_cast<size_t>(d)];
     cu::launch_attention(q.dtype(), out->data_ptr(), static_cast<float*>(lse->data_ptr()), q.data_ptr(),
                          a.k->data_ptr(), a.v->data_ptr(), nullptr, s, cu::stream_of(device));
-    Owned seed(zero_scalar(true, device)), offset(zero_scalar(true, device));
+    Owned seed(zeros64(dc::kUInt64, {2}, true, device)), offset(zeros64(dc::kUInt64, {}, true, device));
     Owned debug(new_cuda(q.dtype(), {0}, device));
     *ret0 = to_handle(out.release());
     *ret1 = to_handle(lse.release());
