@@ -378,10 +378,11 @@ def test_transposed_convolution(host, dtype, case, layout):
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
 @pytest.mark.parametrize("groups", [1, 2])
-def test_convolution_still_matches(host, layout, groups):
+@pytest.mark.parametrize("k", [3, 1])  # a 1x1 kernel's contiguous weight is also channels-last strided
+def test_convolution_still_matches(host, layout, groups, k):
     g = gen(12)
     x = rand((2, 4, 16, 12), torch.float32, "contiguous", g)
-    w = rand((6, 4 // groups, 3, 3), torch.float32, "contiguous", g)
+    w = rand((6, 4 // groups, k, k), torch.float32, "contiguous", g)
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
     bias = rand((6,), torch.float32, "contiguous", g)

@@ -178,24 +178,23 @@ void gemm(Tensor& out, const Tensor& a_in, const Tensor& b_in, double alpha, dou
   if (kout) aoti_host::cuda::copy(out, *kout);
 }
 
-// ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is.
+// ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is, as
+// suggest_memory_format decides it (c10's is_channels_last_strides_2d/3d). Ambiguous layouts (size-1
+// dimensions, as in a 1x1 kernel's contiguous weight [O, I, 1, 1]) count as contiguous, like there.
 bool is_channels_last(const Tensor& t) {
   const auto& s = t.sizes();
+  const auto& st = t.strides();
   if (s.size() != 4 && s.size() != 5) return false;
-  if (t.is_contiguous() && s[1] > 1) {
-    // contiguous and channels-last at once only when the spatial extent is 1
-    int64_t spatial = 1;
-    for (size_t d = 2; d < s.size(); ++d) spatial *= s[d];
-    if (spatial > 1) return false;
+  if (st[1] == 0) return false;
+  const std::vector<size_t> order = s.size() == 4 ? std::vector<size_t>{1, 3, 2, 0} : std::vector<size_t>{1, 4, 3, 2, 0};
+  int64_t min = 0;
+  for (size_t d : order) {
+    if (s[d] == 0) return false;
+    if (st[d] < min) return false;
+    if (d == 0 && min == st[1]) return false;
+    min = st[d];
+    if (s[d] > 1) min *= s[d];
   }
-  // expected channels-last strides: C innermost, then W, H, (D), N
-  std::vector<int64_t> want(s.size());
-  int64_t st = 1;
-  want[1] = st, st *= std::max<int64_t>(s[1], 1);
-  for (size_t d = s.size(); d-- > 2;) want[d] = st, st *= std::max<int64_t>(s[d], 1);
-  want[0] = st;
-  for (size_t d = 0; d < s.size(); ++d)
-    if (s[d] > 1 && t.strides()[d] != want[d]) return false;
   return true;
 }
 
