@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu_kernels.h"
 #include "../shim_util.h"
 #include "aoti_host/cuda/cuda.h"
 #include "aoti_host/error.h"
@@ -179,23 +180,11 @@ void gemm(Tensor& out, const Tensor& a_in, const Tensor& b_in, double alpha, dou
 }
 
 // ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is, as
-// suggest_memory_format decides it (c10's is_channels_last_strides_2d/3d). Ambiguous layouts (size-1
-// dimensions, as in a 1x1 kernel's contiguous weight [O, I, 1, 1]) count as contiguous, like there.
+// suggest_memory_format decides it (c10's is_channels_last_strides_2d/3d, shared with the CPU kernels).
+// Ambiguous layouts, such as a 1x1 kernel's contiguous weight [O, I, 1, 1], count as contiguous there.
 bool is_channels_last(const Tensor& t) {
-  const auto& s = t.sizes();
-  const auto& st = t.strides();
-  if (s.size() != 4 && s.size() != 5) return false;
-  if (st[1] == 0) return false;
-  const std::vector<size_t> order = s.size() == 4 ? std::vector<size_t>{1, 3, 2, 0} : std::vector<size_t>{1, 4, 3, 2, 0};
-  int64_t min = 0;
-  for (size_t d : order) {
-    if (s[d] == 0) return false;
-    if (st[d] < min) return false;
-    if (d == 0 && min == st[1]) return false;
-    min = st[d];
-    if (s[d] > 1) min *= s[d];
-  }
-  return true;
+  return aoti_host::cpu::is_channels_last_strides_2d(t.sizes(), t.strides()) ||
+         aoti_host::cpu::is_channels_last_strides_3d(t.sizes(), t.strides());
 }
 
 std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& s) {
