@@ -51,6 +51,8 @@ SIGS = {
     "scatter_src_out": [T, T, I64, T, T],
     "scatter_value_out": [T, T, I64, T, F64],
     "scatter_reduce_two_out": [T, T, I64, T, T, ctypes.c_char_p, I32],
+    "searchsorted_Tensor": [T, T, I32, I32, "optional string", OT, R],
+    "bucketize_Tensor": [T, T, I32, I32, R],
 }
 
 
@@ -164,6 +166,9 @@ class Host:
             elif k == "optional int32":
                 argtypes.append(ctypes.POINTER(I32))
                 cargs.append(None if a is None else ctypes.pointer(I32(a)))
+            elif k == "optional string":
+                argtypes.append(ctypes.POINTER(ctypes.c_char_p))
+                cargs.append(None if a is None else ctypes.pointer(ctypes.c_char_p(a.encode())))
             elif k == ctypes.c_char_p:
                 argtypes.append(k)
                 cargs.append(a.encode())
@@ -554,3 +559,45 @@ def test_scatter_bad_index(host):
     with pytest.raises(ShimError, match="out of range"):
         host("scatter_reduce_two_out", x, x, 0, torch.tensor([[9, 0, 1]], device="cuda"),
              torch.ones(1, 3, device="cuda"), "sum", 1)
+
+
+# --- searchsorted / bucketize ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("right,side", [(False, None), (True, None), (False, "right"), (False, "left")])
+@pytest.mark.parametrize("rows", [False, True], ids=["1d", "rows"])
+@pytest.mark.parametrize("with_sorter", [False, True], ids=["plain", "sorter"])
+def test_searchsorted(host, dtype, right, side, rows, with_sorter):
+    g = gen(13)
+    raw = rand((3, 17) if rows else (17,), dtype, "contiguous", g)
+    raw[..., 4] = raw[..., 5]  # a repeated boundary: left and right differ there
+    if with_sorter:
+        seq, sorter = raw, torch.argsort(raw, dim=-1, stable=True)
+    else:
+        seq, sorter = torch.sort(raw, dim=-1).values, None
+    values = rand((3, 9) if rows else (4, 9), dtype, "transposed", g)
+    values[..., 0] = seq.flatten()[6]  # exactly on a boundary
+    want = torch.searchsorted(seq, values, right=right, side=side, sorter=sorter)
+    got = host("searchsorted_Tensor", seq, values, 0, int(right), side, sorter)
+    same(got, want)
+    got32 = host("searchsorted_Tensor", seq, values, 1, int(right), side, sorter)
+    same(got32, torch.searchsorted(seq, values, out_int32=True, right=right, side=side, sorter=sorter))
+
+
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bucketize(host, right, layout):
+    g = gen(14)
+    boundaries = torch.linspace(-2, 2, 9, device="cuda")
+    x = rand((5, 12), torch.float32, layout, g)
+    x[0, :3] = boundaries[2:5]
+    same(host("bucketize_Tensor", x, boundaries, 0, int(right)), torch.bucketize(x, boundaries, right=right))
+    same(host("bucketize_Tensor", x, boundaries, 1, int(right)),
+         torch.bucketize(x, boundaries, out_int32=True, right=right))
+
+
+def test_searchsorted_refuses_bad_sorter(host):
+    seq = torch.arange(5.0, device="cuda")
+    with pytest.raises(ShimError, match="out of range"):
+        host("searchsorted_Tensor", seq, torch.tensor([2.5], device="cuda"), 0, 0, None,
+             torch.tensor([0, 1, 9, 3, 4], device="cuda"))

@@ -556,6 +556,68 @@ __global__ void mean_divide_kernel(T* out, const int32_t* counts, StridedSpec s,
   }
 }
 
+// --- searchsorted ---------------------------------------------------------------------------------
+
+template <class K>
+__device__ K load_code(const void* p, int32_t dt, int64_t i) {
+  switch (dt) {
+    case dtype_code::kFloat32: return static_cast<K>(static_cast<const float*>(p)[i]);
+    case dtype_code::kFloat64: return static_cast<K>(static_cast<const double*>(p)[i]);
+    case dtype_code::kFloat16: return static_cast<K>(__half2float(static_cast<const __half*>(p)[i]));
+    case dtype_code::kBFloat16: return static_cast<K>(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+    case dtype_code::kUInt8: return static_cast<K>(static_cast<const uint8_t*>(p)[i]);
+    case dtype_code::kInt8: return static_cast<K>(static_cast<const int8_t*>(p)[i]);
+    case dtype_code::kInt16: return static_cast<K>(static_cast<const int16_t*>(p)[i]);
+    case dtype_code::kInt32: return static_cast<K>(static_cast<const int32_t*>(p)[i]);
+    default: return static_cast<K>(static_cast<const int64_t*>(p)[i]);
+  }
+}
+
+// ATen's cus_lower_bound / cus_upper_bound (negated comparisons, so NaN values land as there).
+template <class K>
+__global__ void searchsorted_kernel(const void* seq, const void* self, const int64_t* sorter, void* out, SearchSpec s,
+                                    int* bad) {
+  GRID_LOOP(i, s.numel) {
+    int64_t rem = i, so = 0;
+    for (int d = s.nd - 1; d >= 0; --d) {
+      so += (rem % s.sizes[d]) * s.self_st[d];
+      rem /= s.sizes[d];
+    }
+    const K v = load_code<K>(self, s.self_dtype, so);
+    int64_t row = s.one_d ? 0 : i / s.inner, base = 0, sbase = 0;
+    for (int d = s.outer_nd - 1; d >= 0; --d) {
+      const int64_t idx = row % s.outer_sizes[d];
+      row /= s.outer_sizes[d];
+      base += idx * s.seq_outer_st[d];
+      sbase += idx * s.sorter_outer_st[d];
+    }
+    int64_t lo = 0, hi = s.n;
+    while (lo < hi) {
+      const int64_t mid = lo + ((hi - lo) >> 1);
+      int64_t at = mid;
+      if (sorter != nullptr) {
+        at = sorter[sbase + mid * s.sorter_step];
+        if (at < 0 || at >= s.n) {
+          if (bad != nullptr) *bad = 1;
+          at = at < 0 ? 0 : s.n - 1;
+        }
+      }
+      const K m = load_code<K>(seq, s.seq_dtype, base + at * s.seq_step);
+      const bool go_right = s.right ? !(m > v) : !(m >= v);
+      if (go_right) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (s.out_int32) {
+      static_cast<int32_t*>(out)[i] = static_cast<int32_t>(lo);
+    } else {
+      static_cast<int64_t*>(out)[i] = lo;
+    }
+  }
+}
+
 }  // namespace
 
 // --- launchers -----------------------------------------------------------------------------------
@@ -697,6 +759,17 @@ void launch_scatter_mean_divide(int32_t dtype, void* out, const int32_t* counts,
     mean_divide_kernel<T><<<grid_for(numel, 256), 256, 0, stream>>>(static_cast<T*>(out), counts, out_spec, numel,
                                                                      base);
   });
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_searchsorted(const void* seq, const void* self, const int64_t* sorter, void* out, const SearchSpec& spec,
+                         int* bad_index, cudaStream_t stream) {
+  if (spec.numel == 0) return;
+  if (spec.ints) {
+    searchsorted_kernel<int64_t><<<grid_for(spec.numel, 256), 256, 0, stream>>>(seq, self, sorter, out, spec, bad_index);
+  } else {
+    searchsorted_kernel<double><<<grid_for(spec.numel, 256), 256, 0, stream>>>(seq, self, sorter, out, spec, bad_index);
+  }
   AOTI_CUDA_CHECK(cudaGetLastError());
 }
 

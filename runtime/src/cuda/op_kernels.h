@@ -92,5 +92,23 @@ void launch_scatter_count(int32_t* counts, const int64_t* index, const ScatterSp
 void launch_scatter_mean_divide(int32_t dtype, void* out, const int32_t* counts, const StridedSpec& out_spec,
                                 int64_t numel, int base, cudaStream_t stream);
 
+// searchsorted / bucketize: for each element i of self (row-major), the insertion point in row
+// (one_d ? 0 : i / inner) of the sorted sequence, read through sorter when one is given.
+struct SearchSpec {
+  int nd;  // self's dimensions (0: a 0-d self)
+  int64_t sizes[kMaxDims], self_st[kMaxDims];
+  int64_t numel, inner;
+  bool one_d;
+  int outer_nd;  // the sequence's leading dimensions
+  int64_t outer_sizes[kMaxDims], seq_outer_st[kMaxDims], sorter_outer_st[kMaxDims];
+  int64_t n, seq_step, sorter_step;
+  int32_t seq_dtype, self_dtype;
+  bool ints;  // compare as int64 (both integral), else as double
+  bool right;
+  bool out_int32;
+};
+void launch_searchsorted(const void* seq, const void* self, const int64_t* sorter, void* out, const SearchSpec& spec,
+                         int* bad_index, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace aoti_host

@@ -1,6 +1,6 @@
 // aoti_torch_cuda_* fallbacks beyond the matrix products and convolution: scaled-dot-product attention
-// (efficient and flash), sort/topk, cumulative scans, embedding bags and scatter. Prototypes are torch's
-// (generated/c_shim_cuda.h). Outputs get the sizes, strides, dtypes and devices ATen's CUDA kernels give
+// (efficient and flash), sort/topk, cumulative scans, embedding bags, scatter, searchsorted/bucketize.
+// Prototypes are torch's (generated/c_shim_cuda.h). Outputs get the sizes, strides, dtypes and devices ATen's CUDA kernels give
 // them, since plugins reinterpret returned tensors with the layout recorded at compile time; kernels are
 // in op_kernels.cu and run on the thread's current stream.
 #include <cuda_runtime_api.h>
@@ -433,6 +433,83 @@ void cum_extreme_shim(AtenTensorHandle self_h, int64_t dim, AtenTensorHandle* re
   *ret1 = to_handle(ix.release());
 }
 
+// --- searchsorted / bucketize --------------------------------------------------------------------
+
+bool integral(int32_t dt) {
+  return dt == dc::kUInt8 || dt == dc::kInt8 || dt == dc::kInt16 || dt == dc::kInt32 || dt == dc::kInt64;
+}
+bool floating(int32_t dt) {
+  return dt == dc::kFloat16 || dt == dc::kBFloat16 || dt == dc::kFloat32 || dt == dc::kFloat64;
+}
+
+// ATen's searchsorted: out has self's sizes (contiguous), int32 or int64.
+Tensor* searchsorted(const Tensor& seq, const Tensor& self, bool out_int32, bool right, const char* const* side,
+                     const Tensor* sorter) {
+  const int device = seq.device_index();
+  require_cuda(seq, "sorted_sequence", device);
+  require_cuda(self, "self", device);
+  for (const Tensor* t : {&seq, &self})
+    if (!integral(t->dtype()) && !floating(t->dtype()))
+      throw Error(std::string(t == &seq ? "sorted_sequence" : "self") + " has dtype " +
+                  aoti_host::dtype_name(t->dtype()) + "; expected a floating or integer dtype");
+  if (side != nullptr && *side != nullptr) {
+    const std::string sd(*side);
+    if (sd != "left" && sd != "right") throw Error("side is '" + sd + "'; expected 'left' or 'right'");
+    if (sd == "left" && right) throw Error("side 'left' contradicts right=True");
+    right = sd == "right";
+  }
+  if (seq.dim() == 0) throw Error("sorted_sequence is 0-dimensional; it needs at least one dimension");
+  const Shape lead(seq.sizes().begin(), seq.sizes().end() - 1);
+  if (seq.dim() > 1 && (self.dim() != seq.dim() || Shape(self.sizes().begin(), self.sizes().end() - 1) != lead))
+    throw Error("sorted_sequence has sizes " + list_str(seq.sizes()) +
+                ": a multi-dimensional sequence needs input values with the same leading dimensions (got " +
+                list_str(self.sizes()) + ")");
+  if (sorter != nullptr) {
+    require_cuda(*sorter, "sorter", device);
+    require_dtype(*sorter, dc::kInt64, "sorter");
+    if (sorter->sizes() != seq.sizes())
+      throw Error("sorter " + list_str(sorter->sizes()) + " must have sorted_sequence's sizes " +
+                  list_str(seq.sizes()));
+  }
+  if (self.dim() > cu::kMaxDims || seq.dim() > cu::kMaxDims)
+    throw Error("tensors of more than " + std::to_string(cu::kMaxDims) + " dimensions are not supported");
+  Owned out(new_cuda(out_int32 ? dc::kInt32 : dc::kInt64, self.sizes(), device));
+  cu::SearchSpec s{};
+  s.nd = static_cast<int>(self.dim());
+  for (int d = 0; d < s.nd; ++d) {
+    s.sizes[d] = self.sizes()[static_cast<size_t>(d)];
+    s.self_st[d] = self.strides()[static_cast<size_t>(d)];
+  }
+  s.numel = self.numel();
+  s.inner = self.dim() == 0 ? 1 : self.sizes().back();
+  s.one_d = seq.dim() == 1;
+  s.outer_nd = static_cast<int>(seq.dim() - 1);
+  for (int d = 0; d < s.outer_nd; ++d) {
+    s.outer_sizes[d] = lead[static_cast<size_t>(d)];
+    s.seq_outer_st[d] = seq.strides()[static_cast<size_t>(d)];
+    s.sorter_outer_st[d] = sorter != nullptr ? sorter->strides()[static_cast<size_t>(d)] : 0;
+  }
+  s.n = seq.sizes().back();
+  s.seq_step = seq.strides().back();
+  s.sorter_step = sorter != nullptr ? sorter->strides().back() : 0;
+  s.seq_dtype = seq.dtype(), s.self_dtype = self.dtype();
+  s.ints = integral(seq.dtype()) && integral(self.dtype());
+  s.right = right, s.out_int32 = out_int32;
+  if (s.numel > 0) {
+    const cudaStream_t stream = cu::stream_of(device);
+    if (s.n == 0) {
+      cu::zero(*out);
+    } else {
+      BadIndexFlag bad(device, stream);
+      cu::launch_searchsorted(seq.data_ptr(), self.data_ptr(),
+                              sorter != nullptr ? static_cast<const int64_t*>(sorter->data_ptr()) : nullptr,
+                              out->data_ptr(), s, bad.ptr(), stream);
+      bad.check("a sorter index is out of range for a sequence of length " + std::to_string(s.n));
+    }
+  }
+  return out.release();
+}
+
 }  // namespace
 
 extern "C" {
@@ -634,6 +711,29 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_scatter_reduce_two_out(AtenTensorHa
   return guarded("aoti_torch_cuda_scatter_reduce_two_out", [&] {
     if (src == nullptr) throw Error("argument 'src' is a null tensor handle");
     scatter(out, self, dim, index, src, 0.0, parse_reduce(reduce), include_self != 0);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_searchsorted_Tensor(AtenTensorHandle sorted_sequence,
+                                                                  AtenTensorHandle self, int32_t out_int32,
+                                                                  int32_t right, const char** side,
+                                                                  AtenTensorHandle* sorter, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_searchsorted_Tensor", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(searchsorted(tensor_arg(sorted_sequence, "sorted_sequence"), tensor_arg(self, "self"),
+                                   out_int32 != 0, right != 0, side, optional_arg(sorter)));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_bucketize_Tensor(AtenTensorHandle self, AtenTensorHandle boundaries,
+                                                              int32_t out_int32, int32_t right,
+                                                              AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_bucketize_Tensor", [&] {
+    need(ret0, "ret0");
+    const Tensor& b = tensor_arg(boundaries, "boundaries");
+    if (b.dim() != 1)
+      throw Error("boundaries has " + std::to_string(b.dim()) + " dimensions; bucketize needs a 1-d tensor");
+    *ret0 = to_handle(searchsorted(b, tensor_arg(self, "self"), out_int32 != 0, right != 0, nullptr, nullptr));
   });
 }
 
