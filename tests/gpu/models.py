@@ -57,6 +57,128 @@ def wide_mlp() -> tuple[Any, tuple[Any, ...]]:
     return nn.Sequential(*layers[:-1]).eval(), (torch.randn(32, 2048),)
 
 
+def causal_decoder() -> tuple[Any, tuple[Any, ...]]:
+    """Decoder block with masked attention through F.scaled_dot_product_attention: a bool mask (causal and
+    key padding) and then is_causal. On CUDA float32 both run torch's efficient-attention kernel, which
+    the plugin calls as a fallback (aoti_torch_cuda__scaled_dot_product_efficient_attention)."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F  # noqa: N812
+
+    torch.manual_seed(0)
+
+    class Dec(nn.Module):
+        def __init__(self, d: int = 64, heads: int = 4, t: int = 20) -> None:
+            super().__init__()
+            self.heads = heads
+            self.ln1, self.ln2, self.ln3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv1, self.qkv2 = nn.Linear(d, 3 * d), nn.Linear(d, 3 * d)
+            self.proj1, self.proj2 = nn.Linear(d, d), nn.Linear(d, d)
+            self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+            keep = torch.ones(2, t, dtype=torch.bool)
+            keep[1, 15:] = False  # the second sequence is padded after 15 tokens
+            mask = torch.tril(torch.ones(t, t, dtype=torch.bool))[None, None] & keep[:, None, None, :]
+            self.register_buffer("mask", mask)
+
+        def attend(self, x, qkv, proj, **kw):
+            b, t, d = x.shape
+            q, k, v = qkv(x).split(d, dim=-1)
+            q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, **kw)
+            return proj(y.transpose(1, 2).reshape(b, t, d))
+
+        def forward(self, x):
+            x = x + self.attend(self.ln1(x), self.qkv1, self.proj1, attn_mask=self.mask)
+            x = x + self.attend(self.ln2(x), self.qkv2, self.proj2, is_causal=True)
+            return x + self.mlp(self.ln3(x))
+
+    return Dec().eval(), (torch.randn(2, 20, 64),)
+
+
+def upsample_decoder() -> tuple[Any, tuple[Any, ...]]:
+    """Segmentation-style decoder: a strided encoder conv, then ConvTranspose2d upsampling (output padding,
+    groups), which plugins run through aoti_torch_cuda_convolution with transposed=1."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(),
+        nn.ConvTranspose2d(8, 8, 3, stride=2, padding=1, output_padding=1), nn.ReLU(),
+        nn.ConvTranspose2d(8, 4, 4, stride=2, padding=1, groups=2), nn.ReLU(),
+        nn.Conv2d(4, 2, 1))
+    return model.eval(), (torch.randn(2, 3, 16, 12),)
+
+
+def ranking_head() -> tuple[Any, tuple[Any, ...]]:
+    """Scores -> top-k candidates, a stable descending sort and cumulative probabilities."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(32, 300)
+
+        def forward(self, x):
+            logits = self.fc(x)
+            top = logits.topk(5, dim=-1)
+            order = torch.sort(logits, dim=-1, descending=True, stable=True)
+            cum = torch.cumsum(torch.softmax(order.values, -1), -1)
+            return top.values, top.indices, order.values, order.indices, cum
+
+    return Head().eval(), (torch.randn(4, 32),)
+
+
+def embedding_bag_rec() -> tuple[Any, tuple[Any, ...]]:
+    """Recommender: embedding bags (sum with per-sample weights, mean, max) over index/offset inputs."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Rec(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.EmbeddingBag(100, 16, mode="sum")
+            self.b = nn.EmbeddingBag(100, 16, mode="mean")
+            self.c = nn.EmbeddingBag(100, 16, mode="max")
+            self.fc = nn.Linear(48, 8)
+
+        def forward(self, idx, offsets, weights):
+            h = torch.cat([self.a(idx, offsets, per_sample_weights=weights), self.b(idx, offsets),
+                           self.c(idx, offsets)], 1)
+            return self.fc(h)
+
+    g = torch.Generator().manual_seed(0)
+    return Rec().eval(), (torch.randint(0, 100, (20,), generator=g), torch.tensor([0, 4, 9, 9, 15]),
+                          torch.rand(20, generator=g))
+
+
+def scatter_pool() -> tuple[Any, tuple[Any, ...]]:
+    """Segment pooling with scatter_reduce (amax without self, mean with self) over a segment-id input."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Pool(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x, seg):
+            h = self.fc(x)
+            idx = seg[:, None].expand(-1, h.shape[1])
+            mx = h.new_zeros(4, 8).scatter_reduce(0, idx, h, "amax", include_self=False)
+            mean = h.new_ones(4, 8).scatter_reduce(0, idx, h, "mean", include_self=True)
+            return mx, mean
+
+    return Pool().eval(), (torch.randn(10, 8), torch.tensor([0, 2, 1, 0, 2, 2, 3, 1, 0, 2]))
+
+
 # name -> (factory, weights mode, extra inductor configs)
 MODELS: dict[str, tuple[Callable[[], tuple[Any, tuple[Any, ...]]], str, dict[str, Any]]] = {
     "mlp": (examples.mlp, "embedded", {}),
@@ -67,7 +189,18 @@ MODELS: dict[str, tuple[Callable[[], tuple[Any, tuple[Any, ...]]], str, dict[str
     "mutated_buffer": (examples.mutated_buffer, "embedded", {}),
     "small_mlp": (small_mlp, "embedded", {}),
     "wide_mlp_blob": (wide_mlp, "blob", {}),
+    "causal_decoder": (causal_decoder, "embedded", {}),
+    "upsample_decoder": (upsample_decoder, "embedded", {}),
+    "ranking_head": (ranking_head, "embedded", {}),
+    "embedding_bag_rec": (embedding_bag_rec, "embedded", {}),
+    "scatter_pool": (scatter_pool, "embedded", {}),
 }
-CHECKED = ["mlp", "mlp_blob", "convnet", "convnet_channels_last", "transformer", "mutated_buffer"]
+# Models whose plugins call the CUDA fallback ops of runtime/src/cuda/shims_ops.cpp (and transposed
+# convolution): checked like the others.
+FALLBACK_OPS = ["causal_decoder", "upsample_decoder", "ranking_head", "embedding_bag_rec", "scatter_pool"]
+# Models whose CUDA results vary in the last bits between runs (float atomics in scatter_reduce's sum/mean,
+# in ATen too): graph replays are compared with eager within rounding instead of bit for bit.
+NONDETERMINISTIC = {"scatter_pool"}
+CHECKED = ["mlp", "mlp_blob", "convnet", "convnet_channels_last", "transformer", "mutated_buffer", *FALLBACK_OPS]
 MUTATED_CALLS = 4  # calls compared one by one for the stateful model
 REPLAY_CALLS = 6  # input variants (each with its eager reference) for checking graph replays call by call

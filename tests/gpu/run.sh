@@ -105,9 +105,12 @@ fi
 
 step "GPU tests"
 echo "$COMMIT_LINE" > "$OUT/pytest.log"
-$PY -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_half.py -v -rs -p no:cacheprovider 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
+$PY -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_half.py tests/gpu/test_cuda_ops.py -v -rs -p no:cacheprovider 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
+
+step "attention fallback against torch's kernels"
+$PY tests/gpu/bench_attention.py 2>&1 | tee "$OUT/bench_attention.log" | grep -v "^W[0-9]"
 
 step "GPU benchmark"
 BENCH_QUICK=${BENCH_QUICK:-0} $PY bench/bench_gpu.py --artifacts "$AOTI_GPU_ARTIFACTS" --aoti-run "$AOTI_RUN" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^W[0-9]"

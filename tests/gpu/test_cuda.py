@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.gpu.models import CHECKED, MUTATED_CALLS, REPLAY_CALLS
+from tests.gpu.models import CHECKED, MUTATED_CALLS, NONDETERMINISTIC, REPLAY_CALLS
 
 pytestmark = pytest.mark.gpu
 RTOL, ATOL = 1e-4, 1e-5
@@ -122,12 +122,16 @@ def test_graph_replay_equals_eager(name: str) -> None:
     rng = np.random.default_rng(0)
     base = inputs(name)
     for call in range(6):
-        xs = [x if call == 0 else (x + rng.standard_normal(x.shape).astype(x.dtype) * 0.1) for x in base]
+        xs = [x if call == 0 or x.dtype.kind != "f" else (x + rng.standard_normal(x.shape).astype(x.dtype) * 0.1)
+              for x in base]  # integer inputs (indices) stay valid
         dev = [cuda.DeviceArray.from_numpy(x) for x in xs]  # new addresses each call: copied into the graph's inputs
         a = [o.numpy() for o in eager.run(dev, device_outputs=True)]
         b = [o.numpy() for o in graphed.run(dev, device_outputs=True)]
         for k, (u, v) in enumerate(zip(a, b, strict=True)):
-            np.testing.assert_array_equal(u, v, err_msg=f"{name} call {call} output {k}: replay differs from eager")
+            if name in NONDETERMINISTIC:  # float atomics: the summation order varies from run to run
+                np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7, err_msg=f"{name} call {call} output {k}")
+            else:
+                np.testing.assert_array_equal(u, v, err_msg=f"{name} call {call} output {k}: replay differs from eager")
     st = graphed.cuda_stats()
     assert st.graphs_disabled_reason == "", st.graphs_disabled_reason
     assert (st.graph_captures, st.graph_replays, st.eager_runs) == (1, 4, 2)

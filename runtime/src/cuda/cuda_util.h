@@ -31,15 +31,18 @@ struct StridedSpec {
 void launch_strided_copy(void* dst, const void* src, const StridedSpec& spec, int64_t numel, size_t itemsize,
                          cudaStream_t stream);
 
+// transposed: weight is [c_in, c_out / groups, k...] and the input is scattered into the output
+// (ATen's conv_transpose); in/out sizes are the given input and the computed output.
 struct ConvSpec {
   int64_t n, c_in, c_out, groups;
+  bool transposed;
   int64_t in_size[3], out_size[3], kernel[3], stride[3], padding[3], dilation[3];
   int64_t in_strides[5], w_strides[5], out_strides[5];  // n, c, d, h, w
   bool has_bias;
   int64_t bias_stride;
 };
 
-// Direct convolution (one thread per output element), accumulation in float (double for float64).
+// Direct (or transposed) convolution (one thread per output element, gathering its inputs), accumulation in float (double for float64).
 void launch_convolution(int32_t dtype, void* out, const void* in, const void* weight, const void* bias,
                         const ConvSpec& spec, cudaStream_t stream);
 

@@ -1,5 +1,5 @@
 // Device kernels of the runtime itself (the plugin brings its own): strided copies for copy_/clone
-// and a direct convolution for aoti_torch_cuda_convolution.
+// and a direct (and transposed) convolution for aoti_torch_cuda_convolution.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -85,6 +85,34 @@ __global__ void conv_kernel(T* out, const T* in, const T* w, const T* bias, Conv
     const int64_t n = rem / s.c_out;
     const int64_t g = co / cout_g;
     A acc = s.has_bias ? load(bias + co * s.bias_stride) : A(0);
+    if (s.transposed) {
+      // out[o] gathers in[i] * w[c, co_in_group, k] for every o = i * stride - padding + k * dilation
+      const int64_t col = co - g * cout_g;
+      const int64_t o[3] = {od, oh, ow};
+      for (int64_t ci = 0; ci < cin_g; ++ci) {
+        const int64_t c = g * cin_g + ci;
+        for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {
+          const int64_t td = o[0] + s.padding[0] - kd * s.dilation[0];
+          if (td < 0 || td % s.stride[0] != 0 || td / s.stride[0] >= s.in_size[0]) continue;
+          for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
+            const int64_t th = o[1] + s.padding[1] - kh * s.dilation[1];
+            if (th < 0 || th % s.stride[1] != 0 || th / s.stride[1] >= s.in_size[1]) continue;
+            for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
+              const int64_t tw = o[2] + s.padding[2] - kw * s.dilation[2];
+              if (tw < 0 || tw % s.stride[2] != 0 || tw / s.stride[2] >= s.in_size[2]) continue;
+              const A x = load(in + n * s.in_strides[0] + c * s.in_strides[1] + (td / s.stride[0]) * s.in_strides[2] +
+                               (th / s.stride[1]) * s.in_strides[3] + (tw / s.stride[2]) * s.in_strides[4]);
+              const A k = load(w + c * s.w_strides[0] + col * s.w_strides[1] + kd * s.w_strides[2] +
+                               kh * s.w_strides[3] + kw * s.w_strides[4]);
+              acc += x * k;
+            }
+          }
+        }
+      }
+      out[n * s.out_strides[0] + co * s.out_strides[1] + od * s.out_strides[2] + oh * s.out_strides[3] +
+          ow * s.out_strides[4]] = store<T>(acc);
+      continue;
+    }
     for (int64_t ci = 0; ci < cin_g; ++ci) {
       const int64_t c = g * cin_g + ci;
       for (int64_t kd = 0; kd < s.kernel[0]; ++kd) {

@@ -1,5 +1,6 @@
 // aoti_torch_cuda_* fallback ops: mm/addmm/bmm through cuBLAS (cublasGemmEx, no TF32: float32 results
-// match eager torch with its default allow_tf32=False), and a direct convolution kernel (no cuDNN).
+// match eager torch with its default allow_tf32=False), and a direct convolution kernel, plain and
+// transposed (no cuDNN).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu_kernels.h"
 #include "../shim_util.h"
 #include "aoti_host/cuda/cuda.h"
 #include "aoti_host/error.h"
@@ -177,25 +179,12 @@ void gemm(Tensor& out, const Tensor& a_in, const Tensor& b_in, double alpha, dou
   if (kout) aoti_host::cuda::copy(out, *kout);
 }
 
-// ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is.
+// ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is, as
+// suggest_memory_format decides it (c10's is_channels_last_strides_2d/3d, shared with the CPU kernels).
+// Ambiguous layouts, such as a 1x1 kernel's contiguous weight [O, I, 1, 1], count as contiguous there.
 bool is_channels_last(const Tensor& t) {
-  const auto& s = t.sizes();
-  if (s.size() != 4 && s.size() != 5) return false;
-  if (t.is_contiguous() && s[1] > 1) {
-    // contiguous and channels-last at once only when the spatial extent is 1
-    int64_t spatial = 1;
-    for (size_t d = 2; d < s.size(); ++d) spatial *= s[d];
-    if (spatial > 1) return false;
-  }
-  // expected channels-last strides: C innermost, then W, H, (D), N
-  std::vector<int64_t> want(s.size());
-  int64_t st = 1;
-  want[1] = st, st *= std::max<int64_t>(s[1], 1);
-  for (size_t d = s.size(); d-- > 2;) want[d] = st, st *= std::max<int64_t>(s[d], 1);
-  want[0] = st;
-  for (size_t d = 0; d < s.size(); ++d)
-    if (s[d] > 1 && t.strides()[d] != want[d]) return false;
-  return true;
+  return aoti_host::cpu::is_channels_last_strides_2d(t.sizes(), t.strides()) ||
+         aoti_host::cpu::is_channels_last_strides_3d(t.sizes(), t.strides());
 }
 
 std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& s) {
@@ -253,10 +242,8 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_convolution(AtenTensorHandle input,
     const Tensor& in = tensor_arg(input, "input");
     const Tensor& w = tensor_arg(weight, "weight");
     const Tensor* b = (bias != nullptr && *bias != nullptr) ? from_handle(*bias) : nullptr;
-    (void)int_list(output_padding, output_padding_len_, "output_padding");
-    if (transposed != 0)
-      throw Error("transposed convolution is not implemented on cuda in this runtime; export with "
-                  "max_autotune_conv_backends='TRITON' (aoti-toolchain export --device cuda --triton-only)");
+    auto out_pad = int_list(output_padding, output_padding_len_, "output_padding");
+    const bool tr = transposed != 0;
     const int64_t nd = in.dim();
     if (nd < 3 || nd > 5 || w.dim() != nd)
       throw Error("convolution: input " + list_str(in.sizes()) + " and weight " + list_str(w.sizes()) +
@@ -272,19 +259,25 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_convolution(AtenTensorHandle input,
         throw Error(std::string("convolution: ") + name + " has " + std::to_string(v.size()) + " entries for " +
                     std::to_string(spatial) + " spatial dims");
     };
-    expand(st, "stride", 1), expand(pad, "padding", 0), expand(dil, "dilation", 1);
+    expand(st, "stride", 1), expand(pad, "padding", 0), expand(dil, "dilation", 1),
+        expand(out_pad, "output_padding", 0);
     const int device = in.device_index();
     require_cuda(in, "input", "convolution", device);
     require_cuda(w, "weight", "convolution", device);
     if (b != nullptr) require_cuda(*b, "bias", "convolution", device);
     if (w.dtype() != in.dtype() || (b != nullptr && b->dtype() != in.dtype()))
       throw Error("convolution: input, weight and bias must share a dtype");
-    if (groups < 1 || in.sizes()[1] % groups != 0 || w.sizes()[0] % groups != 0 ||
-        w.sizes()[1] * groups != in.sizes()[1])
+    // weight: [c_out, c_in / groups, k...], transposed [c_in, c_out / groups, k...]
+    const int64_t w_in = tr ? w.sizes()[0] : w.sizes()[1] * groups;
+    if (groups < 1 || in.sizes()[1] % groups != 0 || w.sizes()[0] % groups != 0 || w_in != in.sizes()[1])
       throw Error("convolution: input channels " + std::to_string(in.sizes()[1]) + ", weight " + list_str(w.sizes()) +
-                  " and groups " + std::to_string(groups) + " do not fit");
+                  " and groups " + std::to_string(groups) + " do not fit" + (tr ? " (transposed)" : ""));
     aoti_host::cuda::ConvSpec s{};
-    s.n = in.sizes()[0], s.c_in = in.sizes()[1], s.c_out = w.sizes()[0], s.groups = groups;
+    s.n = in.sizes()[0], s.c_in = in.sizes()[1], s.groups = groups, s.transposed = tr;
+    s.c_out = tr ? w.sizes()[1] * groups : w.sizes()[0];
+    if (b != nullptr && b->numel() != s.c_out)
+      throw Error("convolution: bias has " + std::to_string(b->numel()) + " elements for " +
+                  std::to_string(s.c_out) + " output channels");
     std::vector<int64_t> out_sizes{s.n, s.c_out};
     const int off = 3 - spatial;  // spatial dims are right-aligned in the 3-d spec
     for (int d = 0; d < 3; ++d) {
@@ -296,8 +289,15 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_convolution(AtenTensorHandle input,
       s.in_size[e] = in.sizes()[2 + d];
       s.kernel[e] = w.sizes()[2 + d];
       s.stride[e] = st[d], s.padding[e] = pad[d], s.dilation[e] = dil[d];
-      const int64_t o = (s.in_size[e] + 2 * pad[d] - dil[d] * (s.kernel[e] - 1) - 1) / st[d] + 1;
-      if (o <= 0 || st[d] <= 0 || dil[d] <= 0)
+      if (st[d] <= 0 || dil[d] <= 0 || pad[d] < 0 || out_pad[d] < 0)
+        throw Error("convolution: stride " + list_str(st) + ", dilation " + list_str(dil) + ", padding " +
+                    list_str(pad) + " or output_padding " + list_str(out_pad) + " is out of range");
+      if (tr && out_pad[d] >= st[d] && out_pad[d] >= dil[d])
+        throw Error("convolution: output_padding " + list_str(out_pad) +
+                    " must be smaller than either stride or dilation");
+      const int64_t o = tr ? (s.in_size[e] - 1) * st[d] - 2 * pad[d] + dil[d] * (s.kernel[e] - 1) + out_pad[d] + 1
+                           : (s.in_size[e] + 2 * pad[d] - dil[d] * (s.kernel[e] - 1) - 1) / st[d] + 1;
+      if (o <= 0)
         throw Error("convolution: input " + list_str(in.sizes()) + " is too small for weight " + list_str(w.sizes()));
       s.out_size[e] = o;
       out_sizes.push_back(o);

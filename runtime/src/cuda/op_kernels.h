@@ -1,0 +1,114 @@
+// Device kernels behind the aoti_torch_cuda_* fallback ops of shims_ops.cpp (attention, sorting, scans,
+// embedding bags, scatter). Plain parameter structs, no tensor types: the shims check arguments, allocate
+// outputs with ATen's layouts and fill these in; the launchers dispatch on the dtype code and throw
+// aoti_host::Error for a dtype they do not support.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda_util.h"
+
+namespace aoti_host {
+namespace cuda {
+
+// Largest head size (query/key and value separately) the attention kernel takes.
+constexpr int64_t kMaxHeadDim = 256;
+
+// softmax(q k^T * scale + bias [+ causal mask]) v for q [B, H, M, D], k [B, H, N, D], v [B, H, N, Dv]
+// (any strides, in elements); out [B, H, M, Dv]; lse [B, H, >= M] (natural-log logsumexp of the scaled
+// scores) when lse is non-null.
+struct AttentionSpec {
+  int64_t b, h, m, n, d, dv;
+  int64_t q_st[4], k_st[4], v_st[4], o_st[4];
+  int64_t bias_st[4];  // bias broadcast to [B, H, M, N] (0 for broadcast dimensions)
+  int64_t lse_st[3];
+  float scale;
+  // causal: key j is visible to query i when j <= i + causal_offset (0: top-left, N - M: bottom-right)
+  bool causal;
+  int64_t causal_offset;
+  int32_t bias_dtype;  // -1: no bias; else the query dtype, or bool (false masks the key out)
+};
+void launch_attention(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
+                      const void* bias, const AttentionSpec& spec, cudaStream_t stream);
+
+// One tensor's view of a batch of lines: the offset of line l's first element is the sum over the
+// outer dimensions of (index * stride); `step` is the stride along the line.
+struct LineSpec {
+  int nd;                     // outer dimensions
+  int64_t sizes[kMaxDims];    // outer sizes
+  int64_t strides[3][kMaxDims];  // per tensor: input, output 0, output 1
+  int64_t step[3];
+  int64_t lines, n;  // number of lines, line length
+};
+
+// Sorts each line (NaN greatest, stable) and writes the first `keep` elements of the sorted order:
+// values (same dtype) and int64 indices along the line. descending: largest first.
+void launch_sort(int32_t dtype, const void* in, void* values, int64_t* indices, const LineSpec& spec, int64_t keep,
+                 bool descending, cudaStream_t stream);
+
+// Inclusive scan along each line: out = cumsum/cumprod of in (in converted to out_dtype first).
+void launch_scan(int32_t in_dtype, int32_t out_dtype, const void* in, void* out, const LineSpec& spec, bool product,
+                 cudaStream_t stream);
+// cummax/cummin: running extreme and its (last on ties) index.
+void launch_cum_extreme(int32_t dtype, const void* in, void* values, int64_t* indices, const LineSpec& spec,
+                        bool max, cudaStream_t stream);
+
+// aten::_embedding_bag on CUDA. indices/offsets/per-sample weights: 1-d, stepped by the given strides.
+struct EmbeddingBagSpec {
+  int64_t num_indices, num_bags, features, num_weights;
+  int64_t w_st[2], out_st[2];
+  int64_t idx_step, off_step, psw_step;
+  int64_t mode;  // 0 sum, 1 mean, 2 max
+  int64_t padding_idx;  // -1: none
+  bool indices_int32, offsets_int32;  // else int64
+  int32_t index_dtype;  // of the index outputs: int32 when indices and offsets both are, else int64
+};
+void launch_embedding_bag(int32_t dtype, const void* weight, const void* indices, const void* offsets,
+                          const void* per_sample_weights, void* out, void* offset2bag, void* bag_size,
+                          void* max_indices, int* bad_index, const EmbeddingBagSpec& spec, cudaStream_t stream);
+
+// scatter / scatter_reduce over index's index space: out[... index[p] ...] (op) src[p].
+struct ScatterSpec {
+  int nd;
+  int64_t dim;
+  int64_t idx_sizes[kMaxDims];
+  int64_t idx_st[kMaxDims], src_st[kMaxDims], out_st[kMaxDims];
+  int64_t out_dim_size;
+  int64_t numel;  // of index
+};
+enum class ScatterOp : int { kAssign = 0, kSum, kProd, kMean, kAmax, kAmin };
+// For each index position: out[target] = identity of op (prepares include_self=False).
+void launch_scatter_fill_identity(int32_t dtype, void* out, const int64_t* index, const ScatterSpec& spec, ScatterOp op,
+                                  int* bad_index, cudaStream_t stream);
+// src null: scatter `value`. counts non-null: counts[target offset in a dense copy of out] += 1
+// (count_st: the dense strides).
+void launch_scatter(int32_t dtype, void* out, const int64_t* index, const void* src, double value,
+                    const ScatterSpec& spec, ScatterOp op, int* bad_index, cudaStream_t stream);
+void launch_scatter_count(int32_t* counts, const int64_t* index, const ScatterSpec& spec, const int64_t* count_st,
+                          cudaStream_t stream);
+// out[i] /= (counts[i] + base) where that is non-zero (floor division for integral dtypes).
+void launch_scatter_mean_divide(int32_t dtype, void* out, const int32_t* counts, const StridedSpec& out_spec,
+                                int64_t numel, int base, cudaStream_t stream);
+
+// searchsorted / bucketize: for each element i of self (row-major), the insertion point in row
+// (one_d ? 0 : i / inner) of the sorted sequence, read through sorter when one is given.
+struct SearchSpec {
+  int nd;  // self's dimensions (0: a 0-d self)
+  int64_t sizes[kMaxDims], self_st[kMaxDims];
+  int64_t numel, inner;
+  bool one_d;
+  int outer_nd;  // the sequence's leading dimensions
+  int64_t outer_sizes[kMaxDims], seq_outer_st[kMaxDims], sorter_outer_st[kMaxDims];
+  int64_t n, seq_step, sorter_step;
+  int32_t seq_dtype, self_dtype;
+  bool ints;  // compare as int64 (both integral), else as double
+  bool right;
+  bool out_int32;
+};
+void launch_searchsorted(const void* seq, const void* self, const int64_t* sorter, void* out, const SearchSpec& spec,
+                         int* bad_index, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace aoti_host

@@ -1,0 +1,68 @@
+"""Times the runtime's CUDA attention fallbacks against torch's own kernels on the same inputs.
+
+    AOTI_HOST_LIBRARY=.../libaoti_host.so python tests/gpu/bench_attention.py
+Prints one line per shape: milliseconds per call (CUDA events around 20 calls after 3 warm-up calls) of
+aoti_torch_cuda__scaled_dot_product_efficient_attention / _flash_attention and of torch's
+aten._scaled_dot_product_efficient_attention / _flash_attention, and the ratio.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from tests.gpu.test_cuda_ops import Host  # noqa: E402
+
+SHAPES = [  # batch, heads, sequence, head size, causal
+    (8, 16, 512, 64, False),
+    (8, 16, 512, 64, True),
+    (4, 16, 2048, 64, True),
+    (4, 8, 1024, 128, False),
+]
+
+
+def timed(fn, iters: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def main() -> int:
+    host = Host()
+    for kind, dtypes in (("efficient", (torch.float32, torch.float16)), ("flash", (torch.float16, torch.bfloat16))):
+        for dtype in dtypes:
+            for b, h, s, d, causal in SHAPES:
+                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype).transpose(1, 2) for _ in range(3))
+
+                def ours(q=q, k=k, v=v, causal=causal, kind=kind):
+                    if kind == "efficient":
+                        host.launch("_scaled_dot_product_efficient_attention", q, k, v, None, 1, 0.0, int(causal), None)
+                    else:
+                        host.launch("_scaled_dot_product_flash_attention", q, k, v, 0.0, int(causal), 0, None)
+                    host.release()
+
+                def theirs(q=q, k=k, v=v, causal=causal, kind=kind):
+                    if kind == "efficient":
+                        torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal)
+                    else:
+                        torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
+
+                a, t = timed(ours), timed(theirs)
+                print(f"{kind:9s} {str(dtype):14s} B={b} H={h} S={s} D={d} causal={int(causal)}: "
+                      f"aoti {a:8.3f} ms  torch {t:8.3f} ms  ratio {a / t:6.1f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

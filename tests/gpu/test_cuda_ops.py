@@ -1,0 +1,603 @@
+"""The runtime's CUDA fallback ops (runtime/src/cuda/shims_ops.cpp, transposed convolution in ops.cpp)
+against torch's ATen on the GPU, through the C ABI.
+
+Operands are torch CUDA tensors (contiguous, transposed, stepped views with a storage offset) handed to
+libaoti_host.so with aoti_torch_create_tensor_from_blob, as a plugin would; every returned tensor is
+compared with ATen's in values, dtype, sizes, strides and device, since plugins reinterpret fallback
+outputs with the layout torch had at compile time.
+
+Needs the GPU machine (tests/gpu/run.sh sets AOTI_HOST_LIBRARY to the CUDA build); skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: these tests run on the GPU machine via tests/gpu/run.sh", allow_module_level=True)
+if not os.environ.get("AOTI_HOST_LIBRARY"):
+    pytest.skip("AOTI_HOST_LIBRARY is not set: run tests/gpu/run.sh, which builds the CUDA runtime",
+                allow_module_level=True)
+
+H = ctypes.c_void_p
+PH = ctypes.POINTER(H)
+I32, I64, F64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_double
+I64P = ctypes.POINTER(I64)
+CODES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
+         torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15, torch.uint64: 29}
+DTYPES = {v: k for k, v in CODES.items()}
+T, OT, R, RI = "tensor", "optional tensor", "return", "int64 return"
+
+# Shim name -> argument kinds in prototype order (torch's generated/c_shim_cuda.h).
+SIGS = {
+    "_scaled_dot_product_efficient_attention": [T, T, T, OT, I32, F64, I32, "optional double", R, R, R, R],
+    "_scaled_dot_product_flash_attention": [T, T, T, F64, I32, I32, "optional double", R, R, R, R, RI, RI, R, R, R],
+    "convolution": [T, T, OT, "ints", "ints", "ints", I32, "ints", I64, R],
+    "topk": [T, I64, I64, I32, I32, R, R],
+    "sort": [T, I64, I32, R, R],
+    "sort_stable": [T, "optional int32", I64, I32, R, R],
+    "cumsum": [T, I64, "optional int32", R],
+    "cumprod": [T, I64, "optional int32", R],
+    "cummax": [T, I64, R, R],
+    "cummin": [T, I64, R, R],
+    "_embedding_bag": [T, T, T, I32, I64, I32, OT, I32, I64, R, R, R, R],
+    "_embedding_bag_forward_only": [T, T, T, I32, I64, I32, OT, I32, I64, R, R, R, R],
+    "scatter_src_out": [T, T, I64, T, T],
+    "scatter_value_out": [T, T, I64, T, F64],
+    "scatter_reduce_two_out": [T, T, I64, T, T, ctypes.c_char_p, I32],
+    "searchsorted_Tensor": [T, T, I32, I32, "optional string", OT, R],
+    "bucketize_Tensor": [T, T, I32, I32, R],
+}
+
+
+class ShimError(RuntimeError):
+    pass
+
+
+class Host:
+    """Calls aoti_torch_cuda_<name> on torch tensors; returned tensors come back as torch tensors."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL(os.environ["AOTI_HOST_LIBRARY"], mode=ctypes.RTLD_GLOBAL)
+        lib = self.lib
+        lib.aoti_torch_create_tensor_from_blob.argtypes = [H, I64, I64P, I64P, I64, I32, I32, I32, PH]
+        for name in ("aoti_torch_get_sizes", "aoti_torch_get_strides"):
+            getattr(lib, name).argtypes = [H, ctypes.POINTER(I64P)]
+        for name in ("aoti_torch_get_dim", "aoti_torch_get_storage_offset", "aoti_torch_get_storage_size"):
+            getattr(lib, name).argtypes = [H, ctypes.POINTER(I64)]
+        for name in ("aoti_torch_get_dtype", "aoti_torch_get_device_type"):
+            getattr(lib, name).argtypes = [H, ctypes.POINTER(I32)]
+        lib.aoti_torch_get_data_ptr.argtypes = [H, ctypes.POINTER(H)]
+        lib.aoti_torch_delete_tensor_object.argtypes = [H]
+        lib.aoti_host_last_error.restype = ctypes.c_char_p
+        self.handles: list[int] = []
+        self.keep: list[object] = []
+
+    def ok(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise ShimError(f"{what} failed: {(self.lib.aoti_host_last_error() or b'').decode()}")
+
+    def from_torch(self, t) -> int:
+        n = t.dim()
+        sizes = (I64 * max(n, 1))(*t.shape)
+        strides = (I64 * max(n, 1))(*t.stride())
+        dev = (1, t.device.index) if t.is_cuda else (0, 0)
+        h = H()
+        self.ok(self.lib.aoti_torch_create_tensor_from_blob(t.untyped_storage().data_ptr(), n, sizes, strides,
+                                                            t.storage_offset(), CODES[t.dtype], dev[0], dev[1],
+                                                            ctypes.byref(h)), "create_tensor_from_blob")
+        self.handles.append(h.value)
+        self.keep.append(t)
+        return h.value
+
+    def to_torch(self, h: int):
+        """A copy of a runtime-owned tensor with its sizes, strides and device."""
+        dim, off, nbytes = I64(), I64(), I64()
+        self.ok(self.lib.aoti_torch_get_dim(h, ctypes.byref(dim)), "get_dim")
+        sp, stp = I64P(), I64P()
+        self.ok(self.lib.aoti_torch_get_sizes(h, ctypes.byref(sp)), "get_sizes")
+        self.ok(self.lib.aoti_torch_get_strides(h, ctypes.byref(stp)), "get_strides")
+        self.ok(self.lib.aoti_torch_get_storage_offset(h, ctypes.byref(off)), "get_storage_offset")
+        self.ok(self.lib.aoti_torch_get_storage_size(h, ctypes.byref(nbytes)), "get_storage_size")
+        dt, devt = I32(), I32()
+        self.ok(self.lib.aoti_torch_get_dtype(h, ctypes.byref(dt)), "get_dtype")
+        self.ok(self.lib.aoti_torch_get_device_type(h, ctypes.byref(devt)), "get_device_type")
+        ptr = H()
+        self.ok(self.lib.aoti_torch_get_data_ptr(h, ctypes.byref(ptr)), "get_data_ptr")
+        sizes, strides = [sp[i] for i in range(dim.value)], [stp[i] for i in range(dim.value)]
+        dtype = DTYPES[dt.value]
+        item = torch.empty((), dtype=dtype).element_size()
+        base = (ptr.value or 0) - off.value * item
+        if devt.value == 1:
+            if nbytes.value == 0:
+                raw = torch.empty(0, dtype=torch.uint8, device="cuda")
+            else:
+                class View:
+                    __cuda_array_interface__ = {"shape": (nbytes.value,), "typestr": "|u1", "data": (base, False),
+                                                "version": 3, "strides": None}
+
+                raw = torch.as_tensor(View(), device="cuda").clone()
+        else:
+            raw = torch.frombuffer(bytearray(ctypes.string_at(base, nbytes.value)), dtype=torch.uint8) \
+                if nbytes.value else torch.empty(0, dtype=torch.uint8)
+        flat = raw.view(dtype) if raw.numel() else torch.empty(0, dtype=dtype, device=raw.device)
+        return torch.as_strided(flat, sizes, strides, off.value)
+
+    def __call__(self, name: str, *args):
+        return self.launch(name, *args, fetch=True)
+
+    def launch(self, name: str, *args, fetch: bool = False):
+        """Calls the shim; with fetch, waits for the GPU and returns copies of the outputs, else only
+        keeps the returned handles (for timing: no synchronisation, no copies)."""
+        kinds = SIGS[name]
+        assert len(args) == sum(k not in (R, RI) for k in kinds), name
+        fn = getattr(self.lib, f"aoti_torch_cuda_{name}")
+        argtypes, cargs, rets, it = [], [], [], iter(args)
+        for k in kinds:
+            if k == R:
+                argtypes.append(PH)
+                rets.append(H())
+                cargs.append(ctypes.byref(rets[-1]))
+                continue
+            if k == RI:
+                argtypes.append(I64P)
+                rets.append(I64())
+                cargs.append(ctypes.byref(rets[-1]))
+                continue
+            a = next(it)
+            if k == T:
+                argtypes.append(H)
+                cargs.append(self.from_torch(a))
+            elif k == OT:
+                argtypes.append(PH)
+                cargs.append(None if a is None else ctypes.pointer(H(self.from_torch(a))))
+            elif k == "ints":
+                argtypes += [I64P, I64]
+                cargs += [(I64 * max(len(a), 1))(*a), len(a)]
+            elif k == "optional double":
+                argtypes.append(ctypes.POINTER(F64))
+                cargs.append(None if a is None else ctypes.pointer(F64(a)))
+            elif k == "optional int32":
+                argtypes.append(ctypes.POINTER(I32))
+                cargs.append(None if a is None else ctypes.pointer(I32(a)))
+            elif k == "optional string":
+                argtypes.append(ctypes.POINTER(ctypes.c_char_p))
+                cargs.append(None if a is None else ctypes.pointer(ctypes.c_char_p(a.encode())))
+            elif k == ctypes.c_char_p:
+                argtypes.append(k)
+                cargs.append(a.encode())
+            else:
+                argtypes.append(k)
+                cargs.append(a)
+        fn.argtypes = argtypes
+        self.ok(fn(*cargs), f"aoti_torch_cuda_{name}")
+        if not fetch:
+            self.handles.extend(r.value for k, r in zip([k for k in kinds if k in (R, RI)], rets, strict=True)
+                                if k == R and r.value is not None)
+            return None
+        torch.cuda.synchronize()
+        out = []
+        for k, r in zip([k for k in kinds if k in (R, RI)], rets, strict=True):
+            if k == RI:
+                out.append(r.value)
+            elif r.value is None:
+                out.append(None)
+            else:
+                self.handles.append(r.value)
+                out.append(self.to_torch(r.value))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def release(self) -> None:
+        for h in self.handles:
+            self.ok(self.lib.aoti_torch_delete_tensor_object(h), "delete_tensor_object")
+        self.handles.clear()
+        self.keep.clear()
+
+
+@pytest.fixture
+def host():
+    h = Host()
+    yield h
+    h.release()
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def same(got, want, *, rtol: float = 0.0, atol: float = 0.0, values: bool = True, layout: bool = True) -> None:
+    """ATen's dtype, sizes, strides and device, and its values within tolerance."""
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+    assert got.device.type == want.device.type, (got.device, want.device)
+    if layout and got.numel() > 1:
+        assert got.stride() == want.stride(), (got.stride(), want.stride())
+    if values:
+        torch.testing.assert_close(got.cpu(), want.cpu(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+TOL = {torch.float32: (2e-5, 2e-5), torch.float64: (1e-12, 1e-12), torch.float16: (2e-3, 2e-3),
+       torch.bfloat16: (1.6e-2, 1.6e-2)}
+ATTN_TOL = {torch.float32: (1e-4, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
+
+
+def gen(seed: int = 0):
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+def rand(shape, dtype, layout: str = "contiguous", g=None, *, unique: bool = False):
+    """A CUDA tensor of `shape` in the given layout: contiguous, transposed (last two dims swapped in
+    memory), or stepped (every other element along the last dim, with a storage offset)."""
+    g = g or gen()
+    n = math.prod(shape)
+    if dtype.is_floating_point:
+        base = (torch.randperm(max(n, 1) * 3, generator=g, device="cuda")[:n].double() / n - 1.5) if unique \
+            else torch.randn(n, generator=g, device="cuda", dtype=torch.float64)
+        base = base.reshape(shape).to(dtype)
+    else:
+        base = (torch.randperm(max(n, 1) * 3, generator=g, device="cuda")[:n] - n) if unique \
+            else torch.randint(-20, 20, (n,), generator=g, device="cuda")
+        base = base.reshape(shape).to(dtype)
+    if layout == "contiguous" or len(shape) < 2:
+        if layout == "stepped":
+            buf = torch.zeros(2 * n + 3, dtype=dtype, device="cuda")
+            v = buf[3::2][:n].reshape(shape) if n else buf[:0].reshape(shape)
+            v.copy_(base)
+            return v
+        return base
+    if layout == "transposed":
+        t = base.transpose(-1, -2).contiguous().transpose(-1, -2)
+        assert not t.is_contiguous()
+        return t
+    buf = torch.zeros(*shape[:-1], 2 * shape[-1] + 1, dtype=dtype, device="cuda")
+    v = buf[..., 1::2]
+    v.copy_(base)
+    return v
+
+
+LAYOUTS = ["contiguous", "transposed", "stepped"]
+
+
+# --- attention -------------------------------------------------------------------------------------
+
+def qkv(b, h, m, n, d, dv, dtype, layout, g):
+    def one(s, e):
+        if layout == "bmhd":  # as a plugin's q/k/v come out of a [B, S, H*D] projection
+            return torch.randn(b, s, h, e, generator=g, device="cuda").to(dtype).transpose(1, 2)
+        return rand((b, h, s, e), dtype, "contiguous", g)
+    return one(m, d), one(n, d), one(n, dv)
+
+
+EFF_CASES = [
+    # b, h, m, n, d, dv, layout, bias, causal
+    (2, 4, 20, 20, 16, 16, "bmhd", None, False),
+    (2, 4, 20, 20, 16, 16, "bmhd", None, True),
+    (2, 3, 33, 47, 64, 64, "contiguous", "full", False),
+    (1, 2, 40, 24, 32, 48, "contiguous", None, True),  # M > N, top-left causal, Dv != D
+    (2, 4, 20, 20, 64, 64, "bmhd", "padded", True),  # sdpa's mask padded to a multiple of 16, sliced
+    (2, 4, 17, 31, 128, 128, "contiguous", "broadcast", False),
+    (1, 1, 70, 70, 256, 256, "contiguous", "full", True),  # more than 48 KiB of shared memory
+]
+
+
+def make_bias(kind, b, h, m, n, dtype, g):
+    if kind is None:
+        return None
+    # rows padded to a multiple of 16 elements (the efficient kernel's alignment), as sdpa pads masks
+    padded = (n + 15) // 16 * 16 + (16 if kind == "padded" else 0)
+    if kind == "broadcast":  # [B, 1, 1, N] key padding, expanded as sdpa does
+        return torch.randn(b, 1, 1, padded, generator=g, device="cuda").to(dtype)[..., :n].expand(b, h, m, n)
+    return torch.randn(b, h, m, padded, generator=g, device="cuda").to(dtype)[..., :n]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", EFF_CASES, ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize("lse", [True, False], ids=["lse", "nolse"])
+def test_efficient_attention(host, dtype, case, lse):
+    b, h, m, n, d, dv, layout, bias_kind, causal = case
+    g = gen(1)
+    q, k, v = qkv(b, h, m, n, d, dv, dtype, layout, g)
+    bias = make_bias(bias_kind, b, h, m, n, dtype, g)
+    scale = 0.3 if bias_kind == "full" else None
+    want = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, lse, 0.0, causal, scale=scale)
+    got = host("_scaled_dot_product_efficient_attention", q, k, v, bias, int(lse), 0.0, int(causal), scale)
+    rtol, atol = ATTN_TOL[dtype]
+    same(got[0], want[0], rtol=rtol, atol=atol)
+    same(got[1], want[1], values=False)
+    if lse:
+        torch.testing.assert_close(got[1][..., :m], want[1][..., :m], rtol=1e-4, atol=1e-4)
+    for gs, ws in zip(got[2:], want[2:], strict=True):  # philox seed and offset: 0-d int64, no dropout
+        same(gs, ws, values=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", [(2, 4, 20, 20, 64, "bmhd", False), (2, 4, 20, 20, 64, "bmhd", True),
+                                  (1, 3, 33, 33, 128, "contiguous", True), (2, 2, 16, 40, 32, "bmhd", True),
+                                  (2, 2, 40, 24, 32, "contiguous", True), (1, 2, 24, 24, 256, "bmhd", False)],
+                         ids=lambda c: "-".join(map(str, c)))
+def test_flash_attention(host, dtype, case):
+    b, h, m, n, d, layout, causal = case
+    q, k, v = qkv(b, h, m, n, d, d, dtype, layout, gen(2))
+    want = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
+    got = host("_scaled_dot_product_flash_attention", q, k, v, 0.0, int(causal), 0, None)
+    rtol, atol = ATTN_TOL[dtype]
+    same(got[0], want[0], rtol=rtol, atol=atol)
+    same(got[1], want[1], rtol=1e-4, atol=1e-4)
+    assert got[2] is None and got[3] is None  # cum_seq_q/k: undefined in ATen (dense batch)
+    assert got[4:6] == tuple(want[4:6])
+    for gs, ws in zip(got[6:8], want[6:8], strict=True):
+        same(gs, ws, values=False)
+    same(got[8], want[8], values=False)
+
+
+def test_attention_refuses_dropout_and_bad_shapes(host):
+    q, k, v = qkv(1, 2, 8, 8, 36, 36, torch.float16, "contiguous", gen(3))
+    with pytest.raises(RuntimeError, match="multiple of 8"):  # ATen refuses it too
+        torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False)
+    with pytest.raises(ShimError, match="multiple of 8"):
+        host("_scaled_dot_product_flash_attention", q, k, v, 0.0, 0, 0, None)
+    q, k, v = qkv(1, 2, 8, 8, 16, 16, torch.float32, "contiguous", gen(3))
+    with pytest.raises(ShimError, match="dropout_p"):
+        host("_scaled_dot_product_efficient_attention", q, k, v, None, 1, 0.1, 0, None)
+    with pytest.raises(ShimError, match="do not fit"):
+        host("_scaled_dot_product_efficient_attention", q, k[:, :1], v, None, 1, 0.0, 0, None)
+    with pytest.raises(ShimError, match="does not broadcast"):
+        host("_scaled_dot_product_efficient_attention", q, k, v, torch.zeros(3, 8, device="cuda"), 1, 0.0, 0, None)
+
+
+# --- transposed convolution ------------------------------------------------------------------------
+
+CONV_T = [
+    # input sizes, c_out per group, kernel, stride, padding, output_padding, dilation, groups, bias
+    ((2, 4, 9), 3, (3,), (2,), (1,), (1,), (1,), 1, True),
+    ((2, 4, 9, 7), 6, (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1, True),
+    ((1, 6, 5, 6), 2, (3, 3), (2, 1), (1, 0), (1, 0), (1, 2), 3, False),
+    ((1, 4, 3, 4, 5), 2, (3, 2, 3), (2, 2, 1), (1, 0, 1), (0, 1, 0), (1, 1, 1), 2, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("case", CONV_T, ids=lambda c: "x".join(map(str, c[0])))
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "stepped"])
+def test_transposed_convolution(host, dtype, case, layout):
+    sizes, cpg, kernel, stride, padding, out_pad, dil, groups, with_bias = case
+    g = gen(4)
+    x = rand(sizes, dtype, "stepped" if layout == "stepped" else "contiguous", g)
+    w = rand((sizes[1], cpg, *kernel), dtype, "contiguous", g)
+    if layout == "channels_last" and len(sizes) == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    bias = rand((cpg * groups,), dtype, "contiguous", g) if with_bias else None
+    want = torch.ops.aten.convolution(x, w, bias, stride, padding, dil, True, out_pad, groups)
+    got = host("convolution", x, w, bias, list(stride), list(padding), list(dil), 1, list(out_pad), groups)
+    rtol, atol = (1e-4, 1e-4) if dtype == torch.float32 else (5e-3, 5e-3)
+    same(got, want, rtol=rtol, atol=atol, layout=layout != "stepped")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("k", [3, 1])  # a 1x1 kernel's contiguous weight is also channels-last strided
+def test_convolution_still_matches(host, layout, groups, k):
+    g = gen(12)
+    x = rand((2, 4, 16, 12), torch.float32, "contiguous", g)
+    w = rand((6, 4 // groups, k, k), torch.float32, "contiguous", g)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    bias = rand((6,), torch.float32, "contiguous", g)
+    want = torch.ops.aten.convolution(x, w, bias, [2, 2], [1, 1], [1, 1], False, [0, 0], groups)
+    got = host("convolution", x, w, bias, [2, 2], [1, 1], [1, 1], 0, [0, 0], groups)
+    same(got, want, rtol=1e-4, atol=1e-4)
+
+
+# --- sort / topk -----------------------------------------------------------------------------------
+
+SORT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32]
+
+
+@pytest.mark.parametrize("dtype", SORT_DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim,descending", [(-1, False), (-1, True), (0, True), (1, False)])
+def test_sort_stable(host, dtype, layout, dim, descending):
+    x = rand((5, 300, 7), dtype, layout, gen(5))
+    if dtype.is_floating_point:
+        x[0, 3, :] = float("nan")
+    want = torch.sort(x, dim=dim, descending=descending, stable=True)
+    got = host("sort_stable", x, 1, dim, int(descending))
+    same(got[0], want.values)
+    same(got[1], want.indices)
+    got_unstable = host("sort", x, dim, int(descending))
+    same(got_unstable[0], want.values)
+    same(got_unstable[1].to(torch.int64), want.indices, values=False)
+    assert torch.equal(torch.gather(x, dim, got_unstable[1]).cpu().float().nan_to_num(7.5),
+                       want.values.cpu().float().nan_to_num(7.5))
+
+
+@pytest.mark.parametrize("dtype", SORT_DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("k,dim,largest", [(5, -1, True), (1, 0, False), (40, 1, True), (0, -1, True)])
+def test_topk(host, dtype, layout, k, dim, largest):
+    x = rand((4, 50, 9), dtype, layout, gen(6), unique=True)
+    want = torch.topk(x, k, dim=dim, largest=largest, sorted=True)
+    got = host("topk", x, k, dim, int(largest), 1)
+    same(got[0], want.values)
+    if dtype in (torch.float16, torch.bfloat16):  # rounding can make values equal: indices of ties may differ
+        same(got[1], want.indices, values=False)
+        assert torch.equal(torch.gather(x, dim, got[1]), want.values)
+    else:
+        same(got[1], want.indices)  # unique values: the indices are determined
+
+
+def test_topk_k_out_of_range(host):
+    with pytest.raises(ShimError, match="out of range"):
+        host("topk", torch.randn(3, 4, device="cuda"), 5, 1, 1, 1)
+
+
+# --- scans -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("dtype,out_dtype", [(torch.float32, None), (torch.float64, None), (torch.float16, None),
+                                             (torch.bfloat16, None), (torch.int32, None), (torch.int64, None),
+                                             (torch.float32, torch.float64), (torch.int32, torch.float32)],
+                         ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim", [0, -1])
+def test_cumsum_cumprod(host, op, dtype, out_dtype, layout, dim):
+    x = rand((6, 37), dtype, layout, gen(7))
+    if op == "cumprod":
+        x = (x.double().abs() / 20 + 0.6).to(dtype) if dtype.is_floating_point else (x.abs() % 3 + 1).to(dtype)
+    want = getattr(torch, op)(x, dim, dtype=out_dtype)
+    got = host(op, x, dim, None if out_dtype is None else CODES[out_dtype])
+    rtol, atol = TOL.get(want.dtype, (0, 0))
+    if want.dtype in (torch.float16, torch.bfloat16):
+        rtol, atol = rtol * 4, atol * 4  # ATen's parallel scan rounds partial sums differently
+    same(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("op", ["cummax", "cummin"])
+@pytest.mark.parametrize("dtype", SORT_DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cummax_cummin(host, op, dtype, layout):
+    x = rand((5, 33), dtype, layout, gen(8), unique=True)
+    want = getattr(torch, op)(x, 1)
+    got = host(op, x, 1)
+    same(got[0], want.values)
+    same(got[1], want.indices)
+
+
+# --- embedding bag ---------------------------------------------------------------------------------
+
+EB_CASES = [
+    # mode, per-sample weights, include_last_offset, padding_idx, index dtype, offsets dtype
+    (0, False, False, -1, torch.int64, torch.int64),
+    (0, True, False, -1, torch.int64, torch.int64),
+    (1, False, False, 3, torch.int64, torch.int64),
+    (2, False, False, -1, torch.int64, torch.int64),
+    (0, False, True, -1, torch.int32, torch.int32),
+    (1, False, True, 5, torch.int32, torch.int64),
+    (2, False, True, 2, torch.int32, torch.int32),
+]
+
+
+@pytest.mark.parametrize("case", EB_CASES, ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("weight_layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("forward_only", [False, True])
+def test_embedding_bag(host, case, dtype, weight_layout, forward_only):
+    mode, with_psw, last, pad, idt, odt = case
+    g = gen(9)
+    w = rand((20, 12), dtype, weight_layout, g)
+    idx = torch.randint(0, 20, (17,), generator=g, device="cuda").to(idt)
+    offsets = torch.tensor([0, 3, 3, 9, 12] + ([17] if last else []), device="cuda").to(odt)  # bag 1 empty
+    psw = rand((17,), dtype, "contiguous", g) if with_psw else None
+    op = "_embedding_bag_forward_only" if forward_only else "_embedding_bag"
+    want = getattr(torch.ops.aten, op)(w, idx, offsets, False, mode, False, psw, last, pad)
+    got = host(op, w, idx, offsets, 0, mode, 0, psw, int(last), pad)
+    rtol, atol = TOL[dtype]
+    same(got[0], want[0], rtol=rtol, atol=atol)
+    same(got[1], want[1])
+    bags = want[0].shape[0]
+    same(got[2], want[2], values=False)
+    assert torch.equal(got[2][:bags].cpu(), want[2][:bags].cpu())
+    same(got[3], want[3], values=mode == 2)
+
+
+def test_embedding_bag_bad_index(host):
+    w = torch.randn(5, 4, device="cuda")
+    with pytest.raises(ShimError, match="out of range"):
+        host("_embedding_bag", w, torch.tensor([0, 7], device="cuda"), torch.tensor([0], device="cuda"),
+             0, 0, 0, None, 0, -1)
+
+
+# --- scatter ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_scatter_reduce(host, reduce, include_self, dtype, layout):
+    g = gen(10)
+    self_ = rand((6, 8), dtype, layout, g)
+    src = rand((9, 7), dtype, layout, g)
+    if reduce == "prod":
+        self_ = (self_.double().abs() % 2 + 0.5).to(dtype)
+        src = (src.double().abs() % 2 + 0.5).to(dtype)
+    index = torch.randint(0, 6, (7, 5), generator=g, device="cuda")
+    want = torch.scatter_reduce(self_, 0, index, src[:7, :5], reduce, include_self=include_self)
+    out = torch.full_like(self_, 99)
+    host("scatter_reduce_two_out", out, self_, 0, index, src[:7, :5], reduce, int(include_self))
+    rtol, atol = TOL.get(dtype, (0, 0))
+    torch.testing.assert_close(out, want, rtol=rtol * 4, atol=atol * 4)
+    inplace = self_.clone()
+    host("scatter_reduce_two_out", inplace, inplace, 0, index, src[:7, :5], reduce, int(include_self))
+    torch.testing.assert_close(inplace, want, rtol=rtol * 4, atol=atol * 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_scatter_src_and_value(host, dtype, dim):
+    g = gen(11)
+    self_ = rand((6, 8), dtype, "transposed", g)
+    src = rand((6, 8), dtype, "contiguous", g)
+    # a permutation along dim: every target written once, so the result is determined
+    index = torch.argsort(torch.rand(6, 8, generator=g, device="cuda"), dim=dim)
+    out = torch.empty_like(self_)
+    host("scatter_src_out", out, self_, dim, index, src)
+    torch.testing.assert_close(out, torch.scatter(self_, dim, index, src))
+    host("scatter_value_out", out, self_, dim, index[:3, :3], 2.5)
+    torch.testing.assert_close(out, torch.scatter(self_, dim, index[:3, :3], 2.5))
+
+
+def test_scatter_bad_index(host):
+    x = torch.zeros(4, 3, device="cuda")
+    with pytest.raises(ShimError, match="out of range"):
+        host("scatter_reduce_two_out", x, x, 0, torch.tensor([[9, 0, 1]], device="cuda"),
+             torch.ones(1, 3, device="cuda"), "sum", 1)
+
+
+# --- searchsorted / bucketize ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("right,side", [(False, None), (True, None), (False, "right"), (False, "left")])
+@pytest.mark.parametrize("rows", [False, True], ids=["1d", "rows"])
+@pytest.mark.parametrize("with_sorter", [False, True], ids=["plain", "sorter"])
+def test_searchsorted(host, dtype, right, side, rows, with_sorter):
+    g = gen(13)
+    raw = rand((3, 17) if rows else (17,), dtype, "contiguous", g)
+    raw[..., 4] = raw[..., 5]  # a repeated boundary: left and right differ there
+    if with_sorter:
+        seq, sorter = raw, torch.argsort(raw, dim=-1, stable=True)
+    else:
+        seq, sorter = torch.sort(raw, dim=-1).values, None
+    values = rand((3, 9) if rows else (4, 9), dtype, "transposed", g)
+    values[..., 0] = seq.flatten()[6]  # exactly on a boundary
+    want = torch.searchsorted(seq, values, right=right, side=side, sorter=sorter)
+    got = host("searchsorted_Tensor", seq, values, 0, int(right), side, sorter)
+    same(got, want)
+    got32 = host("searchsorted_Tensor", seq, values, 1, int(right), side, sorter)
+    same(got32, torch.searchsorted(seq, values, out_int32=True, right=right, side=side, sorter=sorter))
+
+
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bucketize(host, right, layout):
+    g = gen(14)
+    boundaries = torch.linspace(-2, 2, 9, device="cuda")
+    x = rand((5, 12), torch.float32, layout, g)
+    x[0, :3] = boundaries[2:5]
+    same(host("bucketize_Tensor", x, boundaries, 0, int(right)), torch.bucketize(x, boundaries, right=right))
+    same(host("bucketize_Tensor", x, boundaries, 1, int(right)),
+         torch.bucketize(x, boundaries, out_int32=True, right=right))
+
+
+def test_searchsorted_refuses_bad_sorter(host):
+    seq = torch.arange(5.0, device="cuda")
+    with pytest.raises(ShimError, match="out of range"):
+        host("searchsorted_Tensor", seq, torch.tensor([2.5], device="cuda"), 0, 0, None,
+             torch.tensor([0, 1, 9, 3, 4], device="cuda"))
