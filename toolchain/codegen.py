@@ -24,6 +24,7 @@ from toolchain.errors import (
     exit_code,
     load_exit_codes,
 )
+from toolchain.spec.cpu_isa import load_isa_spec
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,7 @@ OUTPUTS: dict[str, str] = {
     "status.h.j2": "include/aoti_host/status.h",
     "dtypes.h.j2": "include/aoti_host/dtypes.h",
     "package_layout.h.j2": "include/aoti_host/package_layout.h",
+    "cpu_isa.h.j2": "include/aoti_host/cpu_isa.h",
     "providers.h.j2": "include/aoti_host/providers.h",
     "shims_constants.inc.j2": "include/aoti_host/shims_constants.inc",
     "host.dynlist.j2": "link/host.dynlist",
@@ -58,6 +60,7 @@ _TEMPLATE_SPECS: dict[str, tuple[str, ...]] = {
     "status.h.j2": ("c_api.toml",),
     "dtypes.h.j2": ("abi.toml",),
     "package_layout.h.j2": ("abi.toml",),
+    "cpu_isa.h.j2": ("cpu_isa.toml",),
     "providers.h.j2": ("providers.toml", "abi.toml"),
     "shims_constants.inc.j2": ("shims.toml", "abi.toml"),
     ABI_PY_TEMPLATE: ("c_api.toml", "shims.toml"),
@@ -203,7 +206,7 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
         "groups": groups, "shims": shims, "entry_points": spec.entry_points, "exit_codes": exit_codes,
         "help_tools": HELP_TOOLS, "abi": abi, "c_api": c_api, "providers": spec.providers,
         "cxx_provider": CXX_PROVIDER, "constant_values": _constant_values(spec, abi, shims),
-        "scalar_shims": _scalar_shims(abi, shims),
+        "scalar_shims": _scalar_shims(abi, shims), "cpu_isa": load_isa_spec(),
     }
     if not any(p.name == CXX_PROVIDER and p.preload for p in spec.providers):
         msg = f"providers.toml: no preloadable provider named {CXX_PROVIDER!r} (the C++ runtime)"

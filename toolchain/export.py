@@ -391,12 +391,21 @@ def export(
     device: str = "cpu",
     triton_only: bool = False,
     vectorize: bool = True,
+    cpu_isa: str | None = None,
+    cuda_arch: str | Sequence[int | str] | None = None,
+    cuda_ptx: bool = False,
 ) -> Path:
     """Export `module` called on `example_inputs` to `out` (.pt2) for our host; returns `out`.
 
     device="cuda" (or "cuda:N") moves the module and the inputs there and builds a CUDA plugin.
     vectorize (CPU): compile SIMD kernels for the widest ISA `probe_vec_isa` finds (they import Sleef_*,
-    which the host runtime provides); False, or no working ISA, gives scalar kernels."""
+    which the host runtime provides); False, or no working ISA, gives scalar kernels.
+    cpu_isa (toolchain.target.CPU_ISA_CHOICES, default DEFAULT_CPU_ISA): the vector ISA and -march of every
+    compile (the host-side code of CUDA plugins too); cuda_arch/cuda_ptx: the GPU architectures and whether
+    PTX is embedded (toolchain.target.cuda_arch_configs). What the plugin's code needs is decoded from it
+    and recorded in the package (toolchain.target.describe; docs/targets.md)."""
+    from toolchain import target
+
     prepare_build_dirs(build_dir)
     import torch
     from torch._inductor import cpu_vec_isa
@@ -405,19 +414,25 @@ def export(
         msg = f"device={device!r}: use cpu, cuda or cuda:N"
         raise InputError(msg)
     cfg = inductor_configs(weights)
-    if vectorize and device == "cpu":
-        isa = probe_vec_isa(build_dir)
-        if isa is not None:
-            cfg.update({"cpp.vec_isa_ok": True, "cpp.simdlen": isa[1]})
-        else:
-            print("aoti-toolchain: warning: no vector ISA builds against libsleef here; kernels will be scalar "
-                  "(install libsleef-dev)", file=sys.stderr)
+    cpu_isa = cpu_isa or target.DEFAULT_CPU_ISA
+    vector = vectorize and device == "cpu"
+    isa = probe_vec_isa(build_dir) if vector else None
+    if vector and isa is None:
+        print("aoti-toolchain: warning: no vector ISA builds against libsleef here; kernels will be scalar "
+              "(install libsleef-dev)", file=sys.stderr)
+        vector = False
+    isa_cfg, march = target.cpu_isa_configs(cpu_isa, isa, vector=vector)
+    cfg.update(isa_cfg)
     cfg.update(extra_configs or {})
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             msg = f"device={device!r}: this torch ({torch.__version__}) sees no CUDA device; export on a GPU machine"
             raise InputError(msg)
         cfg = {**cuda_configs(triton_only), **cfg}
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        if cuda_arch is not None or cuda_ptx:  # else torch's default: SASS for this GPU only
+            archs = target.parse_cuda_arch(cuda_arch) or [major * 10 + minor]
+            cfg.update(target.cuda_arch_configs(archs, major * 10 + minor, cuda_ptx))
         module = module.to(device)
         example_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     out = Path(out)
@@ -439,6 +454,8 @@ def export(
             torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
             clear_exec_stack(tmp)
             add_contract(tmp, contract_of(ep, example_inputs))
+            bits = int(cfg.get("cpp.simdlen") or 0) if cfg.get("cpp.vec_isa_ok") else 0
+            target.add_record(tmp, target.describe(tmp, cpu_isa, march, bits))
             if weights == "blob":
                 add_constant_layouts(tmp)
     except ToolchainError:

@@ -33,7 +33,8 @@ def main(args: argparse.Namespace) -> int:
 
     prepare_build_dirs(Path(args.build_dir))
     module, example_inputs = _module_from_spec(args.model)
-    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir))
+    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir),
+                 **_target_options(args))
     print(f"exported {args.model} -> {out}")
     if args.save_inputs:
         files.prepare_outdir(Path(args.save_inputs))
@@ -50,6 +51,25 @@ def main(args: argparse.Namespace) -> int:
     return exit_code("ok")
 
 
+def _target_options(args: argparse.Namespace) -> dict:
+    """--cpu-isa / --cuda-arch / --cuda-ptx as export()'s arguments (docs/targets.md)."""
+    out: dict = {"cpu_isa": args.cpu_isa}
+    if args.cuda_arch is not None or args.cuda_ptx:
+        out.update(cuda_arch=args.cuda_arch, cuda_ptx=args.cuda_ptx)
+    return out
+
+
+def _add_target_arguments(e) -> None:
+    from toolchain.target import CPU_ISA_CHOICES, DEFAULT_CPU_ISA
+
+    e.add_argument("--cpu-isa", choices=CPU_ISA_CHOICES, default=DEFAULT_CPU_ISA,
+                   help=f"the CPUs the plugin runs on: vector ISA and -march (default {DEFAULT_CPU_ISA}: x86-64-v3; "
+                   "native: this machine's widest; docs/targets.md)")
+    e.add_argument("--cuda-arch", metavar="LIST", help="CUDA plugins: compute capabilities to build SASS for, "
+                   "e.g. 90 (inductor builds for the export GPU only)")
+    e.add_argument("--cuda-ptx", action="store_true", help="CUDA plugins: embed PTX too, so newer GPUs JIT it")
+
+
 def register(sub) -> None:
     e = sub.add_parser("export", help="export a torch module to a .pt2 for this host (needs torch)")
     e.add_argument("model", help="example:NAME (built-in) or package.module:factory returning (module, inputs)")
@@ -57,4 +77,5 @@ def register(sub) -> None:
     e.add_argument("--weights", choices=("embedded", "blob"), default="embedded")
     e.add_argument("--build-dir", default="build", help="TMPDIR and the inductor cache go under it")
     e.add_argument("--save-inputs", metavar="DIR", help="also save the example inputs and eager outputs as .npy")
+    _add_target_arguments(e)
     e.set_defaults(func=main)
