@@ -16,12 +16,12 @@ from typing import Any
 from toolchain.errors import InputError
 from toolchain.spec import load_abi
 
-CPU_ISA_CHOICES = ("native", "avx512", "avx2", "x86-64-v2")
+CPU_ISA_CHOICES = ("native", "avx512", "avx2", "x86-64-v2", "x86-64")
 # The default: AVX2 (x86-64-v3) runs on every x86-64 server CPU since 2013-2015 (Intel Haswell, AMD
 # Zen 1) while AVX-512 is missing on AMD before Zen 4 and on Intel client CPUs; measured on the corpus
 # models it costs little against AVX-512 (bench/RESULTS.md, docs/targets.md).
 DEFAULT_CPU_ISA = "avx2"
-_MARCH = {"avx512": "x86-64-v4", "avx2": "x86-64-v3", "x86-64-v2": "x86-64-v2"}
+_MARCH = {"avx512": "x86-64-v4", "avx2": "x86-64-v3", "x86-64-v2": "x86-64-v2", "x86-64": "x86-64"}
 _ARCH_RE = re.compile(r"^(?:sm_)?(\d{2,3})$")
 
 

@@ -45,7 +45,8 @@ class IsaSpec:
         r = self.rank(level)
         out = [e for e in extensions if e not in allowed
                and (not self.extensions[e].level or self.rank(self.extensions[e].level) > r)]
-        return sorted(out, key=lambda e: (self.extensions[e].level == "", self.extensions[e].level, e))
+        order = list(self.extensions)
+        return sorted(out, key=lambda e: (self.extensions[e].level == "", self.extensions[e].level, order.index(e)))
 
 
 @cache
