@@ -84,7 +84,16 @@ def inspect_path(path: Path) -> list[dict]:
             out.append({"file": label, "kind": "unreadable", "error": elf.rule, "message": str(elf)})
         else:
             out.append(describe(label, elf))
+            _add_target(out[-1], path, label)
     return out
+
+
+def _add_target(info: dict, path: Path, label: str) -> None:
+    """The target section (toolchain.inspect_target) for plugins."""
+    from toolchain.inspect_target import target_info
+
+    if info.get("kind") == "plugin" or "!" in label:
+        info["target"] = target_info(path, label)
 
 
 def to_text(info: dict) -> str:
@@ -113,6 +122,9 @@ def to_text(info: dict) -> str:
     lines.append(f"  stack:        {st['gnu_stack'] or 'no PT_GNU_STACK'}"
                  + (" (EXECUTABLE)" if st["executable"] else "") + f"; textrel {'yes' if info['textrel'] else 'no'}"
                  + f"; NODELETE {'yes' if info['nodelete'] else 'no'}; GNU_UNIQUE {info['gnu_unique_symbols']}")
+    from toolchain.inspect_target import target_lines
+
+    lines += target_lines(info)
     return "\n".join(lines) + "\n"
 
 

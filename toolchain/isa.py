@@ -221,6 +221,78 @@ class _Classifier:
         return tuple(sorted(exts))
 
 
+def _note(scan: IsaScan, exts: tuple[str, ...], text: str, function: str, address: int) -> None:
+    for ext in exts:
+        use = scan.extensions.get(ext)
+        if use is None:
+            use = scan.extensions[ext] = IsaUse(example=text, function=function, address=address)
+        use.count += 1
+
+
+def _modrm_tail(code: bytes, at: int) -> int | None:
+    """Bytes taken by a ModRM byte at `at` and its SIB and displacement (64-bit addressing)."""
+    if at >= len(code):
+        return None
+    modrm = code[at]
+    mod, rm = modrm >> 6, modrm & 7
+    n = 1
+    if mod != 3 and rm == 4:
+        if at + 1 >= len(code):
+            return None
+        n += 1
+        if mod == 0 and code[at + 1] & 7 == 5:
+            n += 4
+    if mod == 1:
+        n += 1
+    elif mod == 2 or (mod == 0 and rm == 5):
+        n += 4
+    return n
+
+
+# VEX/EVEX opcodes capstone 5 does not decode (newer than its LLVM tables), by (kind, map, opcode, SIMD
+# prefix pp): the extension they belong to. Intel SDM vol. 2 opcode maps; Intel AVX-512 BF16/FP16 specs.
+_UNKNOWN_OPCODES = {("evex", 2, 0x72, 2): "avx512_bf16", ("evex", 2, 0x72, 3): "avx512_bf16",
+                    ("evex", 2, 0x52, 2): "avx512_bf16", ("vex", 2, 0x50, 1): "avx_vnni",
+                    ("vex", 2, 0x51, 1): "avx_vnni", ("vex", 2, 0x52, 1): "avx_vnni", ("vex", 2, 0x53, 1): "avx_vnni",
+                    ("vex", 2, 0x49, 0): "amx_tile", ("vex", 2, 0x49, 1): "amx_tile", ("vex", 2, 0x4B, 1): "amx_tile",
+                    ("vex", 2, 0x4B, 2): "amx_tile", ("vex", 2, 0x4B, 3): "amx_tile", ("vex", 2, 0x5C, 2): "amx_bf16",
+                    ("vex", 2, 0x5E, 0): "amx_int8", ("vex", 2, 0x5E, 1): "amx_int8", ("vex", 2, 0x5E, 2): "amx_int8",
+                    ("vex", 2, 0x5E, 3): "amx_int8"}
+
+
+def _unknown_vex(code: bytes, at: int) -> tuple[int, str, str] | None:
+    """A VEX/EVEX instruction capstone could not decode at `at`: (length, extension, description), or None
+    when the bytes there are no such instruction. Compiled code holds no data in its text, so an EVEX
+    prefix there is an AVX-512 instruction (at least avx512f) even when its opcode is unknown here."""
+    first = code[at]
+    if first == 0x62 and at + 6 <= len(code):
+        p0, p1 = code[at + 1], code[at + 2]
+        if p1 & 0x04 == 0:  # EVEX P1 bit 2 is always 1
+            return None
+        kind, mmap, pp, op_at = "evex", p0 & 0x7, p1 & 0x3, at + 4
+    elif first == 0xC4 and at + 5 <= len(code):
+        kind, mmap, pp, op_at = "vex", code[at + 1] & 0x1F, code[at + 2] & 0x3, at + 3
+    elif first == 0xC5 and at + 4 <= len(code):
+        kind, mmap, pp, op_at = "vex", 1, code[at + 1] & 0x3, at + 2
+    else:
+        return None
+    if mmap not in (1, 2, 3, 5, 6):
+        return None
+    opcode = code[op_at]
+    tail = _modrm_tail(code, op_at + 1)
+    if tail is None:
+        return None
+    imm = 1 if mmap == 3 or (mmap == 1 and opcode in (0x70, 0x71, 0x72, 0x73, 0xC2, 0xC4, 0xC5, 0xC6)) else 0
+    length = op_at + 1 + tail + imm - at
+    if at + length > len(code):
+        return None
+    ext = _UNKNOWN_OPCODES.get((kind, mmap, opcode, pp))
+    if ext is None:
+        ext = "avx512_fp16" if kind == "evex" and mmap in (5, 6) else "avx512f" if kind == "evex" else "avx"
+    raw = code[at:at + length].hex(" ")
+    return length, ext, f"({kind} map {mmap} opcode {opcode:#04x}, bytes {raw}: not in capstone's tables)"
+
+
 def scan_elf(data, label: str = "<plugin>") -> IsaScan:
     """The extensions the executable code of an x86-64 ELF `data` (bytes, mmap or memoryview) uses.
 
@@ -244,17 +316,28 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
         if not any(e in code for e in _ESCAPES):
             continue
         scan.decoded_bytes += size
-        for address, isize, mnemonic, op_str in cs.disasm_lite(code, addr):
-            if mnemonic == ".byte":
-                scan.undecodable += isize
-                continue
-            exts = classifier.classify(mnemonic, op_str, code[address - addr:address - addr + isize], address)
-            for ext in exts:
-                use = scan.extensions.get(ext)
-                if use is None:
-                    use = scan.extensions[ext] = IsaUse(example=f"{mnemonic} {op_str}".strip(), function=name,
-                                                        address=address)
-                use.count += 1
+        at = 0
+        while at < size:
+            resume = None
+            for address, isize, mnemonic, op_str in cs.disasm_lite(code[at:], addr + at):
+                pos = address - addr
+                if mnemonic == ".byte":
+                    unknown = _unknown_vex(code, pos)
+                    if unknown is None:
+                        scan.undecodable += isize
+                        continue
+                    length, ext, what = unknown
+                    # an EVEX instruction needs avx512f's registers and state whatever its subset
+                    _note(scan, (ext, "avx512f") if what.startswith("(evex") and ext != "avx512f" else (ext,), what,
+                          name, address)
+                    resume = pos + length
+                    break
+                exts = classifier.classify(mnemonic, op_str, code[pos:pos + isize], address)
+                if exts:
+                    _note(scan, exts, f"{mnemonic} {op_str}".strip(), name, address)
+            if resume is None:
+                break
+            at = resume
     scan.level = spec.level_of(list(scan.extensions))
     return scan
 
