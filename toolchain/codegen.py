@@ -24,8 +24,8 @@ from toolchain.errors import (
     exit_code,
     load_exit_codes,
 )
-from toolchain.spec.cpu_isa import load_isa_spec
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
+from toolchain.spec.cpu_isa import load_isa_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_DIR = REPO_ROOT / "templates"

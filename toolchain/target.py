@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def cpu_isa_configs(cpu_isa: str, probed: tuple[str, int] | None, vector: bool =
     return cfg, march
 
 
-def parse_cuda_arch(text: str | list[str] | list[int] | None) -> list[int]:
+def parse_cuda_arch(text: str | Sequence[int | str] | None) -> list[int]:
     """"80,90" / ["sm_80", 90] -> [80, 90] (sorted, unique); InputError naming the bad entry."""
     if text is None:
         return []
@@ -129,7 +130,7 @@ def describe(package: Path, requested: str | None = None, march: str | None = No
     scan = scan_elf(so, label)
     spec = load_isa_spec()
     cpu: dict[str, Any] = {"isa": scan.level, "extensions": sorted(scan.extensions),
-                           "beyond_isa": spec.beyond(scan.extensions, scan.level)}
+                           "beyond_isa": spec.beyond(list(scan.extensions), scan.level)}
     if requested is not None:
         cpu.update({"requested": requested, "march": march, "vector_bits": vec_bits})
     top = scan.highest(spec)
@@ -143,9 +144,13 @@ def describe(package: Path, requested: str | None = None, march: str | None = No
 def add_record(package: Path, record: dict[str, Any]) -> None:
     import zipfile
 
-    from toolchain.export import _package_prefix
-
-    prefix = _package_prefix(package)
+    layout = load_abi().package
+    with zipfile.ZipFile(package) as zf:
+        prefixes = {n.split("/", 1)[0] for n in zf.namelist() if layout.plugin_dir in n}
+    if len(prefixes) != 1:
+        msg = f"{package}: expected one model directory in the package, found {sorted(prefixes)}"
+        raise InputError(msg, fix="re-export the package")
+    prefix = prefixes.pop()
     with zipfile.ZipFile(package, "a", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr(f"{prefix}/{load_abi().package.target_entry}", json.dumps(record, indent=1, sort_keys=True))
 

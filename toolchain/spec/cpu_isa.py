@@ -3,10 +3,11 @@ decodes plugins against it; codegen renders it into the runtime's aoti_host/cpu_
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+import tomllib
 
 from toolchain.errors import SpecError
 

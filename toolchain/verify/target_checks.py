@@ -45,7 +45,7 @@ def check_cuda(data, label: str, res: FileResult, profile: Profile, members: dic
                needed: tuple[str, ...]) -> None:
     """cuda-arch-missing, cuda-driver-too-old and unreadable-gpu-code for one plugin (and the GPU members of
     its package)."""
-    from toolchain.cuda_bin import (cuda_of_ptx, driver_for_cuda, member_images, plugin_images)
+    from toolchain.cuda_bin import cuda_of_ptx, driver_for_cuda, member_images, plugin_images
 
     target = profile.target
     images, problems = plugin_images(data, label)
@@ -80,12 +80,13 @@ def check_cuda(data, label: str, res: FileResult, profile: Profile, members: dic
                if (drv := driver_for_cuda(cuda)) is not None and drv > target.cuda_driver]
     if too_new:
         newest = max(cuda for _, cuda in needs)
+        need_driver = driver_for_cuda(newest) or (0, 0)
         cuda_max = max((c for c, d in _driver_table() if d <= target.cuda_driver), default=None)
         what = "; ".join(f"{w} needs CUDA {vstr(c)} (driver >= {d[0]}.{d[1]:02d})" for w, c, d in too_new)
         res.add("cuda-driver-too-old",
                 f"{what}; profile {profile.name} has driver {vstr(target.cuda_driver)} "
                 f"({target.sources.get('cuda_driver', 'no source')})",
-                fix_args={"driver": "{}.{:02d}".format(*driver_for_cuda(newest)),  # type: ignore[str-format]
+                fix_args={"driver": f"{need_driver[0]}.{need_driver[1]:02d}",
                           "cuda_max": vstr(cuda_max) if cuda_max else "an older release"})
 
 
