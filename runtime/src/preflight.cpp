@@ -126,9 +126,13 @@ void check_cpu(const TargetNeeds& needs, const std::string& shown) {
     if (os_disabled) msg += " (the CPU has them but the OS has not enabled their registers: XCR0)";
   }
   if (!unknown.empty()) msg += "; this runtime does not know " + join(unknown) + " and cannot check them";
-  msg += ". fix: re-export it with `aoti-toolchain export --cpu-isa " + fitting_option(level) +
-         "` (or lower), or run it on a CPU with those extensions; " + kSkipEnv +
-         "=1 loads it anyway (it dies of SIGILL at the first such instruction)";
+  if (lacking.empty())
+    msg += ". fix: use a runtime built from a toolchain whose toolchain/spec/cpu_isa.toml knows them, or re-export "
+           "it with `aoti-toolchain export --cpu-isa " + fitting_option(level) + "`; ";
+  else
+    msg += ". fix: re-export it with `aoti-toolchain export --cpu-isa " + fitting_option(level) +
+           "` (or lower), or run it on a CPU with those extensions; ";
+  msg += std::string(kSkipEnv) + "=1 loads it anyway (it dies of SIGILL at the first such instruction)";
   throw Error(msg, AOTI_HOST_NOT_SUPPORTED);
 }
 
