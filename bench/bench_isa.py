@@ -107,6 +107,15 @@ def decode(args: argparse.Namespace) -> None:
         print(f"scan {path.name}: {statistics.median(times) * 1e3:.1f} ms median of 3 ({path.stat().st_size >> 20} MB "
               f"file, {s.text_bytes >> 10} KB of code, {s.decoded_bytes >> 10} KB decoded, level {s.level}, "
               f"{len(s.extensions)} extensions)")
+    import mmap
+
+    from toolchain.cuda_bin import plugin_images
+
+    with open(big, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        t = time.perf_counter()
+        images, _ = plugin_images(m, big.name)
+        print(f"GPU image search (cuda-arch-missing) over {big.name}'s data sections: "
+              f"{(time.perf_counter() - t) * 1e3:.0f} ms, {len(images)} images")
     times = []
     for _ in range(3):
         t = time.perf_counter()

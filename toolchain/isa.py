@@ -185,6 +185,7 @@ class _Classifier:
 
         self._groups = {getattr(x86_const, f"X86_GRP_{g}"): ext for g, ext in _GROUPS.items()}
         self._cache: dict[tuple, tuple[str, ...]] = {}
+        self.plain: dict[str, tuple[str, ...]] = {}  # mnemonic -> extensions, for mnemonics no VEX encodes
 
     def classify(self, mnemonic: str, op_str: str, raw: bytes, address: int) -> tuple[str, ...]:
         first = mnemonic[0]
@@ -195,6 +196,9 @@ class _Classifier:
             while i < len(raw) and raw[i] in _PREFIXES:
                 i += 1
             enc = {0x62: "evex", 0xC4: "vex", 0xC5: "vex"}.get(raw[i] if i < len(raw) else -1, "")
+        else:  # neither VEX nor EVEX can encode it: the mnemonic alone decides (the scan's fast path)
+            hit = self.plain[mnemonic] = self._classify(mnemonic, "", raw, address)
+            return hit
         width = "zmm" if "zmm" in op_str else "ymm" if "ymm" in op_str else ""
         key = (mnemonic, enc, width)
         hit = self._cache.get(key)
@@ -221,11 +225,12 @@ class _Classifier:
         return tuple(sorted(exts))
 
 
-def _note(scan: IsaScan, exts: tuple[str, ...], text: str, function: str, address: int) -> None:
+def _note(scan: IsaScan, exts: tuple[str, ...], mnemonic: str, op_str: str, function: str, address: int) -> None:
     for ext in exts:
         use = scan.extensions.get(ext)
         if use is None:
-            use = scan.extensions[ext] = IsaUse(example=text, function=function, address=address)
+            use = scan.extensions[ext] = IsaUse(example=f"{mnemonic} {op_str}".strip(), function=function,
+                                                address=address)
         use.count += 1
 
 
@@ -310,6 +315,7 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
     cs.detail = False
     cs.skipdata = True
     classifier = _Classifier()
+    plain = classifier.plain
     for off, size, addr, name in _regions(sections, _functions(data, sections)):
         scan.text_bytes += size
         code = bytes(data[off:off + size])
@@ -320,6 +326,11 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
         while at < size:
             resume = None
             for address, isize, mnemonic, op_str in cs.disasm_lite(code[at:], addr + at):
+                exts = plain.get(mnemonic)
+                if exts is not None:
+                    if exts:
+                        _note(scan, exts, mnemonic, op_str, name, address)
+                    continue
                 pos = address - addr
                 if mnemonic == ".byte":
                     unknown = _unknown_vex(code, pos)
@@ -329,12 +340,12 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
                     length, ext, what = unknown
                     # an EVEX instruction needs avx512f's registers and state whatever its subset
                     _note(scan, (ext, "avx512f") if what.startswith("(evex") and ext != "avx512f" else (ext,), what,
-                          name, address)
+                          "", name, address)
                     resume = pos + length
                     break
                 exts = classifier.classify(mnemonic, op_str, code[pos:pos + isize], address)
                 if exts:
-                    _note(scan, exts, f"{mnemonic} {op_str}".strip(), name, address)
+                    _note(scan, exts, mnemonic, op_str, name, address)
             if resume is None:
                 break
             at = resume

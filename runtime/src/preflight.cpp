@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -55,14 +54,14 @@ std::vector<int> archs(const Json* list, const std::string& what) {
   return out;
 }
 
-// "13.0" -> 13000 (the driver's cudaDriverGetVersion encoding); -1 when malformed.
+// "13.0" -> 13000 (the driver's cudaDriverGetVersion encoding); -1 unless 1-2 digits (no leading 0), '.', one
+// digit (toolchain/verify/package.py check_target reads the same).
 int cuda_version(const std::string& s) {
-  int major = 0, minor = 0;
-  char tail = 0;
-  if (s.size() > 8 || std::sscanf(s.c_str(), "%d.%d%c", &major, &minor, &tail) != 2 || major < 1 || major > 99 ||
-      minor < 0 || minor > 9)
-    return -1;
-  return major * 1000 + minor * 10;
+  const size_t dot = s.find('.');
+  if (dot == std::string::npos || dot < 1 || dot > 2 || s.size() != dot + 2 || s[0] == '0') return -1;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (i != dot && (s[i] < '0' || s[i] > '9')) return -1;
+  return std::stoi(s.substr(0, dot)) * 1000 + (s[dot + 1] - '0') * 10;
 }
 
 const char* optional_string(const Json& obj, const char* key, const std::string& what) {

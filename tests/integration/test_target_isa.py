@@ -115,18 +115,30 @@ def _with_record(src: Path, dst: Path, edit) -> Path:
     return dst
 
 
-@pytest.mark.parametrize(("edit", "status", "message"), [
-    (lambda d: d[:-3], 4, "re-export the model"),  # not JSON
-    (lambda d: json.dumps({**json.loads(d), "schema": 2}).encode(), 4, "schema is not 1"),
-    (lambda d: json.dumps({**json.loads(d), "cpu": {"extensions": [7]}}).encode(), 4, "cpu.extensions"),
-    (lambda d: json.dumps({**json.loads(d), "cpu": {"extensions": ["avx10_9"]}}).encode(), 4,
-     "does not know avx10_9"),
+@pytest.mark.parametrize(("edit", "message", "malformed"), [
+    (lambda d: d[:-3], "invalid JSON", True),
+    (lambda d: json.dumps({**json.loads(d), "schema": 2}).encode(), "schema is not 1", True),
+    (lambda d: json.dumps({**json.loads(d), "cpu": {"extensions": [7]}}).encode(), "cpu.extensions", True),
+    (lambda d: json.dumps({**json.loads(d), "cuda": {"cuda": "013.0"}}).encode(), "not a CUDA version", True),
+    (lambda d: json.dumps({**json.loads(d), "cpu": {"extensions": ["avx10_9"]}}).encode(), "does not know avx10_9",
+     False),
 ])
-def test_runtime_refuses_a_damaged_record_by_name(host_build, mlp_avx2, tmp_path, edit, status, message):
+def test_runtime_and_verify_refuse_a_damaged_record_alike(host_build, mlp_avx2, tmp_path, edit, message, malformed):
+    """One set of rules, two readers (preflight.cpp parse_target, toolchain/verify/package.py check_target):
+    a malformed record is refused by the runtime (exit 4) and is bad-package-json in verify; a well-formed one
+    naming an extension this runtime does not know is refused by the preflight only."""
+    from toolchain.verify import verify_paths
+
     pt2 = _with_record(mlp_avx2[0], tmp_path / "m.pt2", edit)
     proc = subprocess.run([str(host_build.aoti_run), str(pt2), *_inputs(tmp_path, mlp_avx2[2]), "-o",
                            str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == status and message in proc.stderr and TARGET in proc.stderr + TARGET, proc.stderr
+    assert proc.returncode == 4 and message in proc.stderr, proc.stderr
+    if malformed:
+        assert TARGET in proc.stderr and "re-export" in proc.stderr
+    found = [f for f in verify_paths([pt2], host=None, profile="host").findings if f.rule == "bad-package-json"]
+    assert bool(found) == malformed, found
+    if malformed:
+        assert TARGET in found[0].message
 
 
 def test_inspect_and_verify_show_the_target(mlp_avx2, mlp_avx512):
