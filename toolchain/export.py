@@ -454,7 +454,7 @@ def export(
             torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
             clear_exec_stack(tmp)
             add_contract(tmp, contract_of(ep, example_inputs))
-            bits = int(cfg.get("cpp.simdlen") or 0) if cfg.get("cpp.vec_isa_ok") else 0
+            bits = int(cfg.get("cpp.simdlen") or 0) if cfg.get("cpp.vec_isa_ok") is not False else 0
             target.add_record(tmp, target.describe(tmp, cpu_isa, march, bits))
             if weights == "blob":
                 add_constant_layouts(tmp)

@@ -24,6 +24,12 @@ CPU_ISA_CHOICES = ("native", "avx512", "avx2", "x86-64-v2", "x86-64")
 DEFAULT_CPU_ISA = "avx2"
 _MARCH = {"avx512": "x86-64-v4", "avx2": "x86-64-v3", "x86-64-v2": "x86-64-v2", "x86-64": "x86-64"}
 _ARCH_RE = re.compile(r"^(?:sm_)?(\d{2,3})$")
+# No vector ISA anywhere, the wrapper's compile included. vec_isa_ok=False alone is not enough: inductor's
+# list of working ISAs (cpu_vec_isa.valid_vec_isa_list, cached per process) is first computed outside the
+# export's config patch, so the wrapper would still get the widest ISA's -m flags (measured: an x86-64-v2
+# export used AVX-512 in AOTInductorModel::const_run_impl). A simdlen no ISA has makes pick_vec_isa() choose
+# none whatever that cache holds.
+_SCALAR: dict[str, Any] = {"cpp.vec_isa_ok": False, "cpp.simdlen": 1}
 
 
 def cpu_isa_configs(cpu_isa: str, probed: tuple[str, int] | None, vector: bool = True) -> tuple[dict[str, Any], str]:
@@ -37,7 +43,7 @@ def cpu_isa_configs(cpu_isa: str, probed: tuple[str, int] | None, vector: bool =
         raise InputError(msg, fix=f"use one of {', '.join(CPU_ISA_CHOICES)} (default {DEFAULT_CPU_ISA})")
     if cpu_isa == "native":
         if not vector:
-            return {"cpp.vec_isa_ok": False}, "native"
+            return dict(_SCALAR), "native"
         return ({"cpp.vec_isa_ok": True, "cpp.simdlen": probed[1]} if probed else {}), "native"
     from toolchain.isa import load_isa_spec
 
@@ -45,7 +51,7 @@ def cpu_isa_configs(cpu_isa: str, probed: tuple[str, int] | None, vector: bool =
     bits = load_isa_spec().vec_bits[march]
     cfg: dict[str, Any] = {"cpp.march": march}
     if bits == 0 or not vector:
-        cfg["cpp.vec_isa_ok"] = False  # inductor has no SSE kernels on x86: scalar, compiled for the level
+        cfg.update(_SCALAR)  # inductor has no SSE kernels on x86: scalar, compiled for the level
         return cfg, march
     if probed is None or probed[1] < bits:
         have = f"{probed[0]} ({probed[1]} bits)" if probed else "no vector ISA"

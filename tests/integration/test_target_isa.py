@@ -45,6 +45,15 @@ def mlp_avx512(torch, tmp_path_factory, mlp_avx2):
                   cpu_isa="avx512")
 
 
+@pytest.fixture(scope="module")
+def mlp_v2(torch, tmp_path_factory, mlp_avx2):
+    from toolchain.export import export
+
+    _, module, inputs = mlp_avx2
+    return export(module, inputs, tmp_path_factory.mktemp("isa") / "mlp-v2.pt2", build_dir=BUILD_DIR,
+                  cpu_isa="x86-64-v2")
+
+
 def _record(pt2: Path) -> dict:
     with zipfile.ZipFile(pt2) as zf:
         (name,) = [n for n in zf.namelist() if n.endswith(TARGET)]
@@ -153,3 +162,24 @@ def test_inspect_and_verify_show_the_target(mlp_avx2, mlp_avx512):
     f = next(f for f in verify_paths([mlp_avx512], host=None, profile="ubuntu24.04").findings
              if f.rule == "cpu-isa-too-new")
     assert "avx512" in f.message and "needs x86-64-v4" in f.message
+
+
+@pytest.mark.skipif(QEMU is None, reason="qemu-user not installed (apt-get install qemu-user)")
+def test_x86_64_v2_export_is_scalar_everywhere_and_runs_on_a_pre_avx_cpu(host_build, mlp_avx2, mlp_v2, tmp_path):
+    """--cpu-isa x86-64-v2: no AVX anywhere in the plugin (its wrapper included), and it runs on an emulated
+    Nehalem (SSE4.2, POPCNT, no AVX), as does the runtime."""
+    cpu = _record(mlp_v2)["cpu"]
+    assert cpu["requested"] == "x86-64-v2" and cpu["vector_bits"] == 0
+    assert cpu["isa"] in ("x86-64", "x86-64-v2") and not any(e.startswith("avx") for e in cpu["extensions"]), cpu
+    _, module, inputs = mlp_avx2
+    proc = subprocess.run([QEMU, "-cpu", "Nehalem", str(host_build.aoti_run), str(mlp_v2), *_inputs(tmp_path, inputs),
+                           "-o", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "output_0.npy"), module(*inputs).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+    refused = subprocess.run([QEMU, "-cpu", "Nehalem", str(host_build.aoti_run), str(mlp_avx2[0]),
+                              *_inputs(tmp_path, inputs), "-o", str(tmp_path / "o2")], capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode == 4 and "this CPU (x86-64-v2)" in refused.stderr
+    assert "--cpu-isa x86-64-v2" in refused.stderr
+

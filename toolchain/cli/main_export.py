@@ -53,9 +53,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _target_options(args: argparse.Namespace) -> dict:
     """--cpu-isa / --cuda-arch / --cuda-ptx as export()'s arguments (docs/targets.md)."""
-    out: dict = {"cpu_isa": args.cpu_isa}
-    if args.cuda_arch is not None or args.cuda_ptx:
-        out.update(cuda_arch=args.cuda_arch, cuda_ptx=args.cuda_ptx)
+    out: dict = {"cpu_isa": getattr(args, "cpu_isa", None)}  # callers like demo build their own namespace
+    arch, ptx = getattr(args, "cuda_arch", None), getattr(args, "cuda_ptx", False)
+    if arch is not None or ptx:
+        out.update(cuda_arch=arch, cuda_ptx=ptx)
     return out
 
 
