@@ -197,8 +197,8 @@ class _Classifier:
                 i += 1
             enc = {0x62: "evex", 0xC4: "vex", 0xC5: "vex"}.get(raw[i] if i < len(raw) else -1, "")
         else:  # neither VEX nor EVEX can encode it: the mnemonic alone decides (the scan's fast path)
-            hit = self.plain[mnemonic] = self._classify(mnemonic, "", raw, address)
-            return hit
+            plain = self.plain[mnemonic] = self._classify(mnemonic, "", raw, address)
+            return plain
         width = "zmm" if "zmm" in op_str else "ymm" if "ymm" in op_str else ""
         key = (mnemonic, enc, width)
         hit = self._cache.get(key)
