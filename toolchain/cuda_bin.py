@@ -154,23 +154,61 @@ def scan_region(data, where: str, start: int = 0, stop: int | None = None,
     return images, problems
 
 
+WEIGHTS_SYMBOLS = ("_binary_constants_bin_start", "_binary_constants_bin_end")  # inductor's embedded weights
+
+
+def _weights_range(data, sections) -> tuple[int, int] | None:
+    """File offsets of the weights inductor embeds (between its _binary_constants_bin_start/_end symbols):
+    the bulk of a large plugin, and never GPU code, so the image search skips it."""
+    from toolchain.isa import SHT_DYNSYM, SHT_SYMTAB
+
+    for want in (SHT_SYMTAB, SHT_DYNSYM):
+        tab = next((s for s in sections if s.type == want and s.entsize == 24), None)
+        if tab is None or tab.link >= len(sections):
+            continue
+        strs = sections[tab.link]
+        found: dict[str, int] = {}
+        for i in range(tab.size // 24):
+            st_name, _info, _o, _shndx, value, _size = struct.unpack_from("<IBBHQQ", data, tab.offset + i * 24)
+            if st_name >= strs.size:
+                continue
+            at = strs.offset + st_name
+            for name in WEIGHTS_SYMBOLS:
+                if bytes(data[at:at + len(name) + 1]) == name.encode() + b"\0":
+                    found[name] = value
+        if len(found) == 2:
+            start, end = found[WEIGHTS_SYMBOLS[0]], found[WEIGHTS_SYMBOLS[1]]
+            sec = next((s for s in sections if s.addr <= start < s.addr + s.size and s.type != 8), None)
+            if sec is not None and start <= end <= sec.addr + sec.size:
+                return sec.offset + start - sec.addr, sec.offset + end - sec.addr
+    return None
+
+
 def plugin_images(data, label: str) -> tuple[list[CudaImage], list[str]]:
-    """Every GPU image an x86-64 plugin .so carries (not its executable sections: code holds no images)."""
+    """Every GPU image an x86-64 plugin .so carries (not its executable sections: code holds no images; not
+    its embedded weights: see _weights_range)."""
     from toolchain.isa import SHF_EXECINSTR, SHT_NOBITS, IsaDecodeError, _sections
 
     try:
         sections = _sections(data, label)
     except IsaDecodeError as exc:
         return [], [str(exc).split("\n")[0]]
+    weights = _weights_range(data, sections)
     images: list[CudaImage] = []
     problems: list[str] = []
     for s in sections:
         if s.type == SHT_NOBITS or s.flags & SHF_EXECINSTR or s.size == 0 or s.type in (2, 3, 11):
             continue
-        found, bad = scan_region(data, f"{label}:{s.name}", s.offset, s.offset + s.size,
-                                 strict=s.name in (".nv_fatbin", "__nv_relfatbin"))
-        images += found
-        problems += bad
+        spans = [(s.offset, s.offset + s.size)]
+        if weights is not None and s.offset <= weights[0] < s.offset + s.size:
+            spans = [(s.offset, weights[0]), (weights[1], s.offset + s.size)]
+        for start, stop in spans:
+            if stop <= start:
+                continue
+            found, bad = scan_region(data, f"{label}:{s.name}", start, stop,
+                                     strict=s.name in (".nv_fatbin", "__nv_relfatbin"))
+            images += found
+            problems += bad
     return images, problems
 
 

@@ -237,3 +237,15 @@ def test_cuda_driver_too_old(gpu_code, tmp_path, monkeypatch):
     f = found["cuda-driver-too-old"]
     assert "PTX ISA" in f.message and "535.54" in f.message and "driver" in f.fix
     assert json.dumps(old.to_json())  # the report can carry the profile
+
+
+@needs_nvcc
+def test_image_search_skips_the_embedded_weights_only(gpu_code, tmp_path):
+    """Bytes between inductor's _binary_constants_bin_start/_end are weights: a cubin-looking run there is
+    not GPU code (and a 1 GB plugin's search stays cheap); one beside them still is."""
+    weights = (f'__asm__(".section .lrodata,\\"a\\"\\n.globl _binary_constants_bin_start\\n'
+               f'_binary_constants_bin_start: .incbin \\"{gpu_code["sm80"]}\\"\\n.globl _binary_constants_bin_end\\n'
+               f'_binary_constants_bin_end:\\n.balign 8\\n_k: .incbin \\"{gpu_code["sm90"]}\\"\\n.previous");')
+    so = eb.build(tmp_path, "pw", extra=weights, flags=["-O2"])
+    found, problems = plugin_images(so.read_bytes(), "pw.so")
+    assert not problems and [(i.kind, i.sm) for i in found] == [("sass", 90)]
