@@ -27,6 +27,7 @@ from toolchain.errors import (
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
 from toolchain.torch_ops import DATA_FILE as TORCH_OPS_FILE
 from toolchain.torch_ops import load as load_torch_ops
+from toolchain.spec.cpu_isa import load_isa_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_DIR = REPO_ROOT / "templates"
@@ -39,6 +40,7 @@ OUTPUTS: dict[str, str] = {
     "status.h.j2": "include/aoti_host/status.h",
     "dtypes.h.j2": "include/aoti_host/dtypes.h",
     "package_layout.h.j2": "include/aoti_host/package_layout.h",
+    "cpu_isa.h.j2": "include/aoti_host/cpu_isa.h",
     "providers.h.j2": "include/aoti_host/providers.h",
     "fallback_ops.h.j2": "include/aoti_host/fallback_ops.h",
     "shims_constants.inc.j2": "include/aoti_host/shims_constants.inc",
@@ -61,6 +63,7 @@ _TEMPLATE_SPECS: dict[str, tuple[str, ...]] = {
     "status.h.j2": ("c_api.toml",),
     "dtypes.h.j2": ("abi.toml",),
     "package_layout.h.j2": ("abi.toml",),
+    "cpu_isa.h.j2": ("cpu_isa.toml",),
     "providers.h.j2": ("providers.toml", "abi.toml"),
     "shims_constants.inc.j2": ("shims.toml", "abi.toml"),
     ABI_PY_TEMPLATE: ("c_api.toml", "shims.toml"),
@@ -210,7 +213,7 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
         "groups": groups, "shims": shims, "entry_points": spec.entry_points, "exit_codes": exit_codes,
         "help_tools": HELP_TOOLS, "abi": abi, "c_api": c_api, "providers": spec.providers,
         "cxx_provider": CXX_PROVIDER, "constant_values": _constant_values(spec, abi, shims),
-        "scalar_shims": _scalar_shims(abi, shims),
+        "scalar_shims": _scalar_shims(abi, shims), "cpu_isa": load_isa_spec(),
         "torch_ops": torch_ops, "fallback_ops": sorted((name, op.label) for name, (op, _) in torch_ops.by_shim().items()),
     }
     if not any(p.name == CXX_PROVIDER and p.preload for p in spec.providers):

@@ -486,6 +486,9 @@ def export(
     triton_only: bool = False,
     vectorize: bool = True,
     size_oblivious: bool | None = None,
+    cpu_isa: str | None = None,
+    cuda_arch: str | Sequence[int | str] | None = None,
+    cuda_ptx: bool = False,
 ) -> Path:
     """Export `module` called on `example_inputs` to `out` (.pt2) for our host; returns `out`.
 
@@ -496,7 +499,14 @@ def export(
     size_oblivious: trace and compile with torch's size-oblivious reasoning, so that a dynamic dimension
     whose minimum is 0 or 1 is compiled for that minimum (torch otherwise specialises 0 and 1 and compiles
     for >= 2); None (default): on exactly when some dynamic dimension may be 0 or 1. Either way the contract
-    records the range the compiled plugin checks, and a narrower one than asked is reported on stderr."""
+    records the range the compiled plugin checks, and a narrower one than asked is reported on stderr.
+
+    cpu_isa (toolchain.target.CPU_ISA_CHOICES, default DEFAULT_CPU_ISA): the vector ISA and -march of every
+    compile (the host-side code of CUDA plugins too); cuda_arch/cuda_ptx: the GPU architectures and whether
+    PTX is embedded (toolchain.target.cuda_arch_configs). What the plugin's code needs is decoded from it
+    and recorded in the package (toolchain.target.describe; docs/targets.md)."""
+    from toolchain import target
+
     prepare_build_dirs(build_dir)
     with progress.step("loading torch and its compiler (inductor)"):
         import torch
@@ -506,20 +516,28 @@ def export(
         msg = f"device={device!r}: use cpu, cuda or cuda:N"
         raise InputError(msg)
     cfg = inductor_configs(weights)
-    if vectorize and device == "cpu":
+    cpu_isa = cpu_isa or target.DEFAULT_CPU_ISA
+    vector = vectorize and device == "cpu"
+    isa = None
+    if vector:
         with progress.step("probing the vector ISA kernels can use"):
             isa = probe_vec_isa(build_dir)
-        if isa is not None:
-            cfg.update({"cpp.vec_isa_ok": True, "cpp.simdlen": isa[1]})
-        else:
-            print("aoti-toolchain: warning: no vector ISA builds against libsleef here; kernels will be scalar "
-                  "(install libsleef-dev)", file=sys.stderr)
+    if vector and isa is None:
+        print("aoti-toolchain: warning: no vector ISA builds against libsleef here; kernels will be scalar "
+              "(install libsleef-dev)", file=sys.stderr)
+        vector = False
+    isa_cfg, march = target.cpu_isa_configs(cpu_isa, isa, vector=vector)
+    cfg.update(isa_cfg)
     cfg.update(extra_configs or {})
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             msg = f"device={device!r}: this torch ({torch.__version__}) sees no CUDA device; export on a GPU machine"
             raise InputError(msg)
         cfg = {**cuda_configs(triton_only), **cfg}
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        if cuda_arch is not None or cuda_ptx:  # else torch's default: SASS for this GPU only
+            archs = target.parse_cuda_arch(cuda_arch) or [major * 10 + minor]
+            cfg.update(target.cuda_arch_configs(archs, major * 10 + minor, cuda_ptx))
         module = module.to(device)
         example_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     out = Path(out)
@@ -554,13 +572,15 @@ def export(
             with replacing(out, suffix=".pt2") as tmp:
                 with progress.step("compiling with AOTInductor"), _oblivious(oblivious):
                     torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
-                with progress.step("packaging (contract, constants, executable-stack flag)"):
+                with progress.step("packaging (contract, target record, constants, executable-stack flag)"):
                     clear_exec_stack(tmp)
                     contract = contract_of(ep, example_inputs)
                     for line in narrow_to_compiled(tmp, contract):
                         print(f"aoti-toolchain: note: {line}: torch specialised sizes below it; re-export with "
                               "a minimum of 2 to silence this, or see docs/cli.md (size ranges)", file=sys.stderr)
                     add_contract(tmp, contract)
+                    bits = int(cfg.get("cpp.simdlen") or 0) if cfg.get("cpp.vec_isa_ok") is not False else 0
+                    target.add_record(tmp, target.describe(tmp, cpu_isa, march, bits))
                     if weights == "blob":
                         add_constant_layouts(tmp)
         except ToolchainError:

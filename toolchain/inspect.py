@@ -206,12 +206,21 @@ def inspect_path(path: Path) -> list[dict]:
             out.append({"file": label, "kind": "unreadable", "error": elf.rule, "message": str(elf)})
         else:
             out.append(describe(label, elf))
+            _add_target(out[-1], path, label)
     plugins = [i for i in out if i["kind"] == "plugin"]
     if len(plugins) == 1:  # a .pt2 of one model, or a bare plugin
         facts = model_facts(path, plugins[0])
         if facts is not None:
             plugins[0]["model"] = facts
     return out
+
+
+def _add_target(info: dict, path: Path, label: str) -> None:
+    """The target section (toolchain.inspect_target) for plugins."""
+    from toolchain.inspect_target import target_info
+
+    if info.get("kind") == "plugin" or "!" in label:
+        info["target"] = target_info(path, label)
 
 
 def to_text(info: dict) -> str:
@@ -243,6 +252,9 @@ def to_text(info: dict) -> str:
     lines += ops_text(info["ops"])
     if info.get("model") is not None:
         lines.extend(model_text(info["model"]))
+    from toolchain.inspect_target import target_lines
+
+    lines += target_lines(info)
     return "\n".join(lines) + "\n"
 
 

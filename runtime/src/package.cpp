@@ -66,6 +66,7 @@ Package Package::open(const std::string& path) {
   pkg.find_members();
   pkg.read_contract();
   pkg.read_constant_layouts();
+  pkg.read_target();
   return pkg;
 }
 
@@ -104,6 +105,16 @@ void Package::read_constant_layouts() {
   const std::string text = member_text(*zip_, *c);
   try {
     constant_layouts_ = parse_constant_layouts(text, path_ + ":" + c->name, blob_->size);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export", AOTI_HOST_INVALID_PROGRAM);
+  }
+}
+
+void Package::read_target() {
+  const ZipEntry* t = zip_->find(prefix_ + package_layout::kTargetEntry);
+  if (t == nullptr) return;
+  try {
+    target_ = parse_target(member_text(*zip_, *t), path_ + ":" + t->name);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export", AOTI_HOST_INVALID_PROGRAM);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "contract.h"
+#include "preflight.h"
 #include "weights.h"
 #include "zip.h"
 
@@ -51,11 +52,14 @@ class Package {
   // The package's weights blob (null: none); valid while archive() is alive.
   const ZipEntry* weights_blob() const { return blob_; }
   const std::shared_ptr<ZipArchive>& archive() const { return zip_; }
+  // What the plugin needs of the machine (preflight.h); not present for a bare .so or an older package.
+  const TargetNeeds& target() const { return target_; }
 
  private:
   void find_members();
   void read_contract();
   void read_constant_layouts();
+  void read_target();
 
   std::string path_;
   std::shared_ptr<ZipArchive> zip_;  // null for a bare .so
@@ -66,6 +70,7 @@ class Package {
   bool has_contract_ = false;
   Contract contract_;
   std::vector<ConstantLayout> constant_layouts_;
+  TargetNeeds target_;
 };
 
 }  // namespace aoti_host

@@ -110,10 +110,12 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   p->path_ = path;
   p->pack_cache_ = std::make_shared<cpu::PackCache>();
   const Package package = Package::open(path);
+  const Device device = parse_device(options.device);
+  // Before anything of the plugin is stored or mapped: a plugin this machine can't run is refused by name.
+  preflight(package.target(), path, device.cuda ? device.index : -1);
   p->adopt_package(package);
   const PluginSource source = package.store_plugin();
   p->plugin_ = open_plugin(source.load_path, source.shown);
-  const Device device = parse_device(options.device);
   p->create_device_state(device);
   const DeviceScope scope(p->cuda_.get());
   p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);

@@ -143,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(msg, fix="give dynamic shapes in one place: the factory or --dynamic")
         dynamic_shapes = dynamic_shapes_for(module, example_inputs, dynamic)
     out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir),
-                 dynamic_shapes=dynamic_shapes)
+                 dynamic_shapes=dynamic_shapes, **_target_options(args))
     print(f"exported {args.model} -> {out}")
     if args.save_inputs:
         files.prepare_outdir(Path(args.save_inputs))
@@ -163,6 +163,26 @@ def main(args: argparse.Namespace) -> int:
     return exit_code("ok")
 
 
+def _target_options(args: argparse.Namespace) -> dict:
+    """--cpu-isa / --cuda-arch / --cuda-ptx as export()'s arguments (docs/targets.md)."""
+    out: dict = {"cpu_isa": getattr(args, "cpu_isa", None)}  # callers like demo build their own namespace
+    arch, ptx = getattr(args, "cuda_arch", None), getattr(args, "cuda_ptx", False)
+    if arch is not None or ptx:
+        out.update(cuda_arch=arch, cuda_ptx=ptx)
+    return out
+
+
+def _add_target_arguments(e) -> None:
+    from toolchain.target import CPU_ISA_CHOICES, DEFAULT_CPU_ISA
+
+    e.add_argument("--cpu-isa", choices=CPU_ISA_CHOICES, default=DEFAULT_CPU_ISA,
+                   help=f"the CPUs the plugin runs on: vector ISA and -march (default {DEFAULT_CPU_ISA}: x86-64-v3; "
+                   "native: this machine's widest; docs/targets.md)")
+    e.add_argument("--cuda-arch", metavar="LIST", help="CUDA plugins: compute capabilities to build SASS for, "
+                   "e.g. 90 (inductor builds for the export GPU only)")
+    e.add_argument("--cuda-ptx", action="store_true", help="CUDA plugins: embed PTX too, so newer GPUs JIT it")
+
+
 def register(sub) -> None:
     e = sub.add_parser("export", help="export a torch module to a .pt2 for this host (needs torch)",
                        description="Export a torch module to a .pt2 package built for this host's runtime.",
@@ -177,4 +197,5 @@ def register(sub) -> None:
     e.add_argument("--build-dir", default="build", help="TMPDIR and the inductor cache go under it")
     e.add_argument("--save-inputs", metavar="DIR", help="also save the example inputs and eager outputs as .npy")
     e.add_argument("-q", "--quiet", action="store_true", help="print no progress, only the result and errors")
+    _add_target_arguments(e)
     e.set_defaults(func=main)

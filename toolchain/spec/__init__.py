@@ -371,6 +371,8 @@ class PackageLayout:
     plugin_dir: str
     methods_manifest: str
     methods_schema: int
+    target_entry: str
+    target_schema: int
 
 
 #: The getter families whose values abi.toml holds, by their table there (dtypes come from [[dtype]]).
@@ -420,7 +422,7 @@ _DTYPE_FIELDS: dict[str, tuple[type, bool]] = {
 _PACKAGE_FIELDS: dict[str, tuple[type, bool]] = {
     "contract_entry": (str, True), "contract_schema": (int, True), "constants_entry": (str, True),
     "constants_schema": (int, True), "plugin_dir": (str, True), "methods_manifest": (str, True),
-    "methods_schema": (int, True),
+    "methods_schema": (int, True), "target_entry": (str, True), "target_schema": (int, True),
 }
 # 'V': an ml_dtypes extension type, always '<' (numpy.save's descr for it; plain void is '|V<n>').
 _NUMPY_RE = re.compile(r"^([<|][biufc]|<V)\d{1,2}$")

@@ -135,7 +135,37 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
             else:
                 # inside a package every .so is a plugin: the runtime loads it as one
                 report.files.append(check_elf(label, elf, ctx, "plugin" if in_package else kind))
+        _check_targets(path, in_package, report, prof)
     return report
+
+
+def _check_targets(path: Path, in_package: bool, report: Report, prof) -> None:
+    """The target rules (cpu-isa-too-new, cuda-*) on the plugins just checked: they read code and GPU images,
+    which the ELF reader does not keep (toolchain.verify.target_checks)."""
+    from toolchain.verify import target_checks
+
+    results = {r.path: r for r in report.files if r.kind == "plugin" and r.path.startswith(str(path))}
+    if not results:
+        return
+    if not in_package:
+        res = results.get(str(path))
+        if res is not None and not any(f.rule == "wrong-arch" for f in res.findings):
+            target_checks.check_file(path, str(path), res, prof, read_elf(path).needed)
+        return
+    from toolchain.pt2 import PackageError, open_package
+
+    try:
+        with open_package(path) as pkg:
+            gpu = {f"{path}!{n}": pkg.read(n) for n in pkg.members if n.endswith(target_checks.GPU_SUFFIXES)}
+            for n in pkg.members:
+                res = results.get(f"{path}!{n}")
+                if res is None or any(f.rule == "wrong-arch" for f in res.findings):
+                    continue
+                data = pkg.read(n)
+                target_checks.check_plugin_target(data, res.path, res, prof, gpu, parse_elf(data, res.path).needed)
+                gpu = {}  # a package's cubins are counted with its (one) plugin
+    except (PackageError, ElfError):
+        return  # already reported as malformed by the package and ELF checks
 
 
 def _is_zip(path: Path) -> bool:

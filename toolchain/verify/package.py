@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +23,7 @@ from toolchain.spec import load_abi
 _ABI = load_abi()  # member names, schema versions and dtypes: toolchain/spec/abi.toml
 CONTRACT_ENTRY = _ABI.package.contract_entry
 CONSTANTS_ENTRY = _ABI.package.constants_entry
+TARGET_ENTRY = _ABI.package.target_entry
 PLUGIN_DIR = _ABI.package.plugin_dir
 MAX_INT = 1 << 62  # largest size, bound, stride, offset or data_size accepted (contract.h kMaxContractInt)
 MAX_RANK = 64  # contract.h kMaxContractRank
@@ -261,6 +263,53 @@ class PackageFinding:
     fix_variant: str | None = None  # the rule's fix (toolchain/spec/rules.toml) to give
 
 
+# -- the target record (preflight.cpp parse_target) ------------------------------------------------------
+
+_MAX_LISTED = 256
+_CUDA_VERSION = re.compile(r"^[1-9][0-9]?\.[0-9]$")
+
+
+def check_target(data: bytes, where: str) -> None:
+    """The target record as the runtime's preflight reads it; PackageJsonError naming the field otherwise."""
+    doc = parse_json(data, where)
+
+    def bad(what: str) -> PackageJsonError:
+        return PackageJsonError(f"{where}: {what}")
+
+    if not isinstance(doc, dict):
+        raise bad("not a JSON object")
+    if not (type(doc.get("schema")) is int and doc["schema"] == _ABI.package.target_schema):
+        raise bad(f"schema is not {_ABI.package.target_schema}")
+    cpu, cuda = doc.get("cpu"), doc.get("cuda")
+    if cpu is not None:
+        if not isinstance(cpu, dict):
+            raise bad("cpu is not an object")
+        for key in ("isa", "requested"):
+            if cpu.get(key) is not None and not isinstance(cpu[key], str):
+                raise bad(f"cpu.{key} is not a string")
+        exts = cpu.get("extensions", [])
+        if not isinstance(exts, list) or len(exts) > _MAX_LISTED:
+            raise bad("cpu.extensions is not a list of at most 256 names")
+        if any(not isinstance(e, str) or not 0 < len(e) <= 64 for e in exts):
+            raise bad("cpu.extensions holds a non-name")
+    if cuda is not None:
+        if not isinstance(cuda, dict):
+            raise bad("cuda is not an object")
+        for key in ("sass", "ptx"):
+            lst = cuda.get(key, [])
+            if not isinstance(lst, list) or len(lst) > _MAX_LISTED:
+                raise bad(f"cuda.{key} is not a list of architectures")
+            if any(type(a) is not int or not 10 <= a <= 999 for a in lst):
+                raise bad(f"cuda.{key} holds a non-architecture")
+        for key in ("cuda", "min_driver"):
+            if cuda.get(key) is not None and not isinstance(cuda[key], str):
+                raise bad(f"cuda.{key} is not a string")
+        if cuda.get("cuda") and not _CUDA_VERSION.match(cuda["cuda"]):
+            raise bad(f"cuda.cuda \"{cuda['cuda']}\" is not a CUDA version (13.0)")
+        if len(cuda.get("min_driver") or "") > 32:
+            raise bad("cuda.min_driver is not a driver version")
+
+
 def check_package(path: Path, members: list[Member]) -> list[PackageFinding]:
     """The runtime's view of a package (program.cpp Program::load): one plugin under data/aotinductor/, its
     contract and (when a weights blob is there) its constant layouts, each valid."""
@@ -287,6 +336,12 @@ def check_package(path: Path, members: list[Member]) -> list[PackageFinding]:
     if constants is not None:
         try:
             check_constant_layouts(constants.read(), f"{path}:{constants.name}", blobs[-1].size)
+        except PackageJsonError as exc:
+            out.append(PackageFinding("bad-package-json", str(exc)))
+    target = by_name.get(prefix + TARGET_ENTRY)
+    if target is not None:
+        try:
+            check_target(target.read(), f"{path}:{target.name}")
         except PackageJsonError as exc:
             out.append(PackageFinding("bad-package-json", str(exc)))
     return out

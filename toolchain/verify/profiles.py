@@ -46,10 +46,69 @@ class Profile:
     allowed: frozenset[str] | None  # None: whatever this machine resolves (the host profile)
     packages: dict[str, str] = field(default_factory=dict)
     exec_stack_refused: bool = False
+    target: TargetProfile = field(default_factory=lambda: TargetProfile())
 
     def to_json(self) -> dict:
-        return {"name": self.name, "description": self.description, "source": self.source,
-                "machine": self.machine, "max_versions": {k: vstr(v) for k, v in self.max_versions.items()}}
+        out = {"name": self.name, "description": self.description, "source": self.source,
+               "machine": self.machine, "max_versions": {k: vstr(v) for k, v in self.max_versions.items()}}
+        if self.target.cpu_isa or self.target.cuda_arch or self.target.cuda_driver:
+            out["target"] = self.target.to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class TargetProfile:
+    """The target's CPUs and GPUs (the [cpu] and [cuda] tables): None/empty means not checked."""
+
+    cpu_isa: str | None = None  # psABI level every target CPU has (toolchain/spec/cpu_isa.toml)
+    cpu_extensions: frozenset[str] = frozenset()  # extensions beyond the level the target CPUs also have
+    cuda_arch: tuple[int, ...] = ()  # compute capabilities of the target GPUs, as 90
+    cuda_driver: tuple[int, int] | None = None  # the oldest driver on the target (535, 54)
+    sources: dict[str, str] = field(default_factory=dict)  # field -> where the fact comes from
+
+    def to_json(self) -> dict:
+        return {"cpu_isa": self.cpu_isa, "cpu_extensions": sorted(self.cpu_extensions),
+                "cuda_arch": list(self.cuda_arch),
+                "cuda_driver": vstr(self.cuda_driver) if self.cuda_driver else None, "sources": self.sources}
+
+
+def load_target(data: dict, path: Path) -> TargetProfile:
+    """The [cpu] and [cuda] tables of a profile file; UsageError naming the file and field when malformed
+    or without its source."""
+    from toolchain.spec.cpu_isa import load_isa_spec
+
+    spec = load_isa_spec()
+    cpu, cuda = data.get("cpu", {}), data.get("cuda", {})
+    sources: dict[str, str] = {}
+
+    def bad(what: str) -> UsageError:
+        return UsageError(f"{path}: {what}", fix="correct the profile (see toolchain/verify/profiles/dgx-h200.toml)")
+
+    def cited(table: dict, key: str, source_key: str, name: str) -> None:
+        if key in table:
+            if not isinstance(table.get(source_key), str) or not table[source_key]:
+                raise bad(f"{name} has no {source_key}: every fact of a profile cites where it comes from")
+            sources[name] = table[source_key]
+
+    cited(cpu, "isa", "source", "cpu_isa")
+    cited(cpu, "extensions", "extensions_source", "cpu_extensions")
+    cited(cuda, "arch", "arch_source", "cuda_arch")
+    cited(cuda, "driver", "driver_source", "cuda_driver")
+    isa = cpu.get("isa")
+    if isa is not None and isa not in spec.levels:
+        raise bad(f"[cpu] isa {isa!r} is not one of {', '.join(spec.levels)}")
+    exts = cpu.get("extensions", [])
+    if not isinstance(exts, list) or any(e not in spec.extensions for e in exts):
+        raise bad(f"[cpu] extensions {exts!r}: names from toolchain/spec/cpu_isa.toml")
+    arch = cuda.get("arch", [])
+    if not isinstance(arch, list) or any(not isinstance(a, int) or not 10 <= a <= 999 for a in arch):
+        raise bad(f"[cuda] arch {arch!r}: compute capabilities as integers (90 for 9.0)")
+    driver = cuda.get("driver")
+    m = re.match(r"^(\d{3})\.(\d{1,3})$", driver) if isinstance(driver, str) else None
+    if driver is not None and m is None:
+        raise bad(f"[cuda] driver {driver!r}: a driver version like \"580.65\"")
+    return TargetProfile(cpu_isa=isa, cpu_extensions=frozenset(exts), cuda_arch=tuple(sorted(arch)),
+                         cuda_driver=(int(m[1]), int(m[2])) if m else None, sources=sources)
 
 
 def available() -> list[str]:
@@ -73,7 +132,8 @@ def load_profile(name: str) -> Profile:
     libs = data.get("libraries", {})
     return Profile(name=data["name"], description=data["description"], source=data["source"],
                    machine=data["machine"], max_versions=maxv, allowed=frozenset(libs.get("allowed", ())),
-                   packages=dict(libs.get("packages", {})), exec_stack_refused=bool(data.get("exec_stack_refused")))
+                   packages=dict(libs.get("packages", {})), exec_stack_refused=bool(data.get("exec_stack_refused")),
+                   target=load_target(data, path))
 
 
 def host_profile() -> Profile:
@@ -100,4 +160,36 @@ def host_profile() -> Profile:
     return Profile(name="host", description=f"this machine ({platform.machine()})",
                    source="version definitions (.gnu.version_d) of this machine's libraries: " + "; ".join(sources),
                    machine={"x86_64": "x86_64", "aarch64": "aarch64"}.get(platform.machine(), platform.machine()),
-                   max_versions=maxv, allowed=None, exec_stack_refused=glibc >= GLIBC_REFUSES_EXEC_STACK)
+                   max_versions=maxv, allowed=None, exec_stack_refused=glibc >= GLIBC_REFUSES_EXEC_STACK,
+                   target=host_target())
+
+
+def host_target() -> TargetProfile:
+    """This machine's CPU, from the flags the kernel reports in /proc/cpuinfo (the same names as
+    toolchain/spec/cpu_isa.toml; the kernel lists a flag only when the OS enabled its registers). GPUs are
+    not probed: verify's host profile checks no CUDA rule."""
+    import platform
+
+    from toolchain.spec.cpu_isa import load_isa_spec
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return TargetProfile()
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return TargetProfile()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    flags = set(line.partition(":")[2].split())
+    aliases = {"sse3": "pni", "lzcnt": "abm"}  # the kernel's names for them
+    spec = load_isa_spec()
+    have = {e for e in spec.extensions if e in flags or aliases.get(e) in flags}
+    level = spec.levels[0]
+    for lv in spec.levels:
+        if all(x.name in have for x in spec.extensions.values() if x.level == lv):
+            level = lv
+        else:
+            break
+    extra = frozenset(e for e in have if not spec.extensions[e].level or spec.rank(spec.extensions[e].level) > spec.rank(level))
+    return TargetProfile(cpu_isa=level, cpu_extensions=extra,
+                         sources={"cpu_isa": "this machine's /proc/cpuinfo flags",
+                                  "cpu_extensions": "this machine's /proc/cpuinfo flags"})

@@ -1,0 +1,73 @@
+"""inspect's target section: what a plugin needs of the machine, as its package records it (export's target
+record) and as its code proves it (decoded now: toolchain.isa, toolchain.cuda_bin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def target_info(path: Path, label: str) -> dict | None:
+    """The section for one plugin (`label` = path or path!member); None for a file that is not x86-64 ELF."""
+    from toolchain.isa import IsaDecodeError, load_isa_spec, scan_elf
+    from toolchain.target import _plugin_cuda, read_record
+
+    data, record, gpu = _read(path, label)
+    if data is None:
+        return None
+    try:
+        scan = scan_elf(data, label)
+    except IsaDecodeError:
+        return None
+    from toolchain.elf.reader import ElfError, parse_elf
+
+    try:
+        needed = parse_elf(data, label).needed
+    except ElfError:
+        needed = ()
+    spec = load_isa_spec()
+    top = scan.highest(spec)
+    decoded = {"cpu_isa": scan.level, "extensions": sorted(scan.extensions),
+               "highest": {"extension": top[0], "instruction": top[1].example, "function": top[1].function}
+               if top else None,
+               "cuda": _plugin_cuda(data, label, gpu, needed)}
+    if "!" in label:
+        record = read_record(path)
+    return {"recorded": record, "decoded": decoded}
+
+
+def _read(path: Path, label: str):
+    if "!" not in label:
+        return path.read_bytes(), None, {}
+    from toolchain.pt2 import open_package
+
+    member = label.split("!", 1)[1]
+    with open_package(path) as pkg:
+        gpu = {n: pkg.read(n) for n in pkg.members if n.endswith((".cubin", ".fatbin"))}
+        return pkg.read(member), None, gpu
+
+
+def target_lines(info: dict) -> list[str]:
+    t = info.get("target")
+    if not t:
+        return []
+    d, r = t["decoded"], t["recorded"]
+    lines = []
+    if r is None:
+        lines.append("  target:       no record in the package (not exported by aoti-toolchain, or older); from its code:")
+    else:
+        cpu = r.get("cpu") or {}
+        lines.append(f"  target:       exported with --cpu-isa {cpu.get('requested', '?')} (-march={cpu.get('march', '?')}, "
+                     f"{cpu.get('vector_bits') or 'scalar'}{'-bit' if cpu.get('vector_bits') else ''} kernels); "
+                     f"recorded: needs {cpu.get('isa', '?')}")
+    hi = d["highest"]
+    lines.append(f"  cpu isa:      {d['cpu_isa']} (decoded: {', '.join(d['extensions']) or 'baseline only'})"
+                 + (f"; highest {hi['extension']}: `{hi['instruction']}` in {hi['function']}" if hi else ""))
+    if r is not None and r.get("cpu", {}).get("extensions") not in (None, d["extensions"]):
+        lines.append("  cpu isa:      the RECORD DIFFERS from the code: the package was changed after export")
+    cuda = d["cuda"]
+    if cuda:
+        lines.append(f"  cuda:         SASS {', '.join(f'sm_{a}' for a in cuda['sass']) or 'none'}; PTX "
+                     f"{', '.join(f'compute_{a}' for a in cuda['ptx']) or 'none'}"
+                     + (f" (PTX ISA {cuda['ptx_isa']})" if cuda["ptx_isa"] else "")
+                     + (f"; needs CUDA {cuda['cuda']} (driver >= {cuda['min_driver']})" if cuda["cuda"] else ""))
+    return lines

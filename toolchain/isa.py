@@ -1,0 +1,365 @@
+"""What CPU a plugin's code needs, read from the code itself: the x86-64 extensions its executable sections use.
+
+The executable sections are decoded with capstone (detail off: a linear sweep per function, from the symbol
+table); a function whose bytes hold none of the escape bytes every extension's encoding needs (EVEX 0x62,
+VEX 0xC4/0xC5, the 0x0F38/0x0F3A opcode maps, F3 0F B8/BC/BD) is not decoded at all. Each distinct
+(mnemonic, encoding, vector width) is classified once, by one detailed decode (capstone's groups) plus a
+table of the AVX-512 subsets capstone has no group for. Weights and other data sections are never read.
+
+The extensions, their psABI levels and cpuid bits are data: toolchain/spec/cpu_isa.toml (the runtime's
+preflight is generated from the same file).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolchain.errors import InputError
+from toolchain.spec.cpu_isa import IsaSpec, load_isa_spec
+
+__all__ = ["IsaScan", "IsaUse", "IsaDecodeError", "IsaSpec", "load_isa_spec", "scan_elf", "scan_file"]
+EM_X86_64 = 62
+SHF_EXECINSTR = 0x4
+SHT_PROGBITS, SHT_SYMTAB, SHT_DYNSYM, SHT_NOBITS = 1, 2, 11, 8
+STT_FUNC = 2
+
+
+# capstone's x86 groups -> extension names (toolchain/spec/cpu_isa.toml); groups of the baseline
+# (SSE1/SSE2/CMOV/FPU/MMX) and of control flow are not listed: every x86-64 CPU has them.
+_GROUPS = {"SSE3": "sse3", "SSSE3": "ssse3", "SSE41": "sse4_1", "SSE42": "sse4_2", "AVX": "avx", "AVX2": "avx2",
+           "FMA": "fma", "F16C": "f16c", "BMI": "bmi1", "BMI2": "bmi2", "AVX512": "avx512f", "BWI": "avx512bw",
+           "DQI": "avx512dq", "CDI": "avx512cd", "VLX": "avx512vl", "AES": "aes", "PCLMUL": "pclmulqdq",
+           "SHA": "sha_ni", "ADX": "adx"}
+# Extensions capstone 5 has no group for, by mnemonic (prefix): EVEX encoding -> the AVX-512 subset,
+# VEX -> the AVX form where one exists.
+_EVEX_MNEMONICS = (("vpdpbusd", "avx512_vnni"), ("vpdpwssd", "avx512_vnni"), ("vcvtne2ps2bf16", "avx512_bf16"),
+                   ("vcvtneps2bf16", "avx512_bf16"), ("vdpbf16ps", "avx512_bf16"), ("vpmadd52", "avx512ifma"),
+                   ("vpermb", "avx512vbmi"), ("vpermi2b", "avx512vbmi"), ("vpermt2b", "avx512vbmi"),
+                   ("vpmultishiftqb", "avx512vbmi"), ("vpcompressb", "avx512_vbmi2"), ("vpcompressw", "avx512_vbmi2"),
+                   ("vpexpandb", "avx512_vbmi2"), ("vpexpandw", "avx512_vbmi2"), ("vpshld", "avx512_vbmi2"),
+                   ("vpshrd", "avx512_vbmi2"), ("vpopcntb", "avx512_bitalg"), ("vpopcntw", "avx512_bitalg"),
+                   ("vpshufbitqmb", "avx512_bitalg"), ("vpopcntd", "avx512_vpopcntdq"),
+                   ("vpopcntq", "avx512_vpopcntdq"), ("vgf2p8", "gfni"), ("vaes", "vaes"),
+                   ("vpclmulqdq", "vpclmulqdq"))
+_VEX_MNEMONICS = (("vpdpbusd", "avx_vnni"), ("vpdpwssd", "avx_vnni"), ("vgf2p8", "gfni"))
+_FP16_SUFFIXES = ("ph", "sh")  # EVEX map 5/6 arithmetic on half floats: avx512_fp16
+_PLAIN_MNEMONICS = {"popcnt": "popcnt", "lzcnt": "lzcnt", "tzcnt": "bmi1", "movbe": "movbe",
+                    "gf2p8affineqb": "gfni", "gf2p8affineinvqb": "gfni", "gf2p8mulb": "gfni"}
+_PREFIXES = frozenset(b"\x66\x67\xf2\xf3\x2e\x3e\x26\x64\x65\x36")
+_ESCAPES = (b"\x62", b"\xc4", b"\xc5", b"\x0f\x38", b"\x0f\x3a", b"\xf3\x0f\xb8", b"\xf3\x0f\xbc", b"\xf3\x0f\xbd")
+
+
+@dataclass
+class IsaUse:
+    """One extension's use: how many instructions, and the first one met (its text, function, address)."""
+
+    count: int = 0
+    example: str = ""
+    function: str = ""
+    address: int = 0
+
+
+@dataclass
+class IsaScan:
+    extensions: dict[str, IsaUse] = field(default_factory=dict)
+    level: str = "x86-64"
+    decoded_bytes: int = 0  # bytes run through the decoder
+    text_bytes: int = 0  # executable bytes in the file
+    undecodable: int = 0  # bytes capstone could not decode (data in code, or an encoding it lacks)
+
+    def highest(self, spec: IsaSpec) -> tuple[str, IsaUse] | None:
+        """The extension of the highest level (extensions no level includes rank above all)."""
+        if not self.extensions:
+            return None
+        order = list(spec.extensions)
+        name = max(self.extensions, key=lambda e: (spec.extensions[e].level == "",
+                                                   spec.rank(spec.extensions[e].level or spec.levels[0]),
+                                                   order.index(e)))
+        return name, self.extensions[name]
+
+    def to_json(self) -> dict:
+        return {"level": self.level, "extensions": sorted(self.extensions),
+                "examples": {k: {"instruction": v.example, "function": v.function, "address": hex(v.address),
+                                 "count": v.count} for k, v in sorted(self.extensions.items())}}
+
+
+class IsaDecodeError(InputError):
+    pass
+
+
+@dataclass(frozen=True)
+class _Section:
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
+
+
+def _sections(data, label: str) -> list[_Section]:
+    """The section headers of a little-endian ELF64 (strict: every table lies inside the file)."""
+    if len(data) < 64 or bytes(data[:4]) != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        msg = f"{label}: not a little-endian ELF64 file"
+        raise IsaDecodeError(msg, fix="pass an x86-64 plugin .so")
+    shoff = struct.unpack_from("<Q", data, 40)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
+    if shnum == 0:
+        return []
+    if shentsize < 64 or shoff + shnum * shentsize > len(data) or shstrndx >= shnum:
+        msg = f"{label}: section header table lies outside the file ({shnum} x {shentsize} at {shoff})"
+        raise IsaDecodeError(msg, fix="the file is damaged: rebuild it or copy it again")
+    raw = []
+    for i in range(shnum):
+        name, typ, flags, addr, off, size, link, _info, _align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", data, shoff + i * shentsize)
+        if typ != SHT_NOBITS and off + size > len(data):
+            msg = f"{label}: section {i} ({size} bytes at {off}) extends past the end of the file"
+            raise IsaDecodeError(msg, fix="the file is truncated: rebuild it or copy it again")
+        raw.append((name, typ, flags, addr, off, size, link, entsize))
+    strtab = raw[shstrndx]
+    out = []
+    for name, typ, flags, addr, off, size, link, entsize in raw:
+        at = strtab[4] + name
+        end = data.find(b"\0", at, strtab[4] + strtab[5]) if name < strtab[5] else -1
+        sname = bytes(data[at:end]).decode("ascii", "replace") if end >= 0 else ""
+        out.append(_Section(sname, typ, flags, addr, off, size, link, entsize))
+    return out
+
+
+def _functions(data, sections: list[_Section]) -> list[tuple[int, int, str]]:
+    """(address, size, name) of the sized functions in .symtab (else .dynsym), sorted, duplicates merged."""
+    for want in (SHT_SYMTAB, SHT_DYNSYM):
+        tab = next((s for s in sections if s.type == want and s.entsize == 24), None)
+        if tab is None or tab.link >= len(sections):
+            continue
+        strs = sections[tab.link]
+        seen: dict[int, tuple[int, int, str]] = {}
+        for i in range(tab.size // 24):
+            st_name, st_info, _o, _shndx, value, size = struct.unpack_from("<IBBHQQ", data, tab.offset + i * 24)
+            if st_info & 0xF != STT_FUNC or size == 0 or value in seen or st_name >= strs.size:
+                continue
+            end = data.find(b"\0", strs.offset + st_name, strs.offset + strs.size)
+            name = bytes(data[strs.offset + st_name:end]).decode("utf-8", "replace") if end >= 0 else "?"
+            seen[value] = (value, size, name)
+        if seen:
+            return sorted(seen.values())
+    return []
+
+
+def _regions(sections: list[_Section], funcs: list[tuple[int, int, str]]) -> list[tuple[int, int, int, str]]:
+    """(file offset, size, address, name) covering every executable byte once: functions where the symbol
+    table names them, the rest of each section (PLT, stubs, a stripped file) as `<section>`."""
+    out = []
+    for s in sections:
+        if s.type != SHT_PROGBITS or not s.flags & SHF_EXECINSTR or s.size == 0:
+            continue
+        at = s.addr
+        end = s.addr + s.size
+        for addr, size, name in funcs:
+            if addr < at or addr >= end:
+                continue
+            if addr > at:
+                out.append((s.offset + at - s.addr, addr - at, at, s.name))
+            size = min(size, end - addr)
+            out.append((s.offset + addr - s.addr, size, addr, name))
+            at = addr + size
+        if at < end:
+            out.append((s.offset + at - s.addr, end - at, at, s.name))
+    return out
+
+
+class _Classifier:
+    """Extensions of one instruction, keyed by what decides them: mnemonic, encoding, vector width."""
+
+    def __init__(self) -> None:
+        import capstone
+
+        self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        self._cs.detail = True
+        from capstone import x86_const
+
+        self._groups = {getattr(x86_const, f"X86_GRP_{g}"): ext for g, ext in _GROUPS.items()}
+        self._cache: dict[tuple, tuple[str, ...]] = {}
+        self.plain: dict[str, tuple[str, ...]] = {}  # mnemonic -> extensions, for mnemonics no VEX encodes
+
+    def classify(self, mnemonic: str, op_str: str, raw: bytes, address: int) -> tuple[str, ...]:
+        first = mnemonic[0]
+        enc = ""
+        if first in "vkt" or mnemonic in ("andn", "bextr", "blsi", "blsmsk", "blsr", "bzhi", "mulx", "pdep",
+                                          "pext", "rorx", "sarx", "shlx", "shrx"):
+            i = 0
+            while i < len(raw) and raw[i] in _PREFIXES:
+                i += 1
+            enc = {0x62: "evex", 0xC4: "vex", 0xC5: "vex"}.get(raw[i] if i < len(raw) else -1, "")
+        else:  # neither VEX nor EVEX can encode it: the mnemonic alone decides (the scan's fast path)
+            plain = self.plain[mnemonic] = self._classify(mnemonic, "", raw, address)
+            return plain
+        width = "zmm" if "zmm" in op_str else "ymm" if "ymm" in op_str else ""
+        key = (mnemonic, enc, width)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._classify(mnemonic, enc, raw, address)
+        return hit
+
+    def _classify(self, mnemonic: str, enc: str, raw: bytes, address: int) -> tuple[str, ...]:
+        exts: set[str] = set()
+        for insn in self._cs.disasm(raw, address, 1):
+            exts.update(self._groups[g] for g in insn.groups if g in self._groups)
+        if mnemonic in _PLAIN_MNEMONICS:
+            exts.add(_PLAIN_MNEMONICS[mnemonic])
+        table = _EVEX_MNEMONICS if enc == "evex" else _VEX_MNEMONICS if enc == "vex" else ()
+        exts.update(ext for prefix, ext in table if mnemonic.startswith(prefix))
+        if enc == "evex":
+            exts.add("avx512f")
+            if mnemonic.endswith(_FP16_SUFFIXES) and not mnemonic.startswith(("vcvtps2ph", "vcvtneps2bf16")):
+                exts.add("avx512_fp16")
+        if enc == "vex" and mnemonic.startswith("v"):
+            exts.add("avx")
+        if mnemonic.startswith("tile") or mnemonic.startswith("ldtilecfg") or mnemonic.startswith("sttilecfg"):
+            exts.add("amx_tile")
+        return tuple(sorted(exts))
+
+
+def _note(scan: IsaScan, exts: tuple[str, ...], mnemonic: str, op_str: str, function: str, address: int) -> None:
+    for ext in exts:
+        use = scan.extensions.get(ext)
+        if use is None:
+            use = scan.extensions[ext] = IsaUse(example=f"{mnemonic} {op_str}".strip(), function=function,
+                                                address=address)
+        use.count += 1
+
+
+def _modrm_tail(code: bytes, at: int) -> int | None:
+    """Bytes taken by a ModRM byte at `at` and its SIB and displacement (64-bit addressing)."""
+    if at >= len(code):
+        return None
+    modrm = code[at]
+    mod, rm = modrm >> 6, modrm & 7
+    n = 1
+    if mod != 3 and rm == 4:
+        if at + 1 >= len(code):
+            return None
+        n += 1
+        if mod == 0 and code[at + 1] & 7 == 5:
+            n += 4
+    if mod == 1:
+        n += 1
+    elif mod == 2 or (mod == 0 and rm == 5):
+        n += 4
+    return n
+
+
+# VEX/EVEX opcodes capstone 5 does not decode (newer than its LLVM tables), by (kind, map, opcode, SIMD
+# prefix pp): the extension they belong to. Intel SDM vol. 2 opcode maps; Intel AVX-512 BF16/FP16 specs.
+_UNKNOWN_OPCODES = {("evex", 2, 0x72, 2): "avx512_bf16", ("evex", 2, 0x72, 3): "avx512_bf16",
+                    ("evex", 2, 0x52, 2): "avx512_bf16", ("vex", 2, 0x50, 1): "avx_vnni",
+                    ("vex", 2, 0x51, 1): "avx_vnni", ("vex", 2, 0x52, 1): "avx_vnni", ("vex", 2, 0x53, 1): "avx_vnni",
+                    ("vex", 2, 0x49, 0): "amx_tile", ("vex", 2, 0x49, 1): "amx_tile", ("vex", 2, 0x4B, 1): "amx_tile",
+                    ("vex", 2, 0x4B, 2): "amx_tile", ("vex", 2, 0x4B, 3): "amx_tile", ("vex", 2, 0x5C, 2): "amx_bf16",
+                    ("vex", 2, 0x5E, 0): "amx_int8", ("vex", 2, 0x5E, 1): "amx_int8", ("vex", 2, 0x5E, 2): "amx_int8",
+                    ("vex", 2, 0x5E, 3): "amx_int8"}
+
+
+def _unknown_vex(code: bytes, at: int) -> tuple[int, str, str] | None:
+    """A VEX/EVEX instruction capstone could not decode at `at`: (length, extension, description), or None
+    when the bytes there are no such instruction. Compiled code holds no data in its text, so an EVEX
+    prefix there is an AVX-512 instruction (at least avx512f) even when its opcode is unknown here."""
+    first = code[at]
+    if first == 0x62 and at + 6 <= len(code):
+        p0, p1 = code[at + 1], code[at + 2]
+        if p1 & 0x04 == 0:  # EVEX P1 bit 2 is always 1
+            return None
+        kind, mmap, pp, op_at = "evex", p0 & 0x7, p1 & 0x3, at + 4
+    elif first == 0xC4 and at + 5 <= len(code):
+        kind, mmap, pp, op_at = "vex", code[at + 1] & 0x1F, code[at + 2] & 0x3, at + 3
+    elif first == 0xC5 and at + 4 <= len(code):
+        kind, mmap, pp, op_at = "vex", 1, code[at + 1] & 0x3, at + 2
+    else:
+        return None
+    if mmap not in (1, 2, 3, 5, 6):
+        return None
+    opcode = code[op_at]
+    tail = _modrm_tail(code, op_at + 1)
+    if tail is None:
+        return None
+    imm = 1 if mmap == 3 or (mmap == 1 and opcode in (0x70, 0x71, 0x72, 0x73, 0xC2, 0xC4, 0xC5, 0xC6)) else 0
+    length = op_at + 1 + tail + imm - at
+    if at + length > len(code):
+        return None
+    ext = _UNKNOWN_OPCODES.get((kind, mmap, opcode, pp))
+    if ext is None:
+        ext = "avx512_fp16" if kind == "evex" and mmap in (5, 6) else "avx512f" if kind == "evex" else "avx"
+    raw = code[at:at + length].hex(" ")
+    return length, ext, f"({kind} map {mmap} opcode {opcode:#04x}, bytes {raw}: not in capstone's tables)"
+
+
+def scan_elf(data, label: str = "<plugin>") -> IsaScan:
+    """The extensions the executable code of an x86-64 ELF `data` (bytes, mmap or memoryview) uses.
+
+    Raises IsaDecodeError for a file that is not a well-formed little-endian ELF64 x86-64 object."""
+    import capstone
+
+    sections = _sections(data, label)
+    machine = struct.unpack_from("<H", data, 18)[0]
+    if machine != EM_X86_64:
+        msg = f"{label}: e_machine {machine} is not x86-64 ({EM_X86_64})"
+        raise IsaDecodeError(msg, fix="the CPU ISA check reads x86-64 code only")
+    spec = load_isa_spec()
+    scan = IsaScan()
+    cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    cs.detail = False
+    cs.skipdata = True
+    classifier = _Classifier()
+    plain = classifier.plain
+    for off, size, addr, name in _regions(sections, _functions(data, sections)):
+        scan.text_bytes += size
+        code = bytes(data[off:off + size])
+        if not any(e in code for e in _ESCAPES):
+            continue
+        scan.decoded_bytes += size
+        at = 0
+        while at < size:
+            resume = None
+            for address, isize, mnemonic, op_str in cs.disasm_lite(code[at:], addr + at):
+                exts = plain.get(mnemonic)
+                if exts is not None:
+                    if exts:
+                        _note(scan, exts, mnemonic, op_str, name, address)
+                    continue
+                pos = address - addr
+                if mnemonic == ".byte":
+                    unknown = _unknown_vex(code, pos)
+                    if unknown is None:
+                        scan.undecodable += isize
+                        continue
+                    length, ext, what = unknown
+                    # an EVEX instruction needs avx512f's registers and state whatever its subset
+                    _note(scan, (ext, "avx512f") if what.startswith("(evex") and ext != "avx512f" else (ext,), what,
+                          "", name, address)
+                    resume = pos + length
+                    break
+                exts = classifier.classify(mnemonic, op_str, code[pos:pos + isize], address)
+                if exts:
+                    _note(scan, exts, mnemonic, op_str, name, address)
+            if resume is None:
+                break
+            at = resume
+    scan.level = spec.level_of(list(scan.extensions))
+    return scan
+
+
+def scan_file(path: Path) -> IsaScan:
+    """scan_elf of a file, mapped (only the executable sections and the symbol table are read)."""
+    import mmap
+
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            msg = f"{path}: empty file"
+            raise IsaDecodeError(msg, fix="pass an x86-64 plugin .so")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return scan_elf(m, str(path))

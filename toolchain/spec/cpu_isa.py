@@ -1,0 +1,68 @@
+"""toolchain/spec/cpu_isa.toml read and checked: x86-64 psABI levels and the extensions of each (toolchain/isa.py
+decodes plugins against it; codegen renders it into the runtime's aoti_host/cpu_isa.h)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import tomllib
+
+from toolchain.errors import SpecError
+
+SPEC = Path(__file__).resolve().parent / "cpu_isa.toml"
+REGISTERS = ("eax", "ebx", "ecx", "edx")
+
+
+@dataclass(frozen=True)
+class Extension:
+    name: str
+    level: str  # "" when no psABI level includes it
+    leaf: int
+    subleaf: int
+    reg: str
+    bit: int
+    xcr0: int
+
+
+@dataclass(frozen=True)
+class IsaSpec:
+    levels: tuple[str, ...]  # ascending
+    exports: dict[str, str]  # --cpu-isa choice -> level
+    vec_bits: dict[str, int]  # level -> inductor's vector width
+    extensions: dict[str, Extension]
+
+    def rank(self, level: str) -> int:
+        return self.levels.index(level)
+
+    def level_of(self, extensions: set[str] | list[str]) -> str:
+        """The lowest level that includes every psABI extension of `extensions` (others are not counted)."""
+        ranks = [self.rank(self.extensions[e].level) for e in extensions if self.extensions[e].level]
+        return self.levels[max(ranks, default=0)]
+
+    def beyond(self, extensions: set[str] | list[str], level: str, allowed: frozenset[str] = frozenset()) -> list[str]:
+        """Those of `extensions` a CPU of `level` need not have (sorted by level, then name)."""
+        r = self.rank(level)
+        out = [e for e in extensions if e not in allowed
+               and (not self.extensions[e].level or self.rank(self.extensions[e].level) > r)]
+        order = list(self.extensions)
+        return sorted(out, key=lambda e: (self.extensions[e].level == "", self.extensions[e].level, order.index(e)))
+
+
+@cache
+def load_isa_spec(path: Path = SPEC) -> IsaSpec:
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    levels = tuple(lv["name"] for lv in data["level"])
+    exts = {}
+    for e in data["extension"]:
+        if e["level"] and e["level"] not in levels:
+            msg = f"{path}: extension {e['name']}: unknown level {e['level']!r}"
+            raise SpecError(msg, fix=f"use one of {', '.join(levels)} or \"\"")
+        if e["reg"] not in REGISTERS or not 0 <= int(e["bit"]) < 32 or e["name"] in exts:
+            msg = f"{path}: extension {e['name']}: reg must be one of {', '.join(REGISTERS)}, bit 0-31, names unique"
+            raise SpecError(msg, fix="correct the entry")
+        exts[e["name"]] = Extension(e["name"], e["level"], int(e["leaf"]), int(e["subleaf"]), e["reg"],
+                                    int(e["bit"]), int(e["xcr0"]))
+    return IsaSpec(levels=levels, exports={lv["export"]: lv["name"] for lv in data["level"] if lv["export"]},
+                   vec_bits={lv["name"]: int(lv["vec_bits"]) for lv in data["level"]}, extensions=exts)
