@@ -25,9 +25,9 @@ from toolchain.errors import (
     load_exit_codes,
 )
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
+from toolchain.spec.cpu_isa import load_isa_spec
 from toolchain.torch_ops import DATA_FILE as TORCH_OPS_FILE
 from toolchain.torch_ops import load as load_torch_ops
-from toolchain.spec.cpu_isa import load_isa_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_DIR = REPO_ROOT / "templates"
