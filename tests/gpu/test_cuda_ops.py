@@ -272,6 +272,8 @@ def qkv(b, h, m, n, d, dv, dtype, layout, g):
     def one(s, e):
         if layout == "bmhd":  # as a plugin's q/k/v come out of a [B, S, H*D] projection
             return torch.randn(b, s, h, e, generator=g, device="cuda").to(dtype).transpose(1, 2)
+        if layout == "transposed":  # head dim outermost in memory: cuBLAS takes these transposed
+            return rand((b, h, s, e), dtype, "transposed", g)
         return rand((b, h, s, e), dtype, "contiguous", g)
     return one(m, d), one(n, d), one(n, dv)
 
@@ -285,7 +287,26 @@ EFF_CASES = [
     (2, 4, 20, 20, 64, 64, "bmhd", "padded", True),  # sdpa's mask padded to a multiple of 16, sliced
     (2, 4, 17, 31, 128, 128, "contiguous", "broadcast", False),
     (1, 1, 70, 70, 256, 256, "contiguous", "full", True),  # more than 48 KiB of shared memory
+    # sizes where the automatic choice is the cuBLAS path
+    (2, 4, 300, 300, 64, 64, "bmhd", None, True),
+    (2, 3, 257, 190, 64, 64, "contiguous", "full", False),
+    (1, 2, 400, 200, 32, 48, "contiguous", None, True),  # M > N, top-left causal, Dv != D
+    (2, 2, 200, 500, 64, 64, "bmhd", "broadcast", True),  # M < N: early rows see few keys
+    (2, 2, 160, 130, 32, 32, "transposed", "padded", False),
+    (1, 3, 129, 300, 128, 128, "bmhd", None, False),
+    (2, 8, 1100, 1100, 64, 64, "bmhd", "padded", True),  # more than the 64 MiB scratch: blocks of rows
+    (2, 8, 1100, 1100, 64, 64, "contiguous", None, False),
 ]
+
+# AOTI_HOST_CUDA_ATTENTION: unset (chosen by size), the fused kernel, or the cuBLAS path
+ATTN_PATHS = ["auto", "kernel", "gemm"]
+
+
+def attention_path(monkeypatch, path: str) -> None:
+    if path == "auto":
+        monkeypatch.delenv("AOTI_HOST_CUDA_ATTENTION", raising=False)
+    else:
+        monkeypatch.setenv("AOTI_HOST_CUDA_ATTENTION", path)
 
 
 def make_bias(kind, b, h, m, n, dtype, g):
@@ -301,13 +322,17 @@ def make_bias(kind, b, h, m, n, dtype, g):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", EFF_CASES, ids=lambda c: "-".join(map(str, c)))
 @pytest.mark.parametrize("lse", [True, False], ids=["lse", "nolse"])
-def test_efficient_attention(host, dtype, case, lse):
+@pytest.mark.parametrize("path", ATTN_PATHS)
+def test_efficient_attention(host, monkeypatch, dtype, case, lse, path):
     b, h, m, n, d, dv, layout, bias_kind, causal = case
+    attention_path(monkeypatch, path)
     g = gen(1)
     q, k, v = qkv(b, h, m, n, d, dv, dtype, layout, g)
     bias = make_bias(bias_kind, b, h, m, n, dtype, g)
     scale = 0.3 if bias_kind == "full" else None
-    want = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, lse, 0.0, causal, scale=scale)
+    # ATen's kernel wants each row's head dim contiguous; its output layout does not depend on the inputs'
+    want = torch.ops.aten._scaled_dot_product_efficient_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                                   bias, lse, 0.0, causal, scale=scale)
     got = host("_scaled_dot_product_efficient_attention", q, k, v, bias, int(lse), 0.0, int(causal), scale)
     rtol, atol = ATTN_TOL[dtype]
     same(got[0], want[0], rtol=rtol, atol=atol)
@@ -321,10 +346,15 @@ def test_efficient_attention(host, dtype, case, lse):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", [(2, 4, 20, 20, 64, "bmhd", False), (2, 4, 20, 20, 64, "bmhd", True),
                                   (1, 3, 33, 33, 128, "contiguous", True), (2, 2, 16, 40, 32, "bmhd", True),
-                                  (2, 2, 40, 24, 32, "contiguous", True), (1, 2, 24, 24, 256, "bmhd", False)],
+                                  (2, 2, 40, 24, 32, "contiguous", True), (1, 2, 24, 24, 256, "bmhd", False),
+                                  (2, 4, 300, 300, 64, "bmhd", True), (2, 2, 200, 500, 128, "bmhd", True),
+                                  (1, 2, 600, 300, 64, "contiguous", True),  # bottom-right: rows with no keys
+                                  (4, 8, 700, 700, 64, "bmhd", False), (2, 8, 1100, 1100, 64, "bmhd", True)],
                          ids=lambda c: "-".join(map(str, c)))
-def test_flash_attention(host, dtype, case):
+@pytest.mark.parametrize("path", ATTN_PATHS)
+def test_flash_attention(host, monkeypatch, dtype, case, path):
     b, h, m, n, d, layout, causal = case
+    attention_path(monkeypatch, path)
     q, k, v = qkv(b, h, m, n, d, d, dtype, layout, gen(2))
     want = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
     got = host("_scaled_dot_product_flash_attention", q, k, v, 0.0, int(causal), 0, None)
@@ -336,6 +366,26 @@ def test_flash_attention(host, dtype, case):
     for gs, ws in zip(got[6:8], want[6:8], strict=True):
         same(gs, ws, values=False)
     same(got[8], want[8], values=False)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "bmhd"])
+def test_efficient_attention_many_heads(host, monkeypatch, layout):
+    """More heads than one block of the cuBLAS path's scratch holds, even a row each: blocks of heads
+    (one strided batch over B * H when contiguous, H at a time per batch for [B, S, H, D] views)."""
+    attention_path(monkeypatch, "gemm")
+    b, h, m, n, d = 2, 1100, 3, 16384, 8
+    q, k, v = qkv(b, h, m, n, d, d, torch.float32, layout, gen(4))
+    want = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, False)
+    got = host("_scaled_dot_product_efficient_attention", q, k, v, None, 1, 0.0, 0, None)
+    same(got[0], want[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got[1][..., :m], want[1][..., :m], rtol=1e-4, atol=1e-4)
+
+
+def test_attention_path_setting_is_checked(host, monkeypatch):
+    monkeypatch.setenv("AOTI_HOST_CUDA_ATTENTION", "fast")
+    q, k, v = qkv(1, 2, 8, 8, 16, 16, torch.float32, "contiguous", gen(3))
+    with pytest.raises(ShimError, match="AOTI_HOST_CUDA_ATTENTION"):
+        host("_scaled_dot_product_efficient_attention", q, k, v, None, 1, 0.0, 0, None)
 
 
 def test_attention_refuses_dropout_and_bad_shapes(host):

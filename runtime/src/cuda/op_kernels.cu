@@ -216,6 +216,72 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;
 }
 
+// The GEMM path's softmax: one block per row of scores. Pass 1 applies the bias and causal mask in
+// place and keeps a running (max, sum of exp) per thread; the block combines them; pass 2 writes the
+// normalized probabilities. Keys past the row's causal limit are never read (their scores may be
+// unwritten) and get probability 0.
+constexpr int kSoftmaxBlock = 256;
+
+__device__ __forceinline__ void softmax_combine(float& m, float& l, float m2, float l2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) return;  // both empty
+  l = (m == -INFINITY ? 0.f : l * expf(m - mx)) + (m2 == -INFINITY ? 0.f : l2 * expf(m2 - mx));
+  m = mx;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kSoftmaxBlock)
+    attention_softmax_kernel(float* scores, T* probs, float* lse, const void* bias, AttentionSpec s, int64_t i0,
+                             int64_t rows, int64_t bh0) {
+  __shared__ float red_m[kSoftmaxBlock / 32], red_l[kSoftmaxBlock / 32];
+  const int64_t row = blockIdx.x;
+  const int64_t e = row / rows, i = i0 + row % rows;
+  const int64_t bh = bh0 + e, b = bh / s.h, h = bh % s.h;
+  float* srow = scores + row * s.n;
+  T* prow = probs + row * s.n;
+  int64_t n_vis = s.n;
+  if (s.causal) {
+    const int64_t last = i + s.causal_offset + 1;
+    n_vis = last < 0 ? 0 : (last < s.n ? last : s.n);
+  }
+  const int64_t bias_row = b * s.bias_st[0] + h * s.bias_st[1] + i * s.bias_st[2];
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = threadIdx.x; j < n_vis; j += blockDim.x) {
+    float x = srow[j];
+    if (s.bias_dtype >= 0) {
+      const int64_t bo = bias_row + j * s.bias_st[3];
+      if (s.bias_dtype == dtype_code::kBool) {
+        if (!static_cast<const bool*>(bias)[bo]) x = -INFINITY;
+      } else {
+        x += static_cast<float>(ld(static_cast<const T*>(bias) + bo));
+      }
+    }
+    srow[j] = x;
+    softmax_combine(m, l, x, 1.f);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+    softmax_combine(m, l, m2, l2);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) red_m[warp] = m, red_l[warp] = l;
+  __syncthreads();
+  m = red_m[0], l = red_l[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) softmax_combine(m, l, red_m[w], red_l[w]);
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  for (int64_t j = threadIdx.x; j < s.n; j += blockDim.x) {
+    float p = 0.f;
+    if (j < n_vis && l > 0.f) {
+      const float x = srow[j];
+      p = x == -INFINITY ? 0.f : expf(x - m) * inv;
+    }
+    prow[j] = cvt<T, float>(p);
+  }
+  if (lse != nullptr && threadIdx.x == 0)
+    lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;
+}
+
 // --- sort / topk ---------------------------------------------------------------------------------
 
 __device__ __forceinline__ int64_t line_offset(const LineSpec& s, int which, int64_t line) {
@@ -642,6 +708,21 @@ void launch_attention(int32_t dtype, void* out, float* lse, const void* q, const
     attention_kernel<T><<<grid, kAttnWarps * 32, smem, stream>>>(static_cast<T*>(out), lse, static_cast<const T*>(q),
                                                                  static_cast<const T*>(k), static_cast<const T*>(v),
                                                                  bias, spec);
+  });
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_attention_softmax(int32_t dtype, float* scores, void* probs, float* lse, const void* bias,
+                              const AttentionSpec& spec, int64_t i0, int64_t rows, int64_t bh0, int64_t batch,
+                              cudaStream_t stream) {
+  const int64_t blocks = rows * batch;
+  if (blocks == 0) return;
+  if (blocks > 0x7fffffff) throw Error("attention on cuda: " + std::to_string(blocks) + " rows of scores are too many");
+  if (dtype == dtype_code::kFloat64) unsupported("scaled_dot_product_attention", dtype, "float32, float16, bfloat16");
+  dispatch_float(dtype, "scaled_dot_product_attention", [&](auto tag) {
+    using T = decltype(tag);
+    attention_softmax_kernel<T><<<static_cast<unsigned>(blocks), kSoftmaxBlock, 0, stream>>>(
+        scores, static_cast<T*>(probs), lse, bias, spec, i0, rows, bh0);
   });
   AOTI_CUDA_CHECK(cudaGetLastError());
 }

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda_util.h"
@@ -32,6 +33,23 @@ struct AttentionSpec {
 };
 void launch_attention(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
                       const void* bias, const AttentionSpec& spec, cudaStream_t stream);
+
+// The same attention through cuBLAS (ops.cpp): per block of query rows, S = scale * Q K^T (float32
+// scores), launch_attention_softmax, then O = P V, with the scratch for S and P bounded by
+// kAttentionScratchBytes. Returns false, having launched nothing, when a layout or size does not suit
+// it (the caller then runs launch_attention).
+constexpr size_t kAttentionScratchBytes = size_t{64} << 20;
+bool attention_gemm(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
+                    const void* bias, const AttentionSpec& spec, int device, cudaStream_t stream);
+
+// Rows of scores for batch entries bh0 .. bh0 + batch - 1 (bh = b * H + h) and query rows i0 .. i0 + rows - 1:
+// scores[(e * rows + r) * spec.n + j] (float32, spec.n keys a row) get the bias and the causal mask, and
+// their softmax goes to probs at the same index, in `dtype` (probs may be scores for float32); lse
+// (spec.lse_st) gets each row's logsumexp when non-null. A row with every key masked gets zeros and
+// an lse of +inf, as launch_attention gives it.
+void launch_attention_softmax(int32_t dtype, float* scores, void* probs, float* lse, const void* bias,
+                              const AttentionSpec& spec, int64_t i0, int64_t rows, int64_t bh0, int64_t batch,
+                              cudaStream_t stream);
 
 // One tensor's view of a batch of lines: the offset of line l's first element is the sum over the
 // outer dimensions of (index * stride); `step` is the stride along the line.

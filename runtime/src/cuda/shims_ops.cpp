@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -182,6 +183,24 @@ cu::AttentionSpec attention_spec(const AttentionArgs& a, int device) {
     s.bias_dtype = bias.dtype();
   }
   return s;
+}
+
+// Runs attention through cuBLAS (cu::attention_gemm) when the problem is big enough to pay for its
+// launches or the head size is past the fused kernel's limit, else through the fused kernel.
+// AOTI_HOST_CUDA_ATTENTION=kernel or =gemm forces one path (gemm still falls back to the kernel for
+// layouts cuBLAS can't take), for benchmarks and tests; it is read on every call.
+void run_attention(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v, const void* bias,
+                   const cu::AttentionSpec& s, int device) {
+  if (s.m == 0 || s.b == 0 || s.h == 0) return;
+  const cudaStream_t stream = cu::stream_of(device);
+  const char* force = std::getenv("AOTI_HOST_CUDA_ATTENTION");
+  const std::string mode = force != nullptr ? force : "";
+  if (!mode.empty() && mode != "kernel" && mode != "gemm")
+    throw Error("AOTI_HOST_CUDA_ATTENTION is '" + mode + "'; expected kernel, gemm or unset");
+  const bool big = s.m * s.n >= 128 * 128 || s.d > cu::kMaxHeadDim || s.dv > cu::kMaxHeadDim;
+  const bool gemm = mode == "gemm" || (mode.empty() && big);
+  if (gemm && cu::attention_gemm(dtype, out, lse, q, k, v, bias, s, device, stream)) return;
+  cu::launch_attention(dtype, out, lse, q, k, v, bias, s, stream);
 }
 
 // A zero-filled tensor of 8-byte elements for the philox seed/offset outputs (no dropout, so no random
@@ -536,9 +555,9 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_efficient_atten
     for (int d = 0; d < 4; ++d) s.o_st[d] = out->strides()[static_cast<size_t>(d)];
     for (int d = 0; d < 3; ++d) s.lse_st[d] = lse->strides()[static_cast<size_t>(d)];
     const cudaStream_t stream = cu::stream_of(device);
-    cu::launch_attention(q.dtype(), out->data_ptr(), lse_len > 0 ? static_cast<float*>(lse->data_ptr()) : nullptr,
-                         q.data_ptr(), a.k->data_ptr(), a.v->data_ptr(),
-                         a.bias != nullptr ? a.bias->data_ptr() : nullptr, s, stream);
+    run_attention(q.dtype(), out->data_ptr(), lse_len > 0 ? static_cast<float*>(lse->data_ptr()) : nullptr,
+                  q.data_ptr(), a.k->data_ptr(), a.v->data_ptr(), a.bias != nullptr ? a.bias->data_ptr() : nullptr, s,
+                  device);
     const bool on_gpu = capturing(stream);
     Owned seed(zeros64(dc::kInt64, {}, on_gpu, device)), offset(zeros64(dc::kInt64, {}, on_gpu, device));
     *ret0 = to_handle(out.release());
@@ -585,8 +604,8 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_flash_attention
     Owned lse(new_cuda(dc::kFloat32, {s.b, s.h, s.m}, device));
     for (int d = 0; d < 4; ++d) s.o_st[d] = out->strides()[static_cast<size_t>(d)];
     for (int d = 0; d < 3; ++d) s.lse_st[d] = lse->strides()[static_cast<size_t>(d)];
-    cu::launch_attention(q.dtype(), out->data_ptr(), static_cast<float*>(lse->data_ptr()), q.data_ptr(),
-                         a.k->data_ptr(), a.v->data_ptr(), nullptr, s, cu::stream_of(device));
+    run_attention(q.dtype(), out->data_ptr(), static_cast<float*>(lse->data_ptr()), q.data_ptr(), a.k->data_ptr(),
+                  a.v->data_ptr(), nullptr, s, device);
     Owned seed(zeros64(dc::kUInt64, {2}, true, device)), offset(zeros64(dc::kUInt64, {}, true, device));
     Owned debug(new_cuda(q.dtype(), {0}, device));
     *ret0 = to_handle(out.release());
