@@ -854,5 +854,267 @@ void launch_searchsorted(const void* seq, const void* self, const int64_t* sorte
   AOTI_CUDA_CHECK(cudaGetLastError());
 }
 
+// --- nonzero / masked_select / histc / repeat_interleave / index_put ----------------------------
+
+namespace {
+
+__device__ __forceinline__ int64_t strided_offset(const int64_t* sizes, const int64_t* st, int nd, int64_t i) {
+  int64_t off = 0;
+  for (int d = nd - 1; d >= 0; --d) {
+    const int64_t c = i % sizes[d];
+    i /= sizes[d];
+    off += c * st[d];
+  }
+  return off;
+}
+
+__device__ __forceinline__ bool selected(const void* pred, const SelectSpec& s, int64_t i) {
+  const int64_t off = strided_offset(s.sizes, s.pred_st, s.nd, i);
+  uint64_t bits = 0;
+  switch (s.pred_size) {
+    case 1: bits = static_cast<const uint8_t*>(pred)[off]; break;
+    case 2: bits = static_cast<const uint16_t*>(pred)[off]; break;
+    case 4: bits = static_cast<const uint32_t*>(pred)[off]; break;
+    default: bits = static_cast<const uint64_t*>(pred)[off]; break;
+  }
+  return (bits & s.pred_bits) != 0;
+}
+
+__global__ void __launch_bounds__(kSelectBlock) select_count_kernel(const void* pred, SelectSpec s, int64_t* counts) {
+  __shared__ int warp_counts[kSelectBlock / 32];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSelectBlock + threadIdx.x;
+  const bool hit = i < s.numel && selected(pred, s, i);
+  const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+  if (threadIdx.x % 32 == 0) warp_counts[threadIdx.x / 32] = __popc(ballot);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t c = 0;
+    for (int w = 0; w < kSelectBlock / 32; ++w) c += warp_counts[w];
+    counts[blockIdx.x] = c;
+  }
+}
+
+__global__ void __launch_bounds__(kSelectBlock)
+    select_write_kernel(const void* pred, SelectSpec s, const int64_t* offsets, int64_t* coords, int64_t coord_stride,
+                        const char* src, char* values, int64_t itemsize) {
+  __shared__ int warp_base[kSelectBlock / 32];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSelectBlock + threadIdx.x;
+  const bool hit = i < s.numel && selected(pred, s, i);
+  const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_base[warp] = __popc(ballot);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int acc = 0;
+    for (int w = 0; w < kSelectBlock / 32; ++w) {
+      const int c = warp_base[w];
+      warp_base[w] = acc;
+      acc += c;
+    }
+  }
+  __syncthreads();
+  if (!hit) return;
+  const int64_t k = offsets[blockIdx.x] + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u));
+  if (coords != nullptr) {
+    int64_t rem = i;
+    for (int d = s.nd - 1; d >= 0; --d) {
+      coords[d * coord_stride + k] = rem % s.sizes[d];
+      rem /= s.sizes[d];
+    }
+  }
+  if (values != nullptr) {
+    const int64_t off = strided_offset(s.sizes, s.src_st, s.nd, i) * itemsize;
+    const char* from = src + off;
+    char* to = values + k * itemsize;
+    switch (itemsize) {
+      case 1: *to = *from; break;
+      case 2: *reinterpret_cast<uint16_t*>(to) = *reinterpret_cast<const uint16_t*>(from); break;
+      case 4: *reinterpret_cast<uint32_t*>(to) = *reinterpret_cast<const uint32_t*>(from); break;
+      case 8: *reinterpret_cast<uint64_t*>(to) = *reinterpret_cast<const uint64_t*>(from); break;
+      default:
+        for (int64_t b = 0; b < itemsize; ++b) to[b] = from[b];
+        break;
+    }
+  }
+}
+
+template <class T>
+__global__ void minmax_kernel(const T* x, SelectSpec s, double* mm, int* nan) {
+  double lo = HUGE_VAL, hi = -HUGE_VAL;
+  bool saw_nan = false;
+  GRID_LOOP(i, s.numel) {
+    const double v = static_cast<double>(ld(x + strided_offset(s.sizes, s.pred_st, s.nd, i)));
+    if (v != v) {  // NOLINT(misc-redundant-expression): NaN
+      saw_nan = true;
+      continue;
+    }
+    lo = fmin(lo, v);
+    hi = fmax(hi, v);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    lo = fmin(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = fmax(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (saw_nan) *nan = 1;
+  if (threadIdx.x % 32 != 0) return;
+  atomic_apply(mm, [lo](double c) { return fmin(c, lo); });
+  atomic_apply(mm + 1, [hi](double c) { return fmax(c, hi); });
+}
+
+template <class T>
+__global__ void histc_kernel(const T* x, SelectSpec s, double lo_d, double hi_d, int64_t bins,
+                             unsigned long long* counts) {
+  using A = typename Acc<T>::type;
+  const A lo = static_cast<A>(lo_d), hi = static_cast<A>(hi_d);
+  GRID_LOOP(i, s.numel) {
+    const A v = ld(x + strided_offset(s.sizes, s.pred_st, s.nd, i));
+    if (!(v >= lo && v <= hi)) continue;
+    int64_t bin = static_cast<int64_t>((v - lo) * static_cast<A>(bins) / (hi - lo));
+    if (bin >= bins) bin = bins - 1;
+    if (bin < 0) bin = 0;
+    atomicAdd(counts + bin, 1ull);
+  }
+}
+
+template <class T>
+__global__ void histc_finish_kernel(const unsigned long long* counts, T* out, int64_t bins) {
+  GRID_LOOP(b, bins) out[b] = cvt<T, double>(static_cast<double>(counts[b]));
+}
+
+template <class I>
+__global__ void repeat_interleave_kernel(const I* rep, int64_t step, const int64_t* cum, int64_t n, I* out,
+                                         int64_t out_size, int* bad) {
+  GRID_LOOP(i, n) {
+    const int64_t r = static_cast<int64_t>(rep[i * step]);
+    const int64_t end = cum[i];
+    if (r < 0 || (i == n - 1 && end != out_size)) {
+      *bad = 1;
+      continue;
+    }
+    for (int64_t j = end - r < 0 ? 0 : end - r; j < end && j < out_size; ++j) out[j] = static_cast<I>(i);
+  }
+}
+
+__global__ void fill_f64_kernel(double* p, double v) { *p = v; }
+
+template <class T>
+__global__ void index_put_kernel(T* out, const T* values, IndexPutSpec s, bool accumulate, int* bad) {
+  using A = typename Acc<T>::type;
+  GRID_LOOP(p, s.numel) {
+    int64_t pos[kMaxDims];
+    int64_t rem = p, voff = 0;
+    for (int r = s.rnd - 1; r >= 0; --r) {
+      pos[r] = rem % s.rsizes[r];
+      rem /= s.rsizes[r];
+      voff += pos[r] * s.val_st[r];
+    }
+    int64_t off = 0;
+    bool ok = true;
+    for (int d = 0; d < s.nd; ++d) {
+      int64_t t;
+      if (s.idx[d] == nullptr) {
+        t = pos[s.rdim[d]];
+      } else {
+        int64_t ioff = 0;
+        for (int r = 0; r < s.rnd; ++r) ioff += pos[r] * s.idx_st[d][r];
+        t = s.idx_int32[d] ? static_cast<int64_t>(static_cast<const int32_t*>(s.idx[d])[ioff])
+                           : static_cast<const int64_t*>(s.idx[d])[ioff];
+        if (t < 0) t += s.self_sizes[d];
+        if (t < 0 || t >= s.self_sizes[d]) {
+          ok = false;
+          break;
+        }
+      }
+      off += t * s.out_st[d];
+    }
+    if (!ok) {
+      *bad = 1;
+      continue;
+    }
+    const T v = values[voff];
+    if (accumulate) {
+      atomic_apply(out + off, [v](T c) { return cvt<T, A>(ld(&c) + ld(&v)); });
+    } else {
+      out[off] = v;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_select_count(const void* pred, const SelectSpec& s, int64_t* counts, cudaStream_t stream) {
+  const int64_t blocks = (s.numel + kSelectBlock - 1) / kSelectBlock;
+  if (blocks == 0) return;
+  if (blocks > 0x7fffffff) throw Error("nonzero / masked_select on cuda: " + std::to_string(s.numel) + " elements are too many");
+  select_count_kernel<<<static_cast<unsigned>(blocks), kSelectBlock, 0, stream>>>(pred, s, counts);
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_select_write(const void* pred, const SelectSpec& s, const int64_t* offsets, int64_t* coords,
+                         int64_t coord_stride, const void* src, void* values, size_t itemsize, cudaStream_t stream) {
+  const int64_t blocks = (s.numel + kSelectBlock - 1) / kSelectBlock;
+  if (blocks == 0) return;
+  if (blocks > 0x7fffffff) throw Error("nonzero / masked_select on cuda: " + std::to_string(s.numel) + " elements are too many");
+  select_write_kernel<<<static_cast<unsigned>(blocks), kSelectBlock, 0, stream>>>(
+      pred, s, offsets, coords, coord_stride, static_cast<const char*>(src), static_cast<char*>(values),
+      static_cast<int64_t>(itemsize));
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_minmax(int32_t dtype, const void* x, const SelectSpec& s, double* minmax, int* nan, cudaStream_t stream) {
+  if (s.numel == 0) return;
+  if (dtype != dtype_code::kFloat32 && dtype != dtype_code::kFloat64 && dtype != dtype_code::kFloat16 &&
+      dtype != dtype_code::kBFloat16)
+    unsupported("histc", dtype, "float32, float64, float16, bfloat16");
+  dispatch_float(dtype, "histc", [&](auto tag) {
+    using T = decltype(tag);
+    minmax_kernel<T><<<grid_for(s.numel, 256), 256, 0, stream>>>(static_cast<const T*>(x), s, minmax, nan);
+  });
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_histc(int32_t dtype, const void* x, const SelectSpec& s, double lo, double hi, int64_t bins,
+                  unsigned long long* counts, void* out, cudaStream_t stream) {
+  dispatch_float(dtype, "histc", [&](auto tag) {
+    using T = decltype(tag);
+    if (s.numel > 0)
+      histc_kernel<T><<<grid_for(s.numel, 256), 256, 0, stream>>>(static_cast<const T*>(x), s, lo, hi, bins, counts);
+    histc_finish_kernel<T><<<grid_for(bins, 256), 256, 0, stream>>>(counts, static_cast<T*>(out), bins);
+  });
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_repeat_interleave(int32_t dtype, const void* repeats, int64_t step, const int64_t* cum, int64_t n,
+                              void* out, int64_t out_size, int* bad, cudaStream_t stream) {
+  if (n == 0) return;
+  if (dtype == dtype_code::kInt32) {
+    repeat_interleave_kernel<int32_t><<<grid_for(n, 256), 256, 0, stream>>>(
+        static_cast<const int32_t*>(repeats), step, cum, n, static_cast<int32_t*>(out), out_size, bad);
+  } else if (dtype == dtype_code::kInt64) {
+    repeat_interleave_kernel<int64_t><<<grid_for(n, 256), 256, 0, stream>>>(
+        static_cast<const int64_t*>(repeats), step, cum, n, static_cast<int64_t*>(out), out_size, bad);
+  } else {
+    unsupported("repeat_interleave", dtype, "int32, int64");
+  }
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_fill_f64(double* p, double value, cudaStream_t stream) {
+  fill_f64_kernel<<<1, 1, 0, stream>>>(p, value);
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_index_put(int32_t dtype, void* out, const void* values, const IndexPutSpec& s, bool accumulate, int* bad,
+                      cudaStream_t stream) {
+  if (s.numel == 0) return;
+  dispatch_real(dtype, "index_put", [&](auto tag) {
+    using T = decltype(tag);
+    index_put_kernel<T><<<grid_for(s.numel, 256), 256, 0, stream>>>(static_cast<T*>(out),
+                                                                    static_cast<const T*>(values), s, accumulate, bad);
+  });
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace cuda
 }  // namespace aoti_host
