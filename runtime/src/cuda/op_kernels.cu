@@ -216,10 +216,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;
 }
 
-// The GEMM path's softmax: one block per row of scores. Pass 1 applies the bias and causal mask in
-// place and keeps a running (max, sum of exp) per thread; the block combines them; pass 2 writes the
-// normalized probabilities. Keys past the row's causal limit are never read (their scores may be
-// unwritten) and get probability 0.
+// The GEMM path's softmax: one block per row of scores. Pass 1 keeps a running (max, sum of exp) of the
+// biased scores per thread; the block combines them; pass 2 writes the normalized probabilities. Keys
+// past the row's causal limit are never read and get probability 0.
 constexpr int kSoftmaxBlock = 256;
 
 __device__ __forceinline__ void softmax_combine(float& m, float& l, float m2, float l2) {
@@ -245,8 +244,8 @@ __global__ void __launch_bounds__(kSoftmaxBlock)
     n_vis = last < 0 ? 0 : (last < s.n ? last : s.n);
   }
   const int64_t bias_row = b * s.bias_st[0] + h * s.bias_st[1] + i * s.bias_st[2];
-  float m = -INFINITY, l = 0.f;
-  for (int64_t j = threadIdx.x; j < n_vis; j += blockDim.x) {
+  // the score of key j with its bias (read twice rather than written back: one pass less over memory)
+  auto score = [&](int64_t j) {
     float x = srow[j];
     if (s.bias_dtype >= 0) {
       const int64_t bo = bias_row + j * s.bias_st[3];
@@ -256,9 +255,10 @@ __global__ void __launch_bounds__(kSoftmaxBlock)
         x += static_cast<float>(ld(static_cast<const T*>(bias) + bo));
       }
     }
-    srow[j] = x;
-    softmax_combine(m, l, x, 1.f);
-  }
+    return x;
+  };
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = threadIdx.x; j < n_vis; j += blockDim.x) softmax_combine(m, l, score(j), 1.f);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
     const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
@@ -273,10 +273,10 @@ __global__ void __launch_bounds__(kSoftmaxBlock)
   for (int64_t j = threadIdx.x; j < s.n; j += blockDim.x) {
     float p = 0.f;
     if (j < n_vis && l > 0.f) {
-      const float x = srow[j];
+      const float x = score(j);
       p = x == -INFINITY ? 0.f : expf(x - m) * inv;
     }
-    prow[j] = cvt<T, float>(p);
+    prow[j] = cvt<T, float>(p);  // may overwrite srow[j] (float32): this thread's last read of it
   }
   if (lse != nullptr && threadIdx.x == 0)
     lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;

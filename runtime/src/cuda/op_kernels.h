@@ -43,8 +43,8 @@ bool attention_gemm(int32_t dtype, void* out, float* lse, const void* q, const v
                     const void* bias, const AttentionSpec& spec, int device, cudaStream_t stream);
 
 // Rows of scores for batch entries bh0 .. bh0 + batch - 1 (bh = b * H + h) and query rows i0 .. i0 + rows - 1:
-// scores[(e * rows + r) * spec.n + j] (float32, spec.n keys a row) get the bias and the causal mask, and
-// their softmax goes to probs at the same index, in `dtype` (probs may be scores for float32); lse
+// the softmax of scores[(e * rows + r) * spec.n + j] (float32, spec.n keys a row) with the bias and the
+// causal mask goes to probs at the same index, in `dtype` (probs may be scores for float32); lse
 // (spec.lse_st) gets each row's logsumexp when non-null. A row with every key masked gets zeros and
 // an lse of +inf, as launch_attention gives it.
 void launch_attention_softmax(int32_t dtype, float* scores, void* probs, float* lse, const void* bias,
