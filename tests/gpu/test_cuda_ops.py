@@ -53,6 +53,13 @@ SIGS = {
     "scatter_reduce_two_out": [T, T, I64, T, T, ctypes.c_char_p, I32],
     "searchsorted_Tensor": [T, T, I32, I32, "optional string", OT, R],
     "bucketize_Tensor": [T, T, I32, I32, R],
+    "searchsorted_Scalar": [T, F64, I32, I32, "optional string", OT, R],
+    "histc": [T, I64, F64, F64, R],
+    "repeat_interleave_Tensor": [T, "optional int64", R],
+    "nonzero": [T, R],
+    "masked_select": [T, T, R],
+    "index_put": [T, "indices", T, I32, R],
+    "index_reduce": [T, I64, T, T, ctypes.c_char_p, I32, R],
 }
 
 
@@ -163,6 +170,15 @@ class Host:
             elif k == "optional double":
                 argtypes.append(ctypes.POINTER(F64))
                 cargs.append(None if a is None else ctypes.pointer(F64(a)))
+            elif k == "indices":  # const AtenTensorHandle** + length: a pointer per entry, null for None
+                ptrs = [None if t is None else ctypes.pointer(H(self.from_torch(t))) for t in a]
+                arr = (PH * max(len(ptrs), 1))(*ptrs)
+                self.keep.append((arr, ptrs))
+                argtypes += [ctypes.POINTER(PH), I64]
+                cargs += [arr, len(a)]
+            elif k == "optional int64":
+                argtypes.append(I64P)
+                cargs.append(None if a is None else ctypes.pointer(I64(a)))
             elif k == "optional int32":
                 argtypes.append(ctypes.POINTER(I32))
                 cargs.append(None if a is None else ctypes.pointer(I32(a)))
@@ -272,6 +288,8 @@ def qkv(b, h, m, n, d, dv, dtype, layout, g):
     def one(s, e):
         if layout == "bmhd":  # as a plugin's q/k/v come out of a [B, S, H*D] projection
             return torch.randn(b, s, h, e, generator=g, device="cuda").to(dtype).transpose(1, 2)
+        if layout == "transposed":  # head dim outermost in memory: cuBLAS takes these transposed
+            return rand((b, h, s, e), dtype, "transposed", g)
         return rand((b, h, s, e), dtype, "contiguous", g)
     return one(m, d), one(n, d), one(n, dv)
 
@@ -285,7 +303,26 @@ EFF_CASES = [
     (2, 4, 20, 20, 64, 64, "bmhd", "padded", True),  # sdpa's mask padded to a multiple of 16, sliced
     (2, 4, 17, 31, 128, 128, "contiguous", "broadcast", False),
     (1, 1, 70, 70, 256, 256, "contiguous", "full", True),  # more than 48 KiB of shared memory
+    # sizes where the automatic choice is the cuBLAS path
+    (2, 4, 300, 300, 64, 64, "bmhd", None, True),
+    (2, 3, 257, 190, 64, 64, "contiguous", "full", False),
+    (1, 2, 400, 200, 32, 48, "contiguous", None, True),  # M > N, top-left causal, Dv != D
+    (2, 2, 200, 500, 64, 64, "bmhd", "broadcast", True),  # M < N: early rows see few keys
+    (2, 2, 160, 130, 32, 32, "transposed", "padded", False),
+    (1, 3, 129, 300, 128, 128, "bmhd", None, False),
+    (2, 8, 1100, 1100, 64, 64, "bmhd", "padded", True),  # more than the 64 MiB scratch: blocks of rows
+    (2, 8, 1100, 1100, 64, 64, "contiguous", None, False),
 ]
+
+# AOTI_HOST_CUDA_ATTENTION: unset (chosen by size), the fused kernel, or the cuBLAS path
+ATTN_PATHS = ["auto", "kernel", "gemm"]
+
+
+def attention_path(monkeypatch, path: str) -> None:
+    if path == "auto":
+        monkeypatch.delenv("AOTI_HOST_CUDA_ATTENTION", raising=False)
+    else:
+        monkeypatch.setenv("AOTI_HOST_CUDA_ATTENTION", path)
 
 
 def make_bias(kind, b, h, m, n, dtype, g):
@@ -301,13 +338,17 @@ def make_bias(kind, b, h, m, n, dtype, g):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", EFF_CASES, ids=lambda c: "-".join(map(str, c)))
 @pytest.mark.parametrize("lse", [True, False], ids=["lse", "nolse"])
-def test_efficient_attention(host, dtype, case, lse):
+@pytest.mark.parametrize("path", ATTN_PATHS)
+def test_efficient_attention(host, monkeypatch, dtype, case, lse, path):
     b, h, m, n, d, dv, layout, bias_kind, causal = case
+    attention_path(monkeypatch, path)
     g = gen(1)
     q, k, v = qkv(b, h, m, n, d, dv, dtype, layout, g)
     bias = make_bias(bias_kind, b, h, m, n, dtype, g)
     scale = 0.3 if bias_kind == "full" else None
-    want = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, lse, 0.0, causal, scale=scale)
+    # ATen's kernel wants each row's head dim contiguous; its output layout does not depend on the inputs'
+    want = torch.ops.aten._scaled_dot_product_efficient_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                                   bias, lse, 0.0, causal, scale=scale)
     got = host("_scaled_dot_product_efficient_attention", q, k, v, bias, int(lse), 0.0, int(causal), scale)
     rtol, atol = ATTN_TOL[dtype]
     same(got[0], want[0], rtol=rtol, atol=atol)
@@ -321,10 +362,15 @@ def test_efficient_attention(host, dtype, case, lse):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", [(2, 4, 20, 20, 64, "bmhd", False), (2, 4, 20, 20, 64, "bmhd", True),
                                   (1, 3, 33, 33, 128, "contiguous", True), (2, 2, 16, 40, 32, "bmhd", True),
-                                  (2, 2, 40, 24, 32, "contiguous", True), (1, 2, 24, 24, 256, "bmhd", False)],
+                                  (2, 2, 40, 24, 32, "contiguous", True), (1, 2, 24, 24, 256, "bmhd", False),
+                                  (2, 4, 300, 300, 64, "bmhd", True), (2, 2, 200, 500, 128, "bmhd", True),
+                                  (1, 2, 600, 300, 64, "contiguous", True),  # bottom-right: rows with no keys
+                                  (4, 8, 700, 700, 64, "bmhd", False), (2, 8, 1100, 1100, 64, "bmhd", True)],
                          ids=lambda c: "-".join(map(str, c)))
-def test_flash_attention(host, dtype, case):
+@pytest.mark.parametrize("path", ATTN_PATHS)
+def test_flash_attention(host, monkeypatch, dtype, case, path):
     b, h, m, n, d, layout, causal = case
+    attention_path(monkeypatch, path)
     q, k, v = qkv(b, h, m, n, d, d, dtype, layout, gen(2))
     want = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
     got = host("_scaled_dot_product_flash_attention", q, k, v, 0.0, int(causal), 0, None)
@@ -336,6 +382,27 @@ def test_flash_attention(host, dtype, case):
     for gs, ws in zip(got[6:8], want[6:8], strict=True):
         same(gs, ws, values=False)
     same(got[8], want[8], values=False)
+
+
+@pytest.mark.parametrize("b,layout", [(1, "contiguous"), (2, "bmhd")])
+def test_efficient_attention_many_heads(host, monkeypatch, b, layout):
+    """More heads than one block of the cuBLAS path's scratch holds, even a row each: blocks of heads
+    (one strided batch over all B * H entries for a single batch, H at a time per batch otherwise, as the
+    output's [B, M, H, D] layout does not step uniformly over B * H)."""
+    attention_path(monkeypatch, "gemm")
+    h, m, n, d = 1100, 3, 16384, 8
+    q, k, v = qkv(b, h, m, n, d, d, torch.float32, layout, gen(4))
+    want = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, False)
+    got = host("_scaled_dot_product_efficient_attention", q, k, v, None, 1, 0.0, 0, None)
+    same(got[0], want[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got[1][..., :m], want[1][..., :m], rtol=1e-4, atol=1e-4)
+
+
+def test_attention_path_setting_is_checked(host, monkeypatch):
+    monkeypatch.setenv("AOTI_HOST_CUDA_ATTENTION", "fast")
+    q, k, v = qkv(1, 2, 8, 8, 16, 16, torch.float32, "contiguous", gen(3))
+    with pytest.raises(ShimError, match="AOTI_HOST_CUDA_ATTENTION"):
+        host("_scaled_dot_product_efficient_attention", q, k, v, None, 1, 0.0, 0, None)
 
 
 def test_attention_refuses_dropout_and_bad_shapes(host):
@@ -601,3 +668,178 @@ def test_searchsorted_refuses_bad_sorter(host):
     with pytest.raises(ShimError, match="out of range"):
         host("searchsorted_Tensor", seq, torch.tensor([2.5], device="cuda"), 0, 0, None,
              torch.tensor([0, 1, 9, 3, 4], device="cuda"))
+
+
+def test_searchsorted_scalar(host):
+    g = gen(18)
+    for dtype in (torch.float32, torch.float16, torch.int64):
+        seq = torch.sort(rand((17,), dtype, "contiguous", g)).values
+        values = [0.25, 0.1, float(seq[5]), -100.0, 100.0] + ([2.5, 3.0] if dtype == torch.int64 else [])
+        for value in values:
+            for right in (False, True):
+                for out_int32 in (False, True):
+                    got = host("searchsorted_Scalar", seq, value, int(out_int32), int(right), None, None)
+                    same(got, torch.searchsorted(seq, value, out_int32=out_int32, right=right))
+        sorter = torch.randperm(17, generator=g, device="cuda")
+        unsorted = seq[torch.argsort(sorter)]  # unsorted[sorter] == seq
+        got = host("searchsorted_Scalar", unsorted, 0.1, 0, 0, "right", sorter)
+        same(got, torch.searchsorted(unsorted, 0.1, side="right", sorter=sorter))
+
+
+# --- histc / repeat_interleave ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_histc(host, dtype, layout):
+    x = rand((7, 11), dtype, layout, gen(15))
+    x[0, 0] = 3.0  # the upper edge lands in the last bin
+    x[1, 1] = -1.0  # exactly on an edge
+    for bins, lo, hi in [(10, -3.0, 3.0), (7, -1.0, 0.5), (5, 0.0, 0.0), (1, -10.0, 10.0)]:
+        same(host("histc", x, bins, lo, hi), torch.histc(x, bins=bins, min=lo, max=hi))
+    big = rand((300, 333), dtype, layout, gen(16))  # many blocks: atomics and the data's range
+    same(host("histc", big, 64, 0.0, 0.0), torch.histc(big, bins=64))
+    same(host("histc", torch.full((4,), 2.0, dtype=dtype, device="cuda"), 3, 0.0, 0.0),
+         torch.histc(torch.full((4,), 2.0, dtype=dtype, device="cuda"), bins=3))  # one value: [v - 1, v + 1]
+
+
+def test_histc_refuses_bad_arguments(host):
+    x = torch.randn(10, device="cuda")
+    with pytest.raises(ShimError, match="less than min"):
+        host("histc", x, 5, 1.0, 0.0)
+    with pytest.raises(ShimError, match="bins"):
+        host("histc", x, 0, 0.0, 1.0)
+    x[3] = float("nan")
+    with pytest.raises(ShimError, match="not finite"):
+        host("histc", x, 5, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
+def test_repeat_interleave(host, dtype):
+    r = torch.tensor([2, 0, 3, 1], dtype=dtype, device="cuda")
+    same(host("repeat_interleave_Tensor", r, None), torch.repeat_interleave(r))
+    same(host("repeat_interleave_Tensor", r[::2], 5), torch.repeat_interleave(r[::2], output_size=5))
+    big = torch.randint(0, 4, (5000,), generator=gen(17), device="cuda").to(dtype)
+    same(host("repeat_interleave_Tensor", big, None), torch.repeat_interleave(big))
+    same(host("repeat_interleave_Tensor", r[:0], None), torch.repeat_interleave(r[:0]))
+    with pytest.raises(ShimError, match="negative"):
+        host("repeat_interleave_Tensor", torch.tensor([1, -2, 3], dtype=dtype, device="cuda"), None)
+    with pytest.raises(ShimError, match="output_size"):
+        host("repeat_interleave_Tensor", r, 5)
+
+
+# --- nonzero / masked_select -----------------------------------------------------------------------
+
+def nonzero_input(shape, dtype, layout, g):
+    """A tensor of `dtype` in `layout` with about half its elements zero (and for floating dtypes a -0.0,
+    which is zero, and a NaN, which is not)."""
+    base = torch.bool if dtype == torch.bool else dtype
+    x = rand(shape, torch.float64 if base == torch.bool else base, layout, g)
+    if dtype == torch.bool:
+        out = torch.zeros_like(x, dtype=torch.bool)
+        out.copy_(x > 0)
+        return out
+    if dtype == torch.uint8:
+        return x.clamp(min=0).to(torch.uint8)
+    x.masked_fill_(x.double() <= 0.3, 0)
+    if dtype.is_floating_point:
+        x[(0,) * (len(shape) - 1) + (1,)] = -0.0
+        x[(0,) * (len(shape) - 1) + (2,)] = float("nan")
+    return x
+
+
+NZ_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.uint8,
+             torch.bool]
+
+
+@pytest.mark.parametrize("dtype", NZ_DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_nonzero(host, dtype, layout):
+    g = gen(19)
+    for shape in [(5, 6), (3, 1000), (4, 70, 5)]:  # the larger ones span many blocks of 256 elements
+        x = nonzero_input(shape, dtype, layout, g)
+        same(host("nonzero", x), torch.nonzero(x))
+    empty = torch.zeros(3, 0, 2, device="cuda", dtype=dtype)
+    same(host("nonzero", empty), torch.nonzero(empty))
+    for v in (0, 1):
+        scalar = torch.tensor(v, device="cuda").to(dtype)
+        same(host("nonzero", scalar), torch.nonzero(scalar))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool, torch.float64], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_masked_select(host, dtype, layout):
+    g = gen(20)
+    for shape in [(5, 6), (3, 1000)]:
+        x = nonzero_input(shape, dtype, layout, g)
+        mask = rand(shape, torch.float64, layout, g) > 0
+        same(host("masked_select", x, mask), torch.masked_select(x, mask))
+        row = rand(shape[-1:], torch.float64, "contiguous", g) > 0  # broadcast over rows
+        same(host("masked_select", x, row), torch.masked_select(x, row))
+        col = rand((shape[0], 1), torch.float64, "contiguous", g) > 0  # mask broadcast the other way
+        same(host("masked_select", x[:1], col), torch.masked_select(x[:1], col))
+    with pytest.raises(ShimError, match="bool mask"):
+        host("masked_select", x, mask.int())
+
+
+# --- index_put / index_reduce ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put(host, dtype, layout, accumulate):
+    g = gen(21)
+    dev = "cuda"
+    self_ = rand((5, 4, 3), dtype, layout, g)
+    i0 = torch.tensor([0, 2, 4, 2] if accumulate else [0, 2, 4, 1], device=dev)  # repeats only when adding
+    i2 = torch.tensor([1, 0, 2, 2], device=dev)
+    mask = torch.tensor([True, False, True, True, False], device=dev)
+    mask2d = torch.rand(5, 4, generator=g, device=dev) > 0.5
+    cases = [
+        ([i0], rand((4, 4, 3), dtype, "contiguous", g)),  # leading index
+        ([None, torch.tensor([3, -3], device=dev)], rand((3,), dtype, "contiguous", g)),  # middle, negative, broadcast
+        ([i0, None, i2], rand((4, 4), dtype, "transposed", g)),  # non-adjacent: broadcast dims first
+        ([mask], rand((1, 3), dtype, "contiguous", g)),  # a boolean mask
+        ([mask2d], rand((3,), dtype, "contiguous", g)),  # a 2-d boolean mask covering two dimensions
+        ([i0[:, None], torch.tensor([0, 3], device=dev)], rand((4, 2, 3), dtype, "contiguous", g)),  # broadcast
+        ([i0.int()], rand((4, 4, 3), dtype, "stepped", g)),  # int32 index, strided values
+    ]
+    rtol, atol = TOL[dtype] if dtype.is_floating_point else (0, 0)
+    for indices, values in cases:
+        got = host("index_put", self_, indices, values, int(accumulate))
+        want = torch.ops.aten.index_put(self_, indices, values, accumulate)
+        same(got, want, rtol=rtol, atol=atol)
+
+
+def test_index_put_bad_index(host):
+    x = torch.zeros(4, 3, device="cuda")
+    with pytest.raises(ShimError, match="out of bounds"):
+        host("index_put", x, [torch.tensor([1, 7], device="cuda")], torch.ones(3, device="cuda"), 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [False, True])
+def test_index_reduce(host, dtype, layout, reduce, include_self):
+    g = gen(22)
+    self_ = rand((5, 4), dtype, layout, g)
+    index = torch.tensor([0, 4, 0, 2, 4, 4], device="cuda")
+    source = rand((6, 4), dtype, layout, g)
+    rtol, atol = TOL[dtype] if dtype.is_floating_point else (0, 0)
+    got = host("index_reduce", self_, 0, index, source, reduce, int(include_self))
+    same(got, self_.index_reduce(0, index, source, reduce, include_self=include_self), rtol=rtol, atol=atol)
+    src1 = rand((5, 4), dtype, layout, g)
+    idx1 = index[:5] % 5
+    got = host("index_reduce", self_.t(), 1, idx1, src1.t(), reduce, int(include_self))
+    same(got, self_.t().index_reduce(1, idx1, src1.t(), reduce, include_self=include_self), rtol=rtol, atol=atol)
+
+
+def test_index_reduce_refuses_bad_arguments(host):
+    x = torch.zeros(4, 3, device="cuda")
+    with pytest.raises(ShimError, match="not one of prod, mean, amax, amin"):
+        host("index_reduce", x, 0, torch.tensor([1], device="cuda"), torch.ones(1, 3, device="cuda"), "sum", 1)
+    with pytest.raises(ShimError, match="source has sizes"):
+        host("index_reduce", x, 0, torch.tensor([1], device="cuda"), torch.ones(2, 3, device="cuda"), "prod", 1)
+    with pytest.raises(ShimError, match="out of range"):
+        host("index_reduce", x, 0, torch.tensor([9], device="cuda"), torch.ones(1, 3, device="cuda"), "amax", 1)

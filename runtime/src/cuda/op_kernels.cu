@@ -216,6 +216,72 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;
 }
 
+// The GEMM path's softmax: one block per row of scores. Pass 1 keeps a running (max, sum of exp) of the
+// biased scores per thread; the block combines them; pass 2 writes the normalized probabilities. Keys
+// past the row's causal limit are never read and get probability 0.
+constexpr int kSoftmaxBlock = 256;
+
+__device__ __forceinline__ void softmax_combine(float& m, float& l, float m2, float l2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) return;  // both empty
+  l = (m == -INFINITY ? 0.f : l * expf(m - mx)) + (m2 == -INFINITY ? 0.f : l2 * expf(m2 - mx));
+  m = mx;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kSoftmaxBlock)
+    attention_softmax_kernel(float* scores, T* probs, float* lse, const void* bias, AttentionSpec s, int64_t i0,
+                             int64_t rows, int64_t bh0) {
+  __shared__ float red_m[kSoftmaxBlock / 32], red_l[kSoftmaxBlock / 32];
+  const int64_t row = blockIdx.x;
+  const int64_t e = row / rows, i = i0 + row % rows;
+  const int64_t bh = bh0 + e, b = bh / s.h, h = bh % s.h;
+  float* srow = scores + row * s.n;
+  T* prow = probs + row * s.n;
+  int64_t n_vis = s.n;
+  if (s.causal) {
+    const int64_t last = i + s.causal_offset + 1;
+    n_vis = last < 0 ? 0 : (last < s.n ? last : s.n);
+  }
+  const int64_t bias_row = b * s.bias_st[0] + h * s.bias_st[1] + i * s.bias_st[2];
+  // the score of key j with its bias (read twice rather than written back: one pass less over memory)
+  auto score = [&](int64_t j) {
+    float x = srow[j];
+    if (s.bias_dtype >= 0) {
+      const int64_t bo = bias_row + j * s.bias_st[3];
+      if (s.bias_dtype == dtype_code::kBool) {
+        if (!static_cast<const bool*>(bias)[bo]) x = -INFINITY;
+      } else {
+        x += static_cast<float>(ld(static_cast<const T*>(bias) + bo));
+      }
+    }
+    return x;
+  };
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = threadIdx.x; j < n_vis; j += blockDim.x) softmax_combine(m, l, score(j), 1.f);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+    softmax_combine(m, l, m2, l2);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) red_m[warp] = m, red_l[warp] = l;
+  __syncthreads();
+  m = red_m[0], l = red_l[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) softmax_combine(m, l, red_m[w], red_l[w]);
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  for (int64_t j = threadIdx.x; j < s.n; j += blockDim.x) {
+    float p = 0.f;
+    if (j < n_vis && l > 0.f) {
+      const float x = score(j);
+      p = x == -INFINITY ? 0.f : expf(x - m) * inv;
+    }
+    prow[j] = cvt<T, float>(p);  // may overwrite srow[j] (float32): this thread's last read of it
+  }
+  if (lse != nullptr && threadIdx.x == 0)
+    lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;
+}
+
 // --- sort / topk ---------------------------------------------------------------------------------
 
 __device__ __forceinline__ int64_t line_offset(const LineSpec& s, int which, int64_t line) {
@@ -646,6 +712,21 @@ void launch_attention(int32_t dtype, void* out, float* lse, const void* q, const
   AOTI_CUDA_CHECK(cudaGetLastError());
 }
 
+void launch_attention_softmax(int32_t dtype, float* scores, void* probs, float* lse, const void* bias,
+                              const AttentionSpec& spec, int64_t i0, int64_t rows, int64_t bh0, int64_t batch,
+                              cudaStream_t stream) {
+  const int64_t blocks = rows * batch;
+  if (blocks == 0) return;
+  if (blocks > 0x7fffffff) throw Error("attention on cuda: " + std::to_string(blocks) + " rows of scores are too many");
+  if (dtype == dtype_code::kFloat64) unsupported("scaled_dot_product_attention", dtype, "float32, float16, bfloat16");
+  dispatch_float(dtype, "scaled_dot_product_attention", [&](auto tag) {
+    using T = decltype(tag);
+    attention_softmax_kernel<T><<<static_cast<unsigned>(blocks), kSoftmaxBlock, 0, stream>>>(
+        scores, static_cast<T*>(probs), lse, bias, spec, i0, rows, bh0);
+  });
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
 namespace {
 dim3 line_grid(int64_t lines, int64_t n) {
   const int64_t chunks = (n + kSortBlock - 1) / kSortBlock;
@@ -770,6 +851,268 @@ void launch_searchsorted(const void* seq, const void* self, const int64_t* sorte
   } else {
     searchsorted_kernel<double><<<grid_for(spec.numel, 256), 256, 0, stream>>>(seq, self, sorter, out, spec, bad_index);
   }
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+// --- nonzero / masked_select / histc / repeat_interleave / index_put ----------------------------
+
+namespace {
+
+__device__ __forceinline__ int64_t strided_offset(const int64_t* sizes, const int64_t* st, int nd, int64_t i) {
+  int64_t off = 0;
+  for (int d = nd - 1; d >= 0; --d) {
+    const int64_t c = i % sizes[d];
+    i /= sizes[d];
+    off += c * st[d];
+  }
+  return off;
+}
+
+__device__ __forceinline__ bool selected(const void* pred, const SelectSpec& s, int64_t i) {
+  const int64_t off = strided_offset(s.sizes, s.pred_st, s.nd, i);
+  uint64_t bits = 0;
+  switch (s.pred_size) {
+    case 1: bits = static_cast<const uint8_t*>(pred)[off]; break;
+    case 2: bits = static_cast<const uint16_t*>(pred)[off]; break;
+    case 4: bits = static_cast<const uint32_t*>(pred)[off]; break;
+    default: bits = static_cast<const uint64_t*>(pred)[off]; break;
+  }
+  return (bits & s.pred_bits) != 0;
+}
+
+__global__ void __launch_bounds__(kSelectBlock) select_count_kernel(const void* pred, SelectSpec s, int64_t* counts) {
+  __shared__ int warp_counts[kSelectBlock / 32];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSelectBlock + threadIdx.x;
+  const bool hit = i < s.numel && selected(pred, s, i);
+  const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+  if (threadIdx.x % 32 == 0) warp_counts[threadIdx.x / 32] = __popc(ballot);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t c = 0;
+    for (int w = 0; w < kSelectBlock / 32; ++w) c += warp_counts[w];
+    counts[blockIdx.x] = c;
+  }
+}
+
+__global__ void __launch_bounds__(kSelectBlock)
+    select_write_kernel(const void* pred, SelectSpec s, const int64_t* offsets, int64_t* coords, int64_t coord_stride,
+                        const char* src, char* values, int64_t itemsize) {
+  __shared__ int warp_base[kSelectBlock / 32];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSelectBlock + threadIdx.x;
+  const bool hit = i < s.numel && selected(pred, s, i);
+  const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_base[warp] = __popc(ballot);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int acc = 0;
+    for (int w = 0; w < kSelectBlock / 32; ++w) {
+      const int c = warp_base[w];
+      warp_base[w] = acc;
+      acc += c;
+    }
+  }
+  __syncthreads();
+  if (!hit) return;
+  const int64_t k = offsets[blockIdx.x] + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u));
+  if (coords != nullptr) {
+    int64_t rem = i;
+    for (int d = s.nd - 1; d >= 0; --d) {
+      coords[d * coord_stride + k] = rem % s.sizes[d];
+      rem /= s.sizes[d];
+    }
+  }
+  if (values != nullptr) {
+    const int64_t off = strided_offset(s.sizes, s.src_st, s.nd, i) * itemsize;
+    const char* from = src + off;
+    char* to = values + k * itemsize;
+    switch (itemsize) {
+      case 1: *to = *from; break;
+      case 2: *reinterpret_cast<uint16_t*>(to) = *reinterpret_cast<const uint16_t*>(from); break;
+      case 4: *reinterpret_cast<uint32_t*>(to) = *reinterpret_cast<const uint32_t*>(from); break;
+      case 8: *reinterpret_cast<uint64_t*>(to) = *reinterpret_cast<const uint64_t*>(from); break;
+      default:
+        for (int64_t b = 0; b < itemsize; ++b) to[b] = from[b];
+        break;
+    }
+  }
+}
+
+template <class T>
+__global__ void minmax_kernel(const T* x, SelectSpec s, double* mm, int* nan) {
+  double lo = HUGE_VAL, hi = -HUGE_VAL;
+  bool saw_nan = false;
+  GRID_LOOP(i, s.numel) {
+    const double v = static_cast<double>(ld(x + strided_offset(s.sizes, s.pred_st, s.nd, i)));
+    if (v != v) {  // NOLINT(misc-redundant-expression): NaN
+      saw_nan = true;
+      continue;
+    }
+    lo = fmin(lo, v);
+    hi = fmax(hi, v);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    lo = fmin(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = fmax(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (saw_nan) *nan = 1;
+  if (threadIdx.x % 32 != 0) return;
+  atomic_apply(mm, [lo](double c) { return fmin(c, lo); });
+  atomic_apply(mm + 1, [hi](double c) { return fmax(c, hi); });
+}
+
+template <class T>
+__global__ void histc_kernel(const T* x, SelectSpec s, double lo_d, double hi_d, int64_t bins,
+                             unsigned long long* counts) {
+  using A = typename Acc<T>::type;
+  const A lo = static_cast<A>(lo_d), hi = static_cast<A>(hi_d);
+  GRID_LOOP(i, s.numel) {
+    const A v = ld(x + strided_offset(s.sizes, s.pred_st, s.nd, i));
+    if (!(v >= lo && v <= hi)) continue;
+    int64_t bin = static_cast<int64_t>((v - lo) * static_cast<A>(bins) / (hi - lo));
+    if (bin >= bins) bin = bins - 1;
+    if (bin < 0) bin = 0;
+    atomicAdd(counts + bin, 1ull);
+  }
+}
+
+template <class T>
+__global__ void histc_finish_kernel(const unsigned long long* counts, T* out, int64_t bins) {
+  GRID_LOOP(b, bins) out[b] = cvt<T, double>(static_cast<double>(counts[b]));
+}
+
+template <class I>
+__global__ void repeat_interleave_kernel(const I* rep, int64_t step, const int64_t* cum, int64_t n, I* out,
+                                         int64_t out_size, int* bad) {
+  GRID_LOOP(i, n) {
+    const int64_t r = static_cast<int64_t>(rep[i * step]);
+    const int64_t end = cum[i];
+    if (r < 0 || (i == n - 1 && end != out_size)) {
+      *bad = 1;
+      continue;
+    }
+    for (int64_t j = end - r < 0 ? 0 : end - r; j < end && j < out_size; ++j) out[j] = static_cast<I>(i);
+  }
+}
+
+__global__ void fill_f64_kernel(double* p, double v) { *p = v; }
+
+template <class T>
+__global__ void index_put_kernel(T* out, const T* values, IndexPutSpec s, bool accumulate, int* bad) {
+  using A = typename Acc<T>::type;
+  GRID_LOOP(p, s.numel) {
+    int64_t pos[kMaxDims];
+    int64_t rem = p, voff = 0;
+    for (int r = s.rnd - 1; r >= 0; --r) {
+      pos[r] = rem % s.rsizes[r];
+      rem /= s.rsizes[r];
+      voff += pos[r] * s.val_st[r];
+    }
+    int64_t off = 0;
+    bool ok = true;
+    for (int d = 0; d < s.nd; ++d) {
+      int64_t t;
+      if (s.idx[d] == nullptr) {
+        t = pos[s.rdim[d]];
+      } else {
+        int64_t ioff = 0;
+        for (int r = 0; r < s.rnd; ++r) ioff += pos[r] * s.idx_st[d][r];
+        t = s.idx_int32[d] ? static_cast<int64_t>(static_cast<const int32_t*>(s.idx[d])[ioff])
+                           : static_cast<const int64_t*>(s.idx[d])[ioff];
+        if (t < 0) t += s.self_sizes[d];
+        if (t < 0 || t >= s.self_sizes[d]) {
+          ok = false;
+          break;
+        }
+      }
+      off += t * s.out_st[d];
+    }
+    if (!ok) {
+      *bad = 1;
+      continue;
+    }
+    const T v = values[voff];
+    if (accumulate) {
+      atomic_apply(out + off, [v](T c) { return cvt<T, A>(ld(&c) + ld(&v)); });
+    } else {
+      out[off] = v;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_select_count(const void* pred, const SelectSpec& s, int64_t* counts, cudaStream_t stream) {
+  const int64_t blocks = (s.numel + kSelectBlock - 1) / kSelectBlock;
+  if (blocks == 0) return;
+  if (blocks > 0x7fffffff) throw Error("nonzero / masked_select on cuda: " + std::to_string(s.numel) + " elements are too many");
+  select_count_kernel<<<static_cast<unsigned>(blocks), kSelectBlock, 0, stream>>>(pred, s, counts);
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_select_write(const void* pred, const SelectSpec& s, const int64_t* offsets, int64_t* coords,
+                         int64_t coord_stride, const void* src, void* values, size_t itemsize, cudaStream_t stream) {
+  const int64_t blocks = (s.numel + kSelectBlock - 1) / kSelectBlock;
+  if (blocks == 0) return;
+  if (blocks > 0x7fffffff) throw Error("nonzero / masked_select on cuda: " + std::to_string(s.numel) + " elements are too many");
+  select_write_kernel<<<static_cast<unsigned>(blocks), kSelectBlock, 0, stream>>>(
+      pred, s, offsets, coords, coord_stride, static_cast<const char*>(src), static_cast<char*>(values),
+      static_cast<int64_t>(itemsize));
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_minmax(int32_t dtype, const void* x, const SelectSpec& s, double* minmax, int* nan, cudaStream_t stream) {
+  if (s.numel == 0) return;
+  if (dtype != dtype_code::kFloat32 && dtype != dtype_code::kFloat64 && dtype != dtype_code::kFloat16 &&
+      dtype != dtype_code::kBFloat16)
+    unsupported("histc", dtype, "float32, float64, float16, bfloat16");
+  dispatch_float(dtype, "histc", [&](auto tag) {
+    using T = decltype(tag);
+    minmax_kernel<T><<<grid_for(s.numel, 256), 256, 0, stream>>>(static_cast<const T*>(x), s, minmax, nan);
+  });
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_histc(int32_t dtype, const void* x, const SelectSpec& s, double lo, double hi, int64_t bins,
+                  unsigned long long* counts, void* out, cudaStream_t stream) {
+  dispatch_float(dtype, "histc", [&](auto tag) {
+    using T = decltype(tag);
+    if (s.numel > 0)
+      histc_kernel<T><<<grid_for(s.numel, 256), 256, 0, stream>>>(static_cast<const T*>(x), s, lo, hi, bins, counts);
+    histc_finish_kernel<T><<<grid_for(bins, 256), 256, 0, stream>>>(counts, static_cast<T*>(out), bins);
+  });
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_repeat_interleave(int32_t dtype, const void* repeats, int64_t step, const int64_t* cum, int64_t n,
+                              void* out, int64_t out_size, int* bad, cudaStream_t stream) {
+  if (n == 0) return;
+  if (dtype == dtype_code::kInt32) {
+    repeat_interleave_kernel<int32_t><<<grid_for(n, 256), 256, 0, stream>>>(
+        static_cast<const int32_t*>(repeats), step, cum, n, static_cast<int32_t*>(out), out_size, bad);
+  } else if (dtype == dtype_code::kInt64) {
+    repeat_interleave_kernel<int64_t><<<grid_for(n, 256), 256, 0, stream>>>(
+        static_cast<const int64_t*>(repeats), step, cum, n, static_cast<int64_t*>(out), out_size, bad);
+  } else {
+    unsupported("repeat_interleave", dtype, "int32, int64");
+  }
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_fill_f64(double* p, double value, cudaStream_t stream) {
+  fill_f64_kernel<<<1, 1, 0, stream>>>(p, value);
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_index_put(int32_t dtype, void* out, const void* values, const IndexPutSpec& s, bool accumulate, int* bad,
+                      cudaStream_t stream) {
+  if (s.numel == 0) return;
+  dispatch_real(dtype, "index_put", [&](auto tag) {
+    using T = decltype(tag);
+    index_put_kernel<T><<<grid_for(s.numel, 256), 256, 0, stream>>>(static_cast<T*>(out),
+                                                                    static_cast<const T*>(values), s, accumulate, bad);
+  });
   AOTI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda_util.h"
@@ -32,6 +33,23 @@ struct AttentionSpec {
 };
 void launch_attention(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
                       const void* bias, const AttentionSpec& spec, cudaStream_t stream);
+
+// The same attention through cuBLAS (ops.cpp): per block of query rows, S = scale * Q K^T (float32
+// scores), launch_attention_softmax, then O = P V, with the scratch for S and P bounded by
+// kAttentionScratchBytes. Returns false, having launched nothing, when a layout or size does not suit
+// it (the caller then runs launch_attention).
+constexpr size_t kAttentionScratchBytes = size_t{64} << 20;
+bool attention_gemm(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
+                    const void* bias, const AttentionSpec& spec, int device, cudaStream_t stream);
+
+// Rows of scores for batch entries bh0 .. bh0 + batch - 1 (bh = b * H + h) and query rows i0 .. i0 + rows - 1:
+// the softmax of scores[(e * rows + r) * spec.n + j] (float32, spec.n keys a row) with the bias and the
+// causal mask goes to probs at the same index, in `dtype` (probs may be scores for float32); lse
+// (spec.lse_st) gets each row's logsumexp when non-null. A row with every key masked gets zeros and
+// an lse of +inf, as launch_attention gives it.
+void launch_attention_softmax(int32_t dtype, float* scores, void* probs, float* lse, const void* bias,
+                              const AttentionSpec& spec, int64_t i0, int64_t rows, int64_t bh0, int64_t batch,
+                              cudaStream_t stream);
 
 // One tensor's view of a batch of lines: the offset of line l's first element is the sum over the
 // outer dimensions of (index * stride); `step` is the stride along the line.
@@ -109,6 +127,63 @@ struct SearchSpec {
 };
 void launch_searchsorted(const void* seq, const void* self, const int64_t* sorter, void* out, const SearchSpec& spec,
                          int* bad_index, cudaStream_t stream);
+
+// --- data-dependent outputs: nonzero, masked_select; histc; repeat_interleave; index_put ---
+
+// Elements are visited in row-major order of `sizes`; the predicate element at pred_st is "set" when
+// its bits masked with pred_bits are non-zero (all bits for integers and bool; all but the sign for
+// floating dtypes, so -0.0 counts as zero and NaN as non-zero).
+constexpr int kSelectBlock = 256;  // elements per block in both passes
+struct SelectSpec {
+  int nd;
+  int64_t sizes[kMaxDims];
+  int64_t pred_st[kMaxDims], src_st[kMaxDims];
+  int64_t numel;
+  int pred_size;  // bytes: 1, 2, 4 or 8
+  uint64_t pred_bits;
+};
+// counts[b] = set elements among elements [b * kSelectBlock, (b + 1) * kSelectBlock).
+void launch_select_count(const void* pred, const SelectSpec& s, int64_t* counts, cudaStream_t stream);
+// The set elements in order: the one at rank r within block b goes to k = offsets[b] + r. coords
+// non-null: coords[d * coord_stride + k] = its coordinate d; values non-null: values[k] = its element
+// of src (itemsize bytes: 1, 2, 4, 8 or 16).
+void launch_select_write(const void* pred, const SelectSpec& s, const int64_t* offsets, int64_t* coords,
+                         int64_t coord_stride, const void* src, void* values, size_t itemsize, cudaStream_t stream);
+
+// minmax[0] = min(minmax[0], smallest element), minmax[1] = max(minmax[1], largest) over the elements
+// of x (sizes/pred_st of s); *nan = 1 when one is NaN.
+void launch_minmax(int32_t dtype, const void* x, const SelectSpec& s, double* minmax, int* nan, cudaStream_t stream);
+// ATen's CUDA histc: counts[bin] += 1 for each element in [lo, hi], bin = (x - lo) * bins / (hi - lo) in the
+// accumulation type (the last edge into the last bin); then out[b] = counts[b] in dtype.
+void launch_histc(int32_t dtype, const void* x, const SelectSpec& s, double lo, double hi, int64_t bins,
+                  unsigned long long* counts, void* out, cudaStream_t stream);
+
+// out[j] = i for j in [cum[i] - repeats[i], cum[i]) (cum: inclusive cumsum, int64), j < out_size; *bad = 1
+// for a negative repeat, or when cum[n - 1] != out_size.
+void launch_repeat_interleave(int32_t dtype, const void* repeats, int64_t step, const int64_t* cum, int64_t n,
+                              void* out, int64_t out_size, int* bad, cudaStream_t stream);
+
+// One double written on the device (capture-safe: the value travels as a kernel argument).
+void launch_fill_f64(double* p, double value, cudaStream_t stream);
+
+// index_put over the indexed result shape rshape (row-major): for position p, the target element of out
+// is sum_d tgt_d * out_st[d], where tgt_d = p[rdim[d]] for a dimension without an index tensor
+// (idx[d] null), else the index tensor's element at sum_r p[r] * idx_st[d][r] (int32 or int64 by
+// idx_int32[d]; negative wraps once; out of range sets *bad and skips); the value is values at
+// sum_r p[r] * val_st[r]. accumulate: atomic add, else a plain store.
+struct IndexPutSpec {
+  int nd;  // self's dimensions
+  int rnd;  // result dimensions
+  int64_t self_sizes[kMaxDims], out_st[kMaxDims];
+  int64_t rsizes[kMaxDims], val_st[kMaxDims];
+  const void* idx[kMaxDims];
+  bool idx_int32[kMaxDims];
+  int64_t idx_st[kMaxDims][kMaxDims];
+  int rdim[kMaxDims];
+  int64_t numel;
+};
+void launch_index_put(int32_t dtype, void* out, const void* values, const IndexPutSpec& s, bool accumulate, int* bad,
+                      cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace aoti_host

@@ -1,10 +1,12 @@
 // aoti_torch_cuda_* fallback ops: mm/addmm/bmm through cuBLAS (cublasGemmEx, no TF32: float32 results
-// match eager torch with its default allow_tf32=False), and a direct convolution kernel, plain and
-// transposed (no cuDNN).
+// match eager torch with its default allow_tf32=False), a direct convolution kernel, plain and
+// transposed (no cuDNN), and the cuBLAS path of attention (attention_gemm).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
+#include <climits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "aoti_host/error.h"
 #include "aoti_host/shims.h"
 #include "cuda_util.h"
+#include "op_kernels.h"
 
 using aoti_host::Error;
 using aoti_host::from_handle;
@@ -197,6 +200,109 @@ std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& s) {
 }
 
 }  // namespace
+
+namespace aoti_host {
+namespace cuda {
+
+bool attention_gemm(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
+                    const void* bias, const AttentionSpec& spec, int device, cudaStream_t stream) {
+  const AttentionSpec& s = spec;
+  size_t esize = 0;
+  cudaDataType_t data{};
+  switch (dtype) {
+    case dc::kFloat32: esize = 4, data = CUDA_R_32F; break;
+    case dc::kFloat16: esize = 2, data = CUDA_R_16F; break;
+    case dc::kBFloat16: esize = 2, data = CUDA_R_16BF; break;
+    default: return false;
+  }
+  if (s.b < 1 || s.h < 1 || s.m < 1 || s.n < 1 || s.d < 1 || s.dv < 1) return false;
+  if (s.m > INT_MAX || s.n > INT_MAX || s.d > INT_MAX || s.dv > INT_MAX) return false;
+  // Per batch entry, q is [M, D] (strides q_st[2], q_st[3]), k^T [D, N], v [N, Dv], out [M, Dv]. A check
+  // at the full sizes covers every block of rows and keys (the conditions only get weaker for fewer).
+  const Operand oq = operand(s.m, s.d, s.q_st[2], s.q_st[3]);
+  const Operand okt = operand(s.d, s.n, s.k_st[3], s.k_st[2]);
+  const Operand ov = operand(s.n, s.dv, s.v_st[2], s.v_st[3]);
+  const Operand oo = operand(s.m, s.dv, s.o_st[2], s.o_st[3]);
+  if (!oq.ok || !okt.ok || !ov.ok || !oo.ok || oo.op != CUBLAS_OP_N) return false;
+  for (const Operand* o : {&oq, &okt, &ov, &oo})
+    if (o->ld > INT_MAX) return false;
+  // One strided batch over all B * H entries when every tensor steps uniformly over them, else one
+  // batch of H per b.
+  const int64_t* sts[4] = {s.q_st, s.k_st, s.v_st, s.o_st};
+  bool merged = true;
+  for (const int64_t* st : sts) merged = merged && (s.b == 1 || s.h == 1 || st[0] == s.h * st[1]);
+  const int64_t outer = merged ? 1 : s.b, inner = merged ? s.b * s.h : s.h;
+  int64_t inner_st[4];
+  for (int t = 0; t < 4; ++t) inner_st[t] = (merged && s.h == 1) ? sts[t][0] : sts[t][1];
+  // Scratch per (entry, query row): the float32 scores, and the probabilities in the input dtype unless
+  // they overwrite the scores (float32).
+  const size_t row_bytes = static_cast<size_t>(s.n) * (4 + (dtype == dc::kFloat32 ? 0 : esize));
+  if (row_bytes > kAttentionScratchBytes) return false;
+  // blocks of rows_per query rows of `group` entries: all entries when one row of each fits, else fewer
+  int64_t group = inner;
+  int64_t rows_per = static_cast<int64_t>(kAttentionScratchBytes / (static_cast<size_t>(inner) * row_bytes));
+  if (rows_per == 0) rows_per = 1, group = static_cast<int64_t>(kAttentionScratchBytes / row_bytes);
+  rows_per = std::min(rows_per, s.m);
+  // causal: smaller row blocks skip more of the masked keys
+  if (s.causal) rows_per = std::min<int64_t>(rows_per, 256);
+  if (group > INT_MAX) group = INT_MAX;
+  const size_t score_bytes = static_cast<size_t>(group * rows_per * s.n) * 4;
+  const size_t prob_off = (score_bytes + 255) / 256 * 256;
+  const size_t total =
+      dtype == dc::kFloat32 ? score_bytes : prob_off + static_cast<size_t>(group * rows_per * s.n) * esize;
+  std::unique_ptr<Tensor> scratch(
+      Tensor::empty_strided(dc::kUInt8, {static_cast<int64_t>(total)}, {1}, aoti_host::device_code::kCUDA, device));
+  char* base = static_cast<char*>(scratch->data_ptr());
+  float* scores = reinterpret_cast<float*>(base);
+  void* probs = dtype == dc::kFloat32 ? static_cast<void*>(base) : static_cast<void*>(base + prob_off);
+  cublasHandle_t h = handle_for(device);  // on the thread's current stream, the one `stream` is
+  const float one = 1.f, zero = 0.f, scale = s.scale;
+  auto at = [&](const void* p, int64_t elems) {
+    return static_cast<const void*>(static_cast<const char*>(p) + elems * static_cast<int64_t>(esize));
+  };
+  for (int64_t bo = 0; bo < outer; ++bo) {
+    for (int64_t g0 = 0; g0 < inner; g0 += group) {
+      const int64_t gc = std::min(group, inner - g0);
+      const int64_t bh0 = bo * s.h + g0;
+      for (int64_t i0 = 0; i0 < s.m; i0 += rows_per) {
+        const int64_t rows = std::min(rows_per, s.m - i0);
+        int64_t n_eff = s.n;  // keys any row of this block can see
+        if (s.causal) n_eff = std::max<int64_t>(1, std::min(s.n, i0 + rows + s.causal_offset));
+        const Operand a = operand(rows, s.d, s.q_st[2], s.q_st[3]);
+        const Operand kt = operand(s.d, n_eff, s.k_st[3], s.k_st[2]);
+        const Operand vv = operand(n_eff, s.dv, s.v_st[2], s.v_st[3]);
+        const Operand o = operand(rows, s.dv, s.o_st[2], s.o_st[3]);
+        const Operand p = operand(rows, n_eff, n_eff, 1);
+        if (!a.ok || !kt.ok || !vv.ok || !o.ok || o.op != CUBLAS_OP_N || !p.ok)
+          throw Error("attention on cuda: internal error: a block's layout does not fit cuBLAS");
+        const void* qp = at(q, bo * s.q_st[0] + g0 * inner_st[0] + i0 * s.q_st[2]);
+        const void* kp = at(k, bo * s.k_st[0] + g0 * inner_st[1]);
+        const void* vp = at(v, bo * s.v_st[0] + g0 * inner_st[2]);
+        void* op = const_cast<void*>(at(out, bo * s.o_st[0] + g0 * inner_st[3] + i0 * s.o_st[2]));
+        const int ni = static_cast<int>(n_eff), ri = static_cast<int>(rows);
+        // scores^T (n_eff x rows, column-major) = (k^T)^T-as-stored x q^T, as in gemm() above
+        cublas_check(cublasGemmStridedBatchedEx(h, kt.op, a.op, ni, ri, static_cast<int>(s.d), &scale, kp, data,
+                                                static_cast<int>(kt.ld), inner_st[1], qp, data, static_cast<int>(a.ld),
+                                                inner_st[0], &zero, scores, CUDA_R_32F, ni, rows * n_eff,
+                                                static_cast<int>(gc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmStridedBatchedEx (attention scores)");
+        AttentionSpec bs = s;
+        bs.n = n_eff;
+        launch_attention_softmax(dtype, scores, probs, lse, bias, bs, i0, rows, bh0, gc, stream);
+        cublas_check(cublasGemmStridedBatchedEx(h, vv.op, p.op, static_cast<int>(s.dv), ri, ni, &one, vp, data,
+                                                static_cast<int>(vv.ld), inner_st[2], probs, data,
+                                                static_cast<int>(p.ld), rows * n_eff, &zero, op, data,
+                                                static_cast<int>(o.ld), inner_st[3], static_cast<int>(gc),
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmStridedBatchedEx (attention output)");
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace cuda
+}  // namespace aoti_host
 
 extern "C" {
 

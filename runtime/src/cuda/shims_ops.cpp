@@ -1,17 +1,20 @@
 // aoti_torch_cuda_* fallbacks beyond the matrix products and convolution: scaled-dot-product attention
-// (efficient and flash), sort/topk, cumulative scans, embedding bags, scatter, searchsorted/bucketize.
+// (efficient and flash), sort/topk, cumulative scans, embedding bags, scatter, index_put/index_reduce,
+// searchsorted/bucketize, histc, repeat_interleave, and the data-sized nonzero and masked_select.
 // Prototypes are torch's (generated/c_shim_cuda.h). Outputs get the sizes, strides, dtypes and devices ATen's CUDA kernels give
 // them, since plugins reinterpret returned tensors with the layout recorded at compile time; kernels are
 // in op_kernels.cu and run on the thread's current stream.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "../cpu/strided.h"
+#include "../ops/op_util.h"
 #include "../shim_util.h"
 #include "aoti_host/cuda/cuda.h"
 #include "aoti_host/error.h"
@@ -184,6 +187,24 @@ cu::AttentionSpec attention_spec(const AttentionArgs& a, int device) {
   return s;
 }
 
+// Runs attention through cuBLAS (cu::attention_gemm) when the problem is big enough to pay for its
+// launches or the head size is past the fused kernel's limit, else through the fused kernel.
+// AOTI_HOST_CUDA_ATTENTION=kernel or =gemm forces one path (gemm still falls back to the kernel for
+// layouts cuBLAS can't take), for benchmarks and tests; it is read on every call.
+void run_attention(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v, const void* bias,
+                   const cu::AttentionSpec& s, int device) {
+  if (s.m == 0 || s.b == 0 || s.h == 0) return;
+  const cudaStream_t stream = cu::stream_of(device);
+  const char* force = std::getenv("AOTI_HOST_CUDA_ATTENTION");
+  const std::string mode = force != nullptr ? force : "";
+  if (!mode.empty() && mode != "kernel" && mode != "gemm")
+    throw Error("AOTI_HOST_CUDA_ATTENTION is '" + mode + "'; expected kernel, gemm or unset");
+  const bool big = s.m * s.n >= 128 * 128 || s.d > cu::kMaxHeadDim || s.dv > cu::kMaxHeadDim;
+  const bool gemm = mode == "gemm" || (mode.empty() && big);
+  if (gemm && cu::attention_gemm(dtype, out, lse, q, k, v, bias, s, device, stream)) return;
+  cu::launch_attention(dtype, out, lse, q, k, v, bias, s, stream);
+}
+
 // A zero-filled tensor of 8-byte elements for the philox seed/offset outputs (no dropout, so no random
 // state to report).
 Tensor* zeros64(int32_t dtype, const Shape& sizes, bool on_cuda, int device) {
@@ -281,12 +302,8 @@ cu::ScatterOp parse_reduce(const char* reduce) {
 }
 
 // out = self scattered with (index, src or value) along dim, reduced by op.
-void scatter(AtenTensorHandle out_h, AtenTensorHandle self_h, int64_t dim, AtenTensorHandle index_h,
-             AtenTensorHandle src_h, double value, cu::ScatterOp op, bool include_self) {
-  Tensor& out = tensor_arg(out_h, "out");
-  const Tensor& self = tensor_arg(self_h, "self");
-  const Tensor& index = tensor_arg(index_h, "index");
-  const Tensor* src = src_h != nullptr ? &tensor_arg(src_h, "src") : nullptr;
+void scatter_tensors(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, const Tensor* src, double value,
+                     cu::ScatterOp op, bool include_self) {
   const int device = self.device_index();
   require_cuda(self, "self", device);
   require_cuda(out, "out", device);
@@ -354,6 +371,12 @@ void scatter(AtenTensorHandle out_h, AtenTensorHandle self_h, int64_t dim, AtenT
   }
   bad.check("an index is out of range for dimension " + std::to_string(dim) + " of size " +
             std::to_string(s.out_dim_size));
+}
+
+void scatter(AtenTensorHandle out_h, AtenTensorHandle self_h, int64_t dim, AtenTensorHandle index_h,
+             AtenTensorHandle src_h, double value, cu::ScatterOp op, bool include_self) {
+  scatter_tensors(tensor_arg(out_h, "out"), tensor_arg(self_h, "self"), dim, tensor_arg(index_h, "index"),
+                  src_h != nullptr ? &tensor_arg(src_h, "src") : nullptr, value, op, include_self);
 }
 
 // --- sort / scans --------------------------------------------------------------------------------
@@ -510,6 +533,388 @@ Tensor* searchsorted(const Tensor& seq, const Tensor& self, bool out_int32, bool
   return out.release();
 }
 
+// --- nonzero / masked_select ----------------------------------------------------------------------
+
+void refuse_capture(cudaStream_t stream, const char* op) {
+  if (capturing(stream))
+    throw Error(std::string(op) +
+                ": the output's size depends on the data, which needs a synchronisation that a CUDA graph "
+                "capture forbids; run this model without CUDA graphs");
+}
+
+cu::SelectSpec select_spec(const Shape& sizes, const Shape& pred_st, const Shape& src_st, size_t pred_size,
+                           uint64_t pred_bits) {
+  if (sizes.size() > static_cast<size_t>(cu::kMaxDims))
+    throw Error("tensors of more than " + std::to_string(cu::kMaxDims) + " dimensions are not supported");
+  cu::SelectSpec s{};
+  s.nd = static_cast<int>(sizes.size());
+  s.numel = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    s.sizes[d] = sizes[d], s.pred_st[d] = pred_st[d], s.src_st[d] = src_st[d];
+    s.numel *= sizes[d];
+  }
+  s.pred_size = static_cast<int>(pred_size);
+  s.pred_bits = pred_bits;
+  return s;
+}
+
+// The two passes of an ordered selection: per-block counts, their exclusive prefix sums (on the host,
+// after one synchronisation) as the blocks' output offsets on the device; returns the total.
+int64_t select_offsets(const void* pred, const cu::SelectSpec& s, int device, Owned& offsets) {
+  const cudaStream_t stream = cu::stream_of(device);
+  const int64_t blocks = (s.numel + cu::kSelectBlock - 1) / cu::kSelectBlock;
+  offsets.reset(new_cuda(dc::kInt64, {blocks}, device));
+  if (blocks == 0) return 0;
+  cu::launch_select_count(pred, s, static_cast<int64_t*>(offsets->data_ptr()), stream);
+  std::vector<int64_t> host(static_cast<size_t>(blocks));
+  AOTI_CUDA_CHECK(cudaMemcpyAsync(host.data(), offsets->data_ptr(), host.size() * sizeof(int64_t),
+                                  cudaMemcpyDeviceToHost, stream));
+  AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  int64_t total = 0;
+  for (int64_t& c : host) {
+    const int64_t n = c;
+    c = total;
+    total += n;
+  }
+  AOTI_CUDA_CHECK(cudaMemcpyAsync(offsets->data_ptr(), host.data(), host.size() * sizeof(int64_t),
+                                  cudaMemcpyHostToDevice, stream));
+  AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` is read until the copy is done
+  return total;
+}
+
+// Bits of an element that make it non-zero (the sign bit alone does not, for floating dtypes).
+uint64_t nonzero_bits(int32_t dt) {
+  switch (dt) {
+    case dc::kBool:
+    case dc::kUInt8:
+    case dc::kInt8:
+    case dc::kInt16:
+    case dc::kInt32:
+    case dc::kInt64: return ~uint64_t{0};
+    case dc::kFloat16:
+    case dc::kBFloat16: return 0x7fffu;
+    case dc::kFloat32: return 0x7fffffffu;
+    case dc::kFloat64: return 0x7fffffffffffffffull;
+    default:
+      throw Error(std::string("self has dtype ") + aoti_host::dtype_name(dt) +
+                  "; nonzero takes bool, integer and floating dtypes");
+  }
+}
+
+// ATen's CUDA nonzero: int64 [count, ndim] stored column-major (strides [1, count]), rows in row-major
+// order of the hits.
+Tensor* nonzero(const Tensor& self) {
+  const int device = self.device_index();
+  require_cuda(self, "self", device);
+  const cudaStream_t stream = cu::stream_of(device);
+  refuse_capture(stream, "nonzero");
+  const uint64_t bits = nonzero_bits(self.dtype());
+  const cu::SelectSpec s = select_spec(self.sizes(), self.strides(), self.strides(), self.itemsize(), bits);
+  Owned offsets;
+  const int64_t count = self.numel() == 0 ? 0 : select_offsets(self.data_ptr(), s, device, offsets);
+  const int64_t nd = self.dim();
+  Owned out(new_cuda(dc::kInt64, {count, nd}, {1, std::max<int64_t>(count, 1)}, device));
+  if (count > 0 && nd > 0)
+    cu::launch_select_write(self.data_ptr(), s, static_cast<const int64_t*>(offsets->data_ptr()),
+                            static_cast<int64_t*>(out->data_ptr()), count, nullptr, nullptr, 0, stream);
+  return out.release();
+}
+
+// self and mask broadcast together; the selected elements of self in row-major order, 1-d contiguous.
+Tensor* masked_select(const Tensor& self, const Tensor& mask) {
+  const int device = self.device_index();
+  require_cuda(self, "self", device);
+  require_cuda(mask, "mask", device);
+  if (mask.dtype() != dc::kBool)
+    throw Error(std::string("mask has dtype ") + aoti_host::dtype_name(mask.dtype()) +
+                "; masked_select expects a bool mask");
+  const cudaStream_t stream = cu::stream_of(device);
+  refuse_capture(stream, "masked_select");
+  const size_t nd = std::max(self.sizes().size(), mask.sizes().size());
+  Shape shape(nd, 1), sst(nd, 0), mst(nd, 0);
+  for (int k = 0; k < 2; ++k) {
+    const Tensor& t = k == 0 ? self : mask;
+    const size_t off = nd - t.sizes().size();
+    for (size_t d = 0; d < t.sizes().size(); ++d) {
+      const int64_t sz = t.sizes()[d];
+      if (sz != 1) {
+        if (shape[off + d] != 1 && shape[off + d] != sz)
+          throw Error("self with sizes " + list_str(self.sizes()) + " and mask with sizes " + list_str(mask.sizes()) +
+                      " do not broadcast");
+        shape[off + d] = sz;
+      }
+      (k == 0 ? sst : mst)[off + d] = sz == 1 ? 0 : t.strides()[d];
+    }
+  }
+  const size_t item = self.itemsize();
+  if (item != 1 && item != 2 && item != 4 && item != 8 && item != 16)
+    throw Error(std::string("self has dtype ") + aoti_host::dtype_name(self.dtype()) + ", which masked_select on cuda does not take");
+  const cu::SelectSpec s = select_spec(shape, mst, sst, 1, ~uint64_t{0});
+  Owned offsets;
+  const int64_t count = s.numel == 0 ? 0 : select_offsets(mask.data_ptr(), s, device, offsets);
+  Owned out(new_cuda(self.dtype(), {count}, device));
+  if (count > 0)
+    cu::launch_select_write(mask.data_ptr(), s, static_cast<const int64_t*>(offsets->data_ptr()), nullptr, 0,
+                            self.data_ptr(), out->data_ptr(), item, stream);
+  return out.release();
+}
+
+// --- histc / repeat_interleave -------------------------------------------------------------------
+
+// ATen's CUDA histc: bins of equal width over [min, max] (the data's own range when min == max),
+// counted in self's dtype, contiguous [bins].
+Tensor* histc(const Tensor& self, int64_t bins, double min, double max) {
+  const int device = self.device_index();
+  require_cuda(self, "self", device);
+  const int32_t dt = self.dtype();
+  if (!floating(dt))
+    throw Error(std::string("self has dtype ") + aoti_host::dtype_name(dt) + "; histc takes a floating dtype");
+  if (bins <= 0) throw Error("bins is " + std::to_string(bins) + "; it must be positive");
+  if (min > max) throw Error("max (" + std::to_string(max) + ") is less than min (" + std::to_string(min) + ")");
+  const cudaStream_t stream = cu::stream_of(device);
+  const cu::SelectSpec s = select_spec(self.sizes(), self.strides(), self.strides(), self.itemsize(), 0);
+  double lo = aoti_host::ops::round_to(dt, min), hi = aoti_host::ops::round_to(dt, max);
+  if (min == max && s.numel > 0) {  // the data's range: one synchronisation, as in ATen
+    if (capturing(stream))
+      throw Error("histc with min == max takes its range from the data, which needs a synchronisation that a "
+                  "CUDA graph capture forbids; give histc an explicit range");
+    Owned mm(new_cuda(dc::kFloat64, {2}, device));
+    Owned nan(new_cuda(dc::kInt32, {1}, device));
+    const double init[2] = {HUGE_VAL, -HUGE_VAL};
+    AOTI_CUDA_CHECK(cudaMemcpyAsync(mm->data_ptr(), init, sizeof(init), cudaMemcpyHostToDevice, stream));
+    AOTI_CUDA_CHECK(cudaMemsetAsync(nan->data_ptr(), 0, sizeof(int), stream));
+    cu::launch_minmax(dt, self.data_ptr(), s, static_cast<double*>(mm->data_ptr()), static_cast<int*>(nan->data_ptr()),
+                      stream);
+    double got[2] = {0, 0};
+    int has_nan = 0;
+    AOTI_CUDA_CHECK(cudaMemcpyAsync(got, mm->data_ptr(), sizeof(got), cudaMemcpyDeviceToHost, stream));
+    AOTI_CUDA_CHECK(cudaMemcpyAsync(&has_nan, nan->data_ptr(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+    AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (has_nan != 0) throw Error("range of [nan, nan] is not finite");
+    lo = got[0], hi = got[1];
+  }
+  if (lo == hi) {
+    lo = aoti_host::ops::round_to(dt, lo - 1);
+    hi = aoti_host::ops::round_to(dt, hi + 1);
+  }
+  if (!std::isfinite(lo) || !std::isfinite(hi))
+    throw Error("range of [" + std::to_string(lo) + ", " + std::to_string(hi) + "] is not finite");
+  Owned out(new_cuda(dt, {bins}, device));
+  Owned counts(new_cuda(dc::kInt64, {bins}, device));
+  cu::zero(*counts);
+  cu::launch_histc(dt, self.data_ptr(), s, lo, hi, bins, static_cast<unsigned long long*>(counts->data_ptr()),
+                   out->data_ptr(), stream);
+  return out.release();
+}
+
+// ATen's repeat_interleave(repeats): [sum(repeats)] of repeats' dtype, index i repeated repeats[i]
+// times. Without output_size the total is read back (a synchronisation, refused during graph capture).
+Tensor* repeat_interleave(const Tensor& repeats, const int64_t* output_size) {
+  const int device = repeats.device_index();
+  require_cuda(repeats, "repeats", device);
+  const int32_t dt = repeats.dtype();
+  if (dt != dc::kInt32 && dt != dc::kInt64)
+    throw Error(std::string("repeats has dtype ") + aoti_host::dtype_name(dt) + "; expected int32 or int64");
+  if (repeats.dim() != 1)
+    throw Error("repeats has " + std::to_string(repeats.dim()) + " dimensions; expected a 1-d tensor");
+  if (output_size != nullptr && *output_size < 0)
+    throw Error("output_size is " + std::to_string(*output_size) + "; it must not be negative");
+  const cudaStream_t stream = cu::stream_of(device);
+  const int64_t n = repeats.sizes()[0];
+  Owned cum(new_cuda(dc::kInt64, {n}, device));
+  if (n > 0) {
+    const Shape step{repeats.strides()[0]}, cstep{1};
+    const cu::LineSpec ls = make_lines({n}, 0, {&step, &cstep, &cstep});
+    cu::launch_scan(dt, dc::kInt64, repeats.data_ptr(), cum->data_ptr(), ls, false, stream);
+  }
+  int64_t total = 0;
+  if (output_size != nullptr) {
+    total = *output_size;
+  } else if (n > 0) {
+    if (capturing(stream))
+      throw Error("repeat_interleave without output_size: the output's size depends on the data, which needs a "
+                  "synchronisation that a CUDA graph capture forbids");
+    AOTI_CUDA_CHECK(cudaMemcpyAsync(&total, static_cast<const int64_t*>(cum->data_ptr()) + (n - 1), sizeof(int64_t),
+                                    cudaMemcpyDeviceToHost, stream));
+    AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (total < 0) throw Error("repeats has a negative value");
+  }
+  Owned out(new_cuda(dt, {total}, device));
+  if (n > 0) {
+    BadIndexFlag bad(device, stream);
+    cu::launch_repeat_interleave(dt, repeats.data_ptr(), repeats.strides()[0],
+                                 static_cast<const int64_t*>(cum->data_ptr()), n, out->data_ptr(), total, bad.ptr(),
+                                 stream);
+    bad.check("repeats has a negative value, or its sum is not output_size (" + std::to_string(total) + ")");
+  }
+  return out.release();
+}
+
+// --- index_reduce / index_put ----------------------------------------------------------------------
+
+// ATen's index_reduce: a contiguous copy of self where self[..., index[i], ...] is reduced with
+// source[..., i, ...] along dim (prod, mean, amax, amin). Runs as a scatter_reduce whose index is the
+// 1-d index expanded over source's shape (stride 0 outside dim).
+Tensor* index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, const char* reduce,
+                     bool include_self) {
+  const int device = self.device_index();
+  require_cuda(self, "self", device);
+  require_cuda(source, "source", device);
+  require_cuda(index, "index", device);
+  require_dtype(source, self.dtype(), "source");
+  if (index.dtype() != dc::kInt64)
+    throw Error(std::string("index has dtype ") + aoti_host::dtype_name(index.dtype()) +
+                "; index_reduce on cuda takes int64 indices");
+  if (reduce == nullptr) throw Error("reduce is a null string");
+  const std::string r(reduce);
+  if (r != "prod" && r != "mean" && r != "amax" && r != "amin")
+    throw Error("reduce '" + r + "' is not one of prod, mean, amax, amin");
+  if (self.dim() == 0) throw Error("self is 0-dimensional; index_reduce on cuda needs at least one dimension");
+  if (index.dim() > 1) throw Error("index has sizes " + list_str(index.sizes()) + "; expected a 1-d tensor");
+  dim = wrap_dim(dim, self.dim());
+  Shape want = self.sizes();
+  want[static_cast<size_t>(dim)] = index.numel();
+  if (source.sizes() != want)
+    throw Error("source has sizes " + list_str(source.sizes()) + "; expected " + list_str(want) +
+                " (self's sizes with dimension " + std::to_string(dim) + " the index length)");
+  Shape ist(want.size(), 0);
+  ist[static_cast<size_t>(dim)] = index.dim() == 0 ? 1 : index.strides()[0];
+  Owned idx(index.alias(want, ist, index.storage_offset()));
+  Owned out(new_cuda(self.dtype(), self.sizes(), device));
+  scatter_tensors(*out, self, dim, *idx, &source, 0.0, parse_reduce(reduce), include_self);
+  return out.release();
+}
+
+// ATen's index_put (functional): a copy of self laid out like it (empty_like) with
+// out[indices] = values (or += with accumulate). Indices: int64/int32 tensors broadcast together, None
+// for a whole dimension, bool/uint8 masks as their nonzero coordinates (a synchronisation). The indexed
+// dimensions' result goes where the first of them is when they are adjacent, else first.
+Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_in, const Tensor& values,
+                  bool accumulate) {
+  const int device = self.device_index();
+  require_cuda(self, "self", device);
+  require_cuda(values, "values", device);
+  require_dtype(values, self.dtype(), "values");
+  std::vector<Owned> owned;
+  std::vector<const Tensor*> idx;
+  for (const Tensor* t : indices_in) {
+    if (t == nullptr) {
+      idx.push_back(nullptr);
+      continue;
+    }
+    require_cuda(*t, "indices", device);
+    if (t->dtype() == dc::kBool || t->dtype() == dc::kUInt8) {
+      Owned nz(t->dtype() == dc::kBool ? nonzero(*t) : nullptr);
+      if (!nz) {  // a uint8 mask: its bytes as bool
+        Owned as_bool(t->alias_as(dc::kBool, t->sizes(), t->strides(), t->storage_offset()));
+        nz.reset(nonzero(*as_bool));
+      }
+      const int64_t k = nz->sizes()[0];
+      for (int64_t d = 0; d < t->dim(); ++d) {
+        owned.emplace_back(nz->alias({k}, {nz->strides()[0]}, nz->storage_offset() + d * nz->strides()[1]));
+        idx.push_back(owned.back().get());
+      }
+      owned.push_back(std::move(nz));
+    } else if (t->dtype() == dc::kInt64 || t->dtype() == dc::kInt32) {
+      idx.push_back(t);
+    } else {
+      throw Error(std::string("an index has dtype ") + aoti_host::dtype_name(t->dtype()) +
+                  "; expected int64, int32, bool or uint8");
+    }
+  }
+  const int64_t nd = self.dim();
+  if (static_cast<int64_t>(idx.size()) > nd)
+    throw Error("too many indices (" + std::to_string(idx.size()) + ") for a tensor of " + std::to_string(nd) +
+                " dimension(s)");
+  if (nd > cu::kMaxDims)
+    throw Error("tensors of more than " + std::to_string(cu::kMaxDims) + " dimensions are not supported");
+  idx.resize(static_cast<size_t>(nd), nullptr);
+  Shape bshape;
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < nd; ++d) {
+    const Tensor* t = idx[static_cast<size_t>(d)];
+    if (t == nullptr) continue;
+    if (first < 0) first = d;
+    last = d;
+    const Shape& sz = t->sizes();
+    if (sz.size() > bshape.size()) bshape.insert(bshape.begin(), sz.size() - bshape.size(), 1);
+    const size_t off = bshape.size() - sz.size();
+    for (size_t k = 0; k < sz.size(); ++k) {
+      if (sz[k] == 1) continue;
+      if (bshape[off + k] != 1 && bshape[off + k] != sz[k])
+        throw Error("index shapes " + list_str(sz) + " and " + list_str(bshape) + " do not broadcast");
+      bshape[off + k] = sz[k];
+    }
+  }
+  Owned out(new_cuda(self.dtype(), self.sizes(), aoti_host::cpu::detail::empty_like_strides(self), device));
+  cu::copy(*out, self);
+  if (first < 0) first = last = nd;
+  bool adjacent = true;
+  for (int64_t d = first; d <= last && d < nd; ++d) adjacent = adjacent && idx[static_cast<size_t>(d)] != nullptr;
+  Shape rshape;
+  std::vector<int> rdim(static_cast<size_t>(nd), 0);
+  int64_t bpos = 0;
+  if (adjacent) {
+    for (int64_t d = 0; d < first && d < nd; ++d) {
+      rdim[static_cast<size_t>(d)] = static_cast<int>(rshape.size());
+      rshape.push_back(self.sizes()[static_cast<size_t>(d)]);
+    }
+    bpos = static_cast<int64_t>(rshape.size());
+    rshape.insert(rshape.end(), bshape.begin(), bshape.end());
+    for (int64_t d = last + 1; d < nd; ++d) {
+      rdim[static_cast<size_t>(d)] = static_cast<int>(rshape.size());
+      rshape.push_back(self.sizes()[static_cast<size_t>(d)]);
+    }
+  } else {
+    rshape = bshape;
+    for (int64_t d = 0; d < nd; ++d) {
+      if (idx[static_cast<size_t>(d)] != nullptr) continue;
+      rdim[static_cast<size_t>(d)] = static_cast<int>(rshape.size());
+      rshape.push_back(self.sizes()[static_cast<size_t>(d)]);
+    }
+  }
+  if (rshape.size() > static_cast<size_t>(cu::kMaxDims))
+    throw Error("the indexed shape " + list_str(rshape) + " has more than " + std::to_string(cu::kMaxDims) +
+                " dimensions");
+  const Shape& vs = values.sizes();
+  if (vs.size() > rshape.size())
+    throw Error("values with sizes " + list_str(vs) + " cannot be broadcast to the indexed shape " + list_str(rshape));
+  cu::IndexPutSpec s{};
+  s.nd = static_cast<int>(nd);
+  s.rnd = static_cast<int>(rshape.size());
+  s.numel = 1;
+  for (size_t r = 0; r < rshape.size(); ++r) s.rsizes[r] = rshape[r], s.numel *= rshape[r];
+  for (size_t k = 0; k < vs.size(); ++k) {
+    const size_t r = rshape.size() - vs.size() + k;
+    if (vs[k] != 1 && vs[k] != rshape[r])
+      throw Error("values with sizes " + list_str(vs) + " cannot be broadcast to the indexed shape " +
+                  list_str(rshape));
+    s.val_st[r] = vs[k] == 1 ? 0 : values.strides()[k];
+  }
+  for (int64_t d = 0; d < nd; ++d) {
+    const size_t u = static_cast<size_t>(d);
+    s.self_sizes[d] = self.sizes()[u];
+    s.out_st[d] = out->strides()[u];
+    s.rdim[d] = rdim[u];
+    const Tensor* t = idx[u];
+    if (t == nullptr) continue;
+    s.idx[d] = t->data_ptr();
+    s.idx_int32[d] = t->dtype() == dc::kInt32;
+    // the index tensor right-aligned within the broadcast block, which starts at result dim b0
+    const size_t off = bshape.size() - t->sizes().size();
+    const size_t b0 = adjacent ? static_cast<size_t>(bpos) : 0;
+    for (size_t k = 0; k < t->sizes().size(); ++k)
+      if (t->sizes()[k] != 1) s.idx_st[d][b0 + off + k] = t->strides()[k];
+  }
+  if (s.numel > 0 && self.numel() > 0) {
+    const cudaStream_t stream = cu::stream_of(device);
+    BadIndexFlag bad(device, stream);
+    cu::launch_index_put(self.dtype(), out->data_ptr(), values.data_ptr(), s, accumulate, bad.ptr(), stream);
+    bad.check("an index is out of bounds for the indexed dimension of self " + list_str(self.sizes()));
+  }
+  return out.release();
+}
+
 }  // namespace
 
 extern "C" {
@@ -536,9 +941,9 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_efficient_atten
     for (int d = 0; d < 4; ++d) s.o_st[d] = out->strides()[static_cast<size_t>(d)];
     for (int d = 0; d < 3; ++d) s.lse_st[d] = lse->strides()[static_cast<size_t>(d)];
     const cudaStream_t stream = cu::stream_of(device);
-    cu::launch_attention(q.dtype(), out->data_ptr(), lse_len > 0 ? static_cast<float*>(lse->data_ptr()) : nullptr,
-                         q.data_ptr(), a.k->data_ptr(), a.v->data_ptr(),
-                         a.bias != nullptr ? a.bias->data_ptr() : nullptr, s, stream);
+    run_attention(q.dtype(), out->data_ptr(), lse_len > 0 ? static_cast<float*>(lse->data_ptr()) : nullptr,
+                  q.data_ptr(), a.k->data_ptr(), a.v->data_ptr(), a.bias != nullptr ? a.bias->data_ptr() : nullptr, s,
+                  device);
     const bool on_gpu = capturing(stream);
     Owned seed(zeros64(dc::kInt64, {}, on_gpu, device)), offset(zeros64(dc::kInt64, {}, on_gpu, device));
     *ret0 = to_handle(out.release());
@@ -585,8 +990,8 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__scaled_dot_product_flash_attention
     Owned lse(new_cuda(dc::kFloat32, {s.b, s.h, s.m}, device));
     for (int d = 0; d < 4; ++d) s.o_st[d] = out->strides()[static_cast<size_t>(d)];
     for (int d = 0; d < 3; ++d) s.lse_st[d] = lse->strides()[static_cast<size_t>(d)];
-    cu::launch_attention(q.dtype(), out->data_ptr(), static_cast<float*>(lse->data_ptr()), q.data_ptr(),
-                         a.k->data_ptr(), a.v->data_ptr(), nullptr, s, cu::stream_of(device));
+    run_attention(q.dtype(), out->data_ptr(), static_cast<float*>(lse->data_ptr()), q.data_ptr(), a.k->data_ptr(),
+                  a.v->data_ptr(), nullptr, s, device);
     Owned seed(zeros64(dc::kUInt64, {2}, true, device)), offset(zeros64(dc::kUInt64, {}, true, device));
     Owned debug(new_cuda(q.dtype(), {0}, device));
     *ret0 = to_handle(out.release());
@@ -722,6 +1127,82 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_searchsorted_Tensor(AtenTensorHandl
     need(ret0, "ret0");
     *ret0 = to_handle(searchsorted(tensor_arg(sorted_sequence, "sorted_sequence"), tensor_arg(self, "self"),
                                    out_int32 != 0, right != 0, side, optional_arg(sorter)));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_searchsorted_Scalar(AtenTensorHandle sorted_sequence, double self,
+                                                                 int32_t out_int32, int32_t right, const char** side,
+                                                                 AtenTensorHandle* sorter, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_searchsorted_Scalar", [&] {
+    need(ret0, "ret0");
+    const Tensor& seq = tensor_arg(sorted_sequence, "sorted_sequence");
+    const int device = seq.device_index();
+    require_cuda(seq, "sorted_sequence", device);
+    if (seq.dim() != 1)
+      throw Error("sorted_sequence has sizes " + list_str(seq.sizes()) +
+                  "; a scalar value needs a 1-d sorted sequence");
+    // ATen wraps the scalar as a number and compares in the promoted dtype: the sequence's for a floating
+    // sequence, float32 for an integer one; the rounded value, held as float64, compares the same way.
+    const double v = aoti_host::ops::round_to(floating(seq.dtype()) ? seq.dtype() : dc::kFloat32, self);
+    Owned value(new_cuda(dc::kFloat64, {}, device));
+    cu::launch_fill_f64(static_cast<double*>(value->data_ptr()), v, cu::stream_of(device));
+    *ret0 = to_handle(searchsorted(seq, *value, out_int32 != 0, right != 0, side, optional_arg(sorter)));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_histc(AtenTensorHandle self, int64_t bins, double min, double max,
+                                                   AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_histc", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(histc(tensor_arg(self, "self"), bins, min, max));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_repeat_interleave_Tensor(AtenTensorHandle repeats, int64_t* output_size,
+                                                                      AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_repeat_interleave_Tensor", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(repeat_interleave(tensor_arg(repeats, "repeats"), output_size));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_nonzero(AtenTensorHandle self, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_nonzero", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(nonzero(tensor_arg(self, "self")));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_masked_select(AtenTensorHandle self, AtenTensorHandle mask,
+                                                           AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_masked_select", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(masked_select(tensor_arg(self, "self"), tensor_arg(mask, "mask")));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_index_put(AtenTensorHandle self, const AtenTensorHandle** indices,
+                                                       int64_t indices_len_, AtenTensorHandle values,
+                                                       int32_t accumulate, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_index_put", [&] {
+    need(ret0, "ret0");
+    if (indices_len_ < 0) throw Error("indices has negative length " + std::to_string(indices_len_));
+    if (indices_len_ > 0 && indices == nullptr)
+      throw Error("indices is null but its length is " + std::to_string(indices_len_));
+    // A list of optional tensors: each entry a pointer to a handle, null (or a null handle) for None.
+    std::vector<const Tensor*> idx;
+    for (int64_t i = 0; i < indices_len_; ++i) idx.push_back(optional_arg(indices[i]));
+    *ret0 = to_handle(index_put(tensor_arg(self, "self"), idx, tensor_arg(values, "values"), accumulate != 0));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_index_reduce(AtenTensorHandle self, int64_t dim, AtenTensorHandle index,
+                                                          AtenTensorHandle source, const char* reduce,
+                                                          int32_t include_self, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda_index_reduce", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(index_reduce(tensor_arg(self, "self"), dim, tensor_arg(index, "index"),
+                                   tensor_arg(source, "source"), reduce, include_self != 0));
   });
 }
 
