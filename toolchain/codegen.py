@@ -27,7 +27,9 @@ from toolchain.errors import (
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE_DIR = REPO_ROOT / "templates"
+# A checkout's templates/, or the copy an installed wheel carries as package data.
+_INSTALLED_TEMPLATES = Path(__file__).resolve().parent / "_data" / "templates"
+TEMPLATE_DIR = _INSTALLED_TEMPLATES if _INSTALLED_TEMPLATES.is_dir() else REPO_ROOT / "templates"
 
 #: template -> path of the generated file, relative to the output directory.
 OUTPUTS: dict[str, str] = {
