@@ -217,6 +217,7 @@ def _platform_tag() -> str:
 def _write_wheel(wheel_directory: str, kind: str, tag: str, fill) -> str:
     name = f"{_normalized(_name(kind))}-{version()}-{tag}.whl"
     out = Path(wheel_directory) / name
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{name}.partial")
     dist_info = _dist_info(kind)
     wheel = _Wheel(tmp, dist_info)
@@ -318,6 +319,7 @@ def build_sdist(sdist_directory, config_settings=None):
     wheels (dist=cpu and dist=cuda) as the checkout."""
     stem = f"aoti_toolchain-{version()}"
     out = Path(sdist_directory) / f"{stem}.tar.gz"
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.partial")
     files = [f for f in _source_files(*_SDIST_TOP) if not f.startswith(("build/", "dist/"))]
     try:
