@@ -175,7 +175,8 @@ def make_venv(venv: Path, requirements: list[str]) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
     py = venv / "bin" / "python"
-    _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
+    # --no-compile: byte-compiling torch is a minute of the install, and nothing here needs the .pyc files
+    _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *requirements],
          f"pip install {' '.join(Path(r).name for r in requirements)}")
     return py
 
