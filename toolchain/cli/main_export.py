@@ -31,9 +31,10 @@ def _module_from_spec(spec: str):
 def main(args: argparse.Namespace) -> int:
     from toolchain.export import export, prepare_build_dirs
 
-    prepare_build_dirs(Path(args.build_dir))
+    build_dir = Path(args.build_dir) if args.build_dir else None  # None: the user's cache dir
+    prepare_build_dirs(build_dir)
     module, example_inputs = _module_from_spec(args.model)
-    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir))
+    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=build_dir)
     print(f"exported {args.model} -> {out}")
     if args.save_inputs:
         files.prepare_outdir(Path(args.save_inputs))
@@ -55,6 +56,7 @@ def register(sub) -> None:
     e.add_argument("model", help="example:NAME (built-in) or package.module:factory returning (module, inputs)")
     e.add_argument("-o", "--output", required=True, help="the .pt2 to write")
     e.add_argument("--weights", choices=("embedded", "blob"), default="embedded")
-    e.add_argument("--build-dir", default="build", help="TMPDIR and the inductor cache go under it")
+    e.add_argument("--build-dir", default=None, help="TMPDIR and the inductor cache go under it (default: "
+                   "$XDG_CACHE_HOME/aoti-toolchain, else ~/.cache/aoti-toolchain; never the current directory)")
     e.add_argument("--save-inputs", metavar="DIR", help="also save the example inputs and eager outputs as .npy")
     e.set_defaults(func=main)
