@@ -292,6 +292,23 @@ def smoke_test(venv: Path, examples: list[str], scratch: Path) -> list[Path]:
     return made
 
 
+_CUDA_LOAD_PY = r"""
+from toolchain import runtime
+from toolchain.hostlib import find_library
+lib = find_library("cuda")
+assert "aoti_toolchain_cuda/_host/lib" in str(lib), lib
+print("loaded", lib, runtime.Library(lib).version)
+"""
+
+
+def cuda_load_check(venv: Path) -> None:
+    """The installed CUDA runtime opens (cudart and cuBLAS found through its RUNPATH) where no driver is needed."""
+    scratch = venv.parent / "outside-cuda"
+    scratch.mkdir(parents=True, exist_ok=True)
+    _run([str(venv / "bin" / "python"), "-c", _CUDA_LOAD_PY], "open the installed CUDA runtime", cwd=scratch,
+         env=outside_env(venv, scratch))
+
+
 def installed_library(venv: Path) -> Path:
     libs = sorted(venv.glob("lib/python3*/site-packages/toolchain/_host/lib/libaoti_host.so"))
     if not libs:
@@ -379,18 +396,23 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
                 step(f"RUNPATH {CUDA_RUNPATH} in {fixed.name}", lambda f=fixed: add_cuda_runpath(f))
             repaired[kind] = fixed
             artifacts.append(fixed)
-            tag, text = step(f"auditwheel show {fixed.name}", lambda f=fixed: auditwheel_show(f))
+            shown, text = step(f"auditwheel show {fixed.name}", lambda f=fixed: auditwheel_show(f))
+            tag = fixed.name[:-len(".whl")].rsplit("-", 1)[1]  # what repair proved (with the CUDA libraries excluded)
             plat = re.sub(r"_(x86_64|aarch64)$", "", tag)
-            report["auditwheel"].append({"wheel": fixed.name, "tag": tag, "profile": plat, "show": text})
+            report["auditwheel"].append({"wheel": fixed.name, "tag": tag, "show_tag": shown, "profile": plat,
+                                         "show": text})
             if plat not in profile_names():
                 raise StepError(f"auditwheel proves {tag} for {fixed.name}, and toolchain/verify/profiles has no "
                                 f"{plat}.toml to check it with", fix=f"add the {plat} profile (auditwheel's policy)")
-            if not fixed.name.endswith(f"-{tag}.whl"):
-                raise StepError(f"{fixed.name}: its tag is not the one auditwheel show proves ({tag})",
+            # auditwheel show has no --exclude: for the CUDA wheel it names linux_x86_64 for the nvidia
+            # libraries it needs from other wheels (as for torch's CUDA wheels); the CPU wheel must match.
+            if kind == "cpu" and shown != tag:
+                raise StepError(f"{fixed.name}: its tag is not the one auditwheel show proves ({shown})",
                                 fix="repair it with auditwheel repair (no --plat)")
             elves = wheel_elves(fixed, work / "unpacked-wheels" / fixed.name)
-            step(f"verify every ELF file of {fixed.name} (profile {plat}, as auditwheel)",
-                 lambda e=elves, p=plat, f=fixed: check(f"wheel {f.name}", e, None, p))
+            if kind == "cpu":
+                step(f"verify every ELF file of {fixed.name} (profile {plat}, as auditwheel)",
+                     lambda e=elves, p=plat, f=fixed: check(f"wheel {f.name}", e, None, p))
         if "cpu" in repaired:
             reqs = [str(repaired["cpu"]), *([TORCH_REQUIREMENT] if examples else [])]
             venv = work / "venv"
@@ -402,6 +424,18 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
             if pt2s:
                 step("verify the example plugins in the installed runtime",
                      lambda: check("example plugins", pt2s, installed_library(venv)))
+        if "cuda" in repaired:
+            # cudart and cuBLAS resolve only where the nvidia wheels are installed: verify the installed files
+            cvenv = work / "venv-cuda"
+            step("install the CPU and CUDA wheels into a fresh venv",
+                 lambda: make_venv(cvenv, [str(repaired["cpu"]), str(repaired["cuda"])]))
+            plat = report["auditwheel"][-1]["profile"]
+            site = next(cvenv.glob("lib/python3*/site-packages"))
+            elves = sorted(p for d in ("aoti_toolchain_cuda", "aoti_toolchain_cuda.libs") for p in (site / d).rglob("*")
+                           if p.is_file() and is_elf(p))
+            step(f"verify every ELF file of the installed CUDA wheel (profile {plat})",
+                 lambda: check(f"wheel {repaired['cuda'].name}", elves, None, plat))
+            step("the CUDA runtime loads without a GPU driver (installed module)", lambda: cuda_load_check(cvenv))
         report["artifacts"] = [{"file": a.name, "sha256": sha256(a), "bytes": a.stat().st_size} for a in artifacts]
     except VerifyFailed as exc:
         report["failed"] = str(exc)
