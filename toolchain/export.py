@@ -58,6 +58,9 @@ def default_build_dir() -> Path:
 def prepare_build_dirs(build_dir: Path | None = None) -> Path:
     """Point TMPDIR and TORCHINDUCTOR_CACHE_DIR inside `build_dir` (default: default_build_dir()), before torch
     compiles anything."""
+    if build_dir is None:
+        # shared with the runtime's plugin cache, which refuses a group- or world-writable root: 0700, as it makes it
+        default_build_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
     root = (Path(build_dir if build_dir is not None else default_build_dir()) / "torch").resolve()
     (root / "tmp").mkdir(parents=True, exist_ok=True)
     (root / "inductor-cache").mkdir(parents=True, exist_ok=True)
@@ -408,8 +411,8 @@ def export(
     device="cuda" (or "cuda:N") moves the module and the inputs there and builds a CUDA plugin.
     vectorize (CPU): compile SIMD kernels for the widest ISA `probe_vec_isa` finds (they import Sleef_*,
     which the host runtime provides); False, or no working ISA, gives scalar kernels."""
-    build_dir = Path(build_dir) if build_dir is not None else default_build_dir()
     prepare_build_dirs(build_dir)
+    build_dir = Path(build_dir) if build_dir is not None else default_build_dir()
     import torch
     from torch._inductor import cpu_vec_isa
 

@@ -29,6 +29,7 @@ def test_export_writes_only_the_package_with_the_umask_and_the_model_folder(tmp_
     assert list(cwd.iterdir()) == [], "export wrote into the current directory"
     assert [p.name for p in out_dir.iterdir()] == ["mlp.pt2"], "a temporary file or folder stayed"
     assert (cache / "aoti-toolchain" / "torch" / "inductor-cache").is_dir()
+    assert (cache / "aoti-toolchain").stat().st_mode & 0o777 == 0o700  # the runtime's plugin cache shares it
     assert (out_dir / "mlp.pt2").stat().st_mode & 0o777 == 0o644
     with zipfile.ZipFile(out_dir / "mlp.pt2") as zf:
         tops = {n.split("/", 1)[0] for n in zf.namelist()}

@@ -11,7 +11,6 @@ import sys
 import pytest
 
 import toolchain
-
 from tests.integration import elf_builders as eb
 from toolchain.atomic import current_umask
 
