@@ -6,7 +6,7 @@
     nox -t cpu                  only the CPU cells
     nox -s e2e                  real torch plugins through every host the build session built
     nox -s gpu                  on the GPU machine only (not a default session)
-    nox -s release              the release pipeline (python -m toolchain.release)
+    nox -s release              sdist, wheels, runtime archives, repair, verify, fresh-venv test (toolchain.release)
     nox -s fuzz                 verify/inspect on 20,000 mutated real plugins (AOTI_FUZZ_CASES)
     nox -s fuzz_native -- --seconds 600    the runtime's libFuzzer targets (clang), 10 minutes each
 
@@ -105,7 +105,9 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", tags=["release"])
 def release(session: nox.Session) -> None:
-    """The release pipeline: verify the built runtimes and plugins (toolchain/release.py, the verifier issue)."""
+    """The release pipeline (toolchain/release.py, docs/packaging.md): sdist -> wheel (from the sdist) -> scons dist
+    -> auditwheel repair + show -> verify every ELF -> install into a fresh venv and export/run there ->
+    dist/SHA256SUMS. posargs go to it, e.g. `nox -s release -- --cuda` for the aoti-toolchain-cuda wheel too."""
     if not (ROOT / "toolchain" / "release.py").exists():
         session.error("toolchain/release.py does not exist yet (the verifier issue writes it); nothing to release")
     session.run(sys.executable, "-m", "toolchain.release", *session.posargs)

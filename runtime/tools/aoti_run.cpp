@@ -5,6 +5,7 @@
 //
 // Exit codes come from the project's one exit-code table (toolchain/spec/exit_codes.toml, generated into
 // aoti_host/exit_codes.h), which aoti-toolchain reads too: a failure gets the same code from both CLIs.
+#include "aoti_host/build_info.h"
 #include "aoti_host/c_api.h"
 #include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
@@ -84,6 +85,7 @@ const char kHelp[] =
     "                        (prints 'cuda_graphs: captures=.. replays=..' at the end)\n"
     "  -q, --quiet           do not print one line per output\n"
     "  -h, --help            this text\n"
+    "  --version             the version and the runtime's build configuration\n"
     "\n"
     "Only regular files are read (a FIFO, device or directory given as a model, weights or input is refused).\n"
     "\n";
@@ -109,6 +111,7 @@ struct Args {
   long long repeat = 0;
   bool quiet = false;
   bool help = false;
+  bool version = false;
   std::string device = "cpu";
   bool cuda_graphs = false;
   bool device_inputs = false;
@@ -151,6 +154,10 @@ Args parse_args(int argc, char** argv) {
     if (arg == "-h" || arg == "--help") {
       no_value("--help");
       a.help = true;
+      return a;
+    } else if (arg == "--version") {
+      no_value("--version");
+      a.version = true;
       return a;
     } else if (arg == "-i" || arg == "--input") {
       std::string spec = take("-i");
@@ -570,6 +577,11 @@ int main(int argc, char** argv) {
     const Args args = parse_args(argc, argv);
     if (args.help) {
       std::printf("%s\n%s%s", kUsageLine, kHelp, aoti_host::kAotiRunExitHelp);
+      return kExitOk;
+    }
+    if (args.version) {
+      // Same two lines as `aoti-toolchain --version` (it reads them from the runtime's manifest.json).
+      std::printf("aoti-run %s\nruntime: %s\n", AOTI_HOST_VERSION, AOTI_HOST_BUILD_CONFIG);
       return kExitOk;
     }
     return run(args);

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import toolchain
 from tests.integration import elf_builders as eb
 from toolchain.atomic import current_umask
 
@@ -34,24 +35,30 @@ def test_release_fails_on_a_plugin_error_and_writes_no_sums(tmp_path):
 
 
 @pytest.mark.slow
-def test_release_end_to_end(tmp_path):
-    out = tmp_path / "dist"
-    r = release("--out", out, "--examples", "mlp", "--work", tmp_path / "work")
+def test_release_end_to_end(release_run):
+    out, r = release_run.out, release_run.proc
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     sums = dict(reversed(line.split("  ", 1)) for line in (out / "SHA256SUMS").read_text().splitlines())
     names = sorted(sums)
-    assert any(n.endswith(".whl") for n in names) and any(n.startswith("aoti_toolchain-") and n.endswith(".tar.gz")
-                                                          for n in names)
-    assert any(n.startswith("aoti-host-runtime-") for n in names)
+    version = toolchain.__version__
+    assert f"aoti_toolchain-{version}.tar.gz" in names  # the sdist
+    assert f"aoti-host-{version}-cpu-gcc-release.tar.gz" in names  # scons dist
+    wheels = [n for n in names if n.endswith(".whl")]
+    # only the repaired wheel ships, tagged with what auditwheel proves (never linux_x86_64 or py3-none-any)
+    assert len(wheels) == 1 and "-py3-none-manylinux_" in wheels[0], names
     for name, digest in sums.items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
     # the mode a plain open() gives under the umask (0644 under 022), not mkstemp's 0600
     assert stat.S_IMODE((out / "SHA256SUMS").stat().st_mode) == 0o666 & ~current_umask()
-    report = json.loads((out / "release-report.json").read_text())
+    report = release_run.report
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=eb.REPO_ROOT).stdout.strip()
     assert report["verdict"] == "pass" and report["commit"] == head
-    verified = {v["what"]: v["report"] for v in report["verify"]}
-    runtime_files = {f["path"].rsplit("/", 1)[-1] for f in verified["runtime"]["files"]}
-    assert {"libaoti_host.so", "aoti-run"} <= runtime_files
-    assert any(f["kind"] == "plugin" for f in verified["example plugins"]["files"])
-    assert verified["example plugins"]["summary"]["errors"] == 0
+    verified = {v["what"]: v for v in report["verify"]}
+    archive = verified[f"runtime archive aoti-host-{version}-cpu-gcc-release.tar.gz"]["report"]
+    assert {"libaoti_host.so", "aoti-run"} <= {f["path"].rsplit("/", 1)[-1] for f in archive["files"]}
+    assert verified[f"manifest of aoti-host-{version}-cpu-gcc-release.tar.gz"]["problems"] == []
+    plugins = verified["example plugins"]["report"]
+    assert any(f["kind"] == "plugin" for f in plugins["files"]) and plugins["summary"]["errors"] == 0
+    # the order of a cibuildwheel-style pipeline: build -> repair -> test, and only then the checksums
+    order = [s["step"].split(" ")[0:2] for s in report["steps"]]
+    assert order.index(["auditwheel", "repair"]) < order.index(["install", "the"]) < order.index(["export", "and"])

@@ -19,12 +19,41 @@ class _Parser(argparse.ArgumentParser):
 COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch", "serve")
 
 
+def version_text() -> str:
+    """`aoti-toolchain --version`: the toolchain's version, the runtime library it uses and that runtime's
+    build configuration (its manifest.json), the same two lines `aoti-run --version` prints."""
+    import toolchain
+    from toolchain.hostlib import build_info, find_library
+
+    lines = [f"aoti-toolchain {toolchain.__version__}"]
+    lib = find_library()
+    info = build_info(lib) if lib is not None else None
+    if lib is None or not lib.is_file():
+        lines.append("runtime: none found (pip install aoti-toolchain, or scons in a checkout, or set AOTI_HOST_LIBRARY)")
+    elif info is None:
+        lines.append(f"runtime: {lib} (no manifest.json beside it: build configuration unknown)")
+    else:
+        if info.get("version") != toolchain.__version__:
+            lines.append(f"warning: the runtime is version {info.get('version')}, the toolchain {toolchain.__version__}")
+        lines.append(f"runtime: {info.get('build_config', '?')}")
+        lines.append(f"library: {lib}")
+    return "\n".join(lines)
+
+
+class _VersionAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of `aoti-toolchain`: one module per command (toolchain/cli/main_<command>.py) registers its
     sub-parser and runs it; a command's work is imported when it runs."""
     import importlib
 
     p = _Parser(prog="aoti-toolchain", description="Build, check, repair and run AOTInductor plugins.")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="print the version and the runtime's build configuration, then exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"toolchain.cli.main_{name}").register(sub)

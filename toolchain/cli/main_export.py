@@ -133,7 +133,8 @@ def main(args: argparse.Namespace) -> int:
     from toolchain.export import export, prepare_build_dirs
 
     progress.set_quiet(bool(getattr(args, "quiet", False)))
-    prepare_build_dirs(Path(args.build_dir))
+    build_dir = Path(args.build_dir) if args.build_dir else None  # None: the user's cache dir
+    prepare_build_dirs(build_dir)
     dynamic = parse_dynamic(getattr(args, "dynamic", None) or [])
     with progress.step(f"loading {args.model}"):
         module, example_inputs, dynamic_shapes = _module_from_spec(args.model)
@@ -142,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
             msg = f"{args.model}: the factory returns dynamic shapes and --dynamic gives more"
             raise UsageError(msg, fix="give dynamic shapes in one place: the factory or --dynamic")
         dynamic_shapes = dynamic_shapes_for(module, example_inputs, dynamic)
-    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=Path(args.build_dir),
+    out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=build_dir,
                  dynamic_shapes=dynamic_shapes, **_target_options(args))
     print(f"exported {args.model} -> {out}")
     if args.save_inputs:
@@ -194,7 +195,8 @@ def register(sub) -> None:
                    "bound); repeat for more dimensions")
     e.add_argument("--weights", choices=("embedded", "blob"), default="embedded",
                    help="weights inside the plugin .so (embedded) or in a separate blob in the package (blob)")
-    e.add_argument("--build-dir", default="build", help="TMPDIR and the inductor cache go under it")
+    e.add_argument("--build-dir", default=None, help="TMPDIR and the inductor cache go under it (default: "
+                   "$XDG_CACHE_HOME/aoti-toolchain, else ~/.cache/aoti-toolchain; never the current directory)")
     e.add_argument("--save-inputs", metavar="DIR", help="also save the example inputs and eager outputs as .npy")
     e.add_argument("-q", "--quiet", action="store_true", help="print no progress, only the result and errors")
     _add_target_arguments(e)

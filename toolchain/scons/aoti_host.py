@@ -4,6 +4,9 @@ Adds to an Environment:
 - ``env.AotiCodegen()``: the generated header/lists/link test, from the spec and templates/.
 - ``env.AotiHostProgram(target, sources, libs=[...])``: a program that loads plugins. The shim archive
   is linked between --whole-archive/--no-whole-archive and the generated dynamic list exports the shims.
+- ``env.AotiInstalledRuntime(root=None)``: the runtime of an installed wheel (or an unpacked `scons dist`
+  archive) as a dependency: ``env.AotiHostProgram("myhost", ["main.cpp"], libs=[env.AotiInstalledRuntime()])``
+  links it (-laoti_host, a $ORIGIN-relative RUNPATH) with the same link rules and post-link checks.
 - ``env.AotiRuntimeLibrary(target, libs=[...])``: the shared runtime library, shims whole-archived,
   exports limited by the generated version script.
 - ``env.AotiLibrary(target, sources, public={...}, deps=[...])``: a static library with usage requirements
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import SCons.Action
 import SCons.Builder
+import SCons.Errors
 import SCons.Script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +60,8 @@ def _codegen_action(target, source, env):
 
 
 def _whole_archive(env, archives) -> list[str]:
+    if not env.Flatten(archives):
+        return []
     return ["-Wl,--whole-archive", *[a.abspath for a in env.Flatten(archives)], "-Wl,--no-whole-archive"]
 
 
@@ -130,15 +136,23 @@ def AotiHostProgram(env, target, source, libs=(), **kw):
     """A program that loads plugins: its sources get the usage requirements of ``libs`` and of the shims;
     the shim archive is whole-archived and the shims exported (the generated dynamic list, or
     --export-dynamic with export=all); then the link rules and the post-link checks run."""
-    shims = env.Flatten(env["AOTI_SHIM_ARCHIVE"])
-    archives = env.Flatten(list(libs))
-    overrides = _usage_overrides(env, target, [*archives, *shims])
+    shims = env.Flatten(env.get("AOTI_SHIM_ARCHIVE", []))
+    deps = env.Flatten(list(libs))
+    # An installed runtime (env.AotiInstalledRuntime) is linked as -laoti_host through its usage
+    # requirements; it exports the shims itself, so the program needs no shim archive or dynamic list.
+    installed = [d for d in deps if _role_of(d) == "installed-runtime"]
+    archives = [d for d in deps if d not in installed]
+    if not shims and not installed:
+        raise SCons.Errors.UserError(f"AotiHostProgram {target}: no runtime to link: pass libs=[runtime] of a "
+                                     "runtime build, or libs=[env.AotiInstalledRuntime()] for the installed one")
+    overrides = _usage_overrides(env, target, [*deps, *shims])
     link_overrides = _link_overrides(env, overrides, kw)
+    rpath = [_origin_rpath(env, target, lib) for lib in installed]
     prog = env.Program(
         target,
         _objects(env, source, overrides, shared=False),
         LINKCOM=_LINKCOM,
-        LINKFLAGS=[*env.get("LINKFLAGS", []), *_export_flags(env)],
+        LINKFLAGS=[*env.get("LINKFLAGS", []), *(_export_flags(env) if shims else []), *rpath],
         AOTI_ARCHIVES=[a.abspath for a in archives],
         AOTI_WHOLE_ARCHIVE=_whole_archive(env, shims),
         AOTI_WHOLE_ARCHIVE_NODES=shims,
@@ -146,12 +160,51 @@ def AotiHostProgram(env, target, source, libs=(), **kw):
         **link_overrides,
         **kw,
     )
-    if env.get("AOTI_EXPORT", "shims") != "all":
+    if shims and env.get("AOTI_EXPORT", "shims") != "all":
         env.Depends(prog, env.File("$AOTI_GEN_DIR/link/host.dynlist"))
-    env.Depends(prog, [*archives, *shims])
+    env.Depends(prog, [*deps, *shims])
     env.AddPreAction(prog, DuplicateShimCheck)
     env.AddPostAction(prog, PostLinkCheck)
     return prog
+
+
+def _role_of(node) -> str | None:
+    return getattr(getattr(node, "attributes", None), "aoti_role", None)
+
+
+def _origin_rpath(env, target, lib) -> str:
+    """-rpath $ORIGIN/<path from the program's folder to the installed runtime's lib/>: the program finds
+    the runtime where it was built against without a build-machine path in RUNPATH (verify's unsafe-runpath)."""
+    import os
+
+    out_dir = os.path.dirname(env.File(env.subst(str(target))).abspath)
+    rel = os.path.relpath(os.path.dirname(lib.abspath), out_dir)
+    return "-Wl,-rpath,'$$ORIGIN" + ("" if rel == "." else "/" + rel) + "'"
+
+
+def AotiInstalledRuntime(env, root=None):
+    """The runtime an installed aoti-toolchain wheel carries (or ``root``: an unpacked `scons dist` archive)
+    as a dependency for ``env.AotiHostProgram(target, sources, libs=[env.AotiInstalledRuntime()])``: its
+    headers, feature defines and -laoti_host are the program's usage requirements; the program gets a
+    $ORIGIN-relative RUNPATH to it, and the same post-link checks as the runtime's own programs."""
+    from toolchain.hostlib import build_info, find_library
+
+    lib = Path(root) / "lib" / "libaoti_host.so" if root is not None else find_library()
+    if lib is None or not lib.is_file():
+        raise SCons.Errors.UserError(
+            f"AotiInstalledRuntime: no runtime library at {lib or 'any installed or built location'}: "
+            "pip install aoti-toolchain, or pass root= an unpacked aoti-host-<version>-<variant> folder")
+    info = build_info(lib) or {}
+    defines = {str(k): str(v) for k, v in (info.get("feature_defines") or {"CUDA_AVAILABLE": "0"}).items()}
+    tree = lib.parent.parent
+    env.SetDefault(AOTI_FEATURE_DEFINES=defines, AOTI_VARIANT=str(info.get("variant", "installed")))
+    env["AOTI_CUDA"] = defines.get("CUDA_AVAILABLE") == "1"
+    node = env.File(str(lib))
+    usage = {"CPPPATH": [str(tree / "include")], "CPPDEFINES": list(defines.items()), "LIBS": ["aoti_host"],
+             "LIBPATH": [str(lib.parent)]}
+    node.attributes.aoti_role = "installed-runtime"
+    node.attributes.aoti_usage = [usage]
+    return node
 
 
 def AotiRuntimeLibrary(env, target, source=(), libs=(), **kw):
@@ -222,6 +275,7 @@ def generate(env):
     env.AddMethod(AotiCheckExports)
     env.AddMethod(AotiCheckConfig)
     env.AddMethod(AotiHostProgram)
+    env.AddMethod(AotiInstalledRuntime)
     env.AddMethod(AotiRuntimeLibrary)
     env.AddMethod(AotiLibrary)
     env.AddMethod(AotiSharedObjects)

@@ -21,6 +21,13 @@ __all__ = ["verify_paths", "verify_buffer", "make_context", "check_elf", "Report
            "default_host"]
 
 
+def _short(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 def default_host() -> Path:
     """The host a plugin will load in by default: this project's runtime library (toolchain.hostlib finds it
     as toolchain.runtime does). UsageError when there is none: a verdict against no host would differ from
@@ -34,7 +41,7 @@ def default_host() -> Path:
                          "build, or pass --host PATH / --host none")
     if lib is None:
         msg = ("no host given and this project's runtime library is not built (looked for $"
-               f"{LIBRARY_ENV} and {', '.join(str(c.relative_to(REPO_ROOT)) for c in candidates()[:3])}, ...)")
+               f"{LIBRARY_ENV} and {', '.join(_short(c, REPO_ROOT) for c in candidates()[:3])}, ...)")
         raise UsageError(msg, fix=f"build it (scons -C {REPO_ROOT}), or pass --host PATH (the host program or "
                          "runtime library the plugin will load in), or --host none to check the plugin standalone")
     return lib
@@ -125,6 +132,9 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
         report.files.append(check_elf(str(hpath), helf, ctx, "host"))
     for p in paths:
         path = Path(p)
+        if _is_runtime_tree(path):
+            report.files.extend(_check_runtime_tree(path, ctx, kind))
+            continue
         members = elf_members(path)
         in_package = _is_zip(path) and any(label.startswith(f"{path}!") for label, _ in members)
         if in_package:
@@ -166,6 +176,53 @@ def _check_targets(path: Path, in_package: bool, report: Report, prof) -> None:
                 gpu = {}  # a package's cubins are counted with its (one) plugin
     except (PackageError, ElfError):
         return  # already reported as malformed by the package and ELF checks
+
+
+def _is_runtime_tree(path: Path) -> bool:
+    """A `scons dist` archive (aoti-host-*.tar.gz) or an unpacked one (a folder with manifest.json)."""
+    from toolchain.distpack import MANIFEST, is_runtime_archive
+
+    return (path.is_dir() and (path / MANIFEST).is_file()) or is_runtime_archive(path)
+
+
+def _check_runtime_tree(path: Path, ctx: checks.Context, kind: str) -> list[FileResult]:
+    """The tree against its manifest (dist-manifest-mismatch), then every ELF file in it; an archive is
+    unpacked into a private temporary folder first (tarfile's data filter: nothing lands outside it)."""
+    import tempfile
+
+    from toolchain.distpack import ManifestError, check_tree, safe_extract
+
+    with tempfile.TemporaryDirectory(prefix="aoti-verify-dist-") as tmp:
+        res = FileResult(str(path), "package")
+        if path.is_dir():
+            root = path
+        else:
+            try:
+                root = safe_extract(path, Path(tmp))
+            except ManifestError as exc:
+                res.add("dist-manifest-mismatch", str(exc))
+                return [res]
+        manifest, problems = check_tree(root)
+        for prob in problems:
+            where = prob.path if path.is_dir() else f"{path}!{Path(prob.path).relative_to(root)}" \
+                if Path(prob.path).is_relative_to(root) else str(path)
+            res.add("dist-manifest-mismatch", f"{where}: {prob.message}")
+        out = [res]
+        if manifest is None:
+            return out
+        for rel in sorted(manifest["files"]):
+            file = root / rel
+            if not file.is_file() or file.is_symlink():
+                continue
+            with open(file, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    continue
+            label = str(file)  # the real path: RUNPATH $ORIGIN and DT_NEEDED resolve from it
+            try:
+                out.append(check_elf(label, read_elf(file), ctx, kind))
+            except ElfError as exc:
+                out.append(_unreadable(label, exc))
+        return out
 
 
 def _is_zip(path: Path) -> bool:

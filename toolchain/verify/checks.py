@@ -177,7 +177,7 @@ def check_libraries(elf: ElfFile, res: FileResult, ctx: Context) -> None:
     for lib in elf.needed:
         if _LIBTORCH_RE.match(lib) or lib in ctx.profile.allowed:
             continue
-        if any(e.startswith(("$ORIGIN", "${ORIGIN}")) for e in elf.runpath):
+        if any(e.startswith(("$ORIGIN", "${ORIGIN}")) for e in (elf.runpath or elf.rpath)):
             continue  # may be bundled beside it; missing-library decides
         if lib in ctx.profile.packages:
             res.add("library-not-allowed", f"needs {lib}, present on {ctx.profile.name} only with "
@@ -363,9 +363,21 @@ def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
     groups = list(ctx.shim_groups or ("core", "cpu"))
     if ctx.shim_groups is None and any(s.name in defined for s in ctx.spec.shims_in("cuda")):
         groups.append("cuda")
+    scope = ctx.resolver.scope(elf, path).objects
+    # A program's DT_NEEDED libraries are in the process's global scope, where a plugin loaded later binds:
+    # a program linked against libaoti_host.so exports the shims through it (a library's own dependencies
+    # are global only when it is loaded RTLD_GLOBAL, so a library must export them itself).
+    libs = scope[1:] if elf.interp else []
+
+    def exported_by_needed(name: str) -> bool:
+        return any(s.binding in ("GLOBAL", "WEAK") and s.visibility == "DEFAULT" and not s.hidden
+                   for lo in libs for s in ctx.resolver.find_defs(lo, name))
+
     for shim in ctx.spec.shims_in(*groups):
         syms = defined.get(shim.name, [])
         ok = [s for s in syms if s.binding in ("GLOBAL", "WEAK") and s.visibility == "DEFAULT" and not s.hidden]
+        if not ok and not syms and exported_by_needed(shim.name):
+            continue
         if not ok:
             undef = not syms and any(s.name == shim.name for s in elf.symbols)
             why = ("only an undefined reference in its dynamic symbol table" if undef else
@@ -373,7 +385,6 @@ def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
                    f"{syms[0].binding}/{syms[0].visibility}{' hidden version' if syms[0].hidden else ''}")
             res.add("shim-not-exported", f"does not export shim {shim.name} ({why}): a plugin importing it fails "
                     "to load", symbol=shim.name)
-    scope = ctx.resolver.scope(elf, path).objects
     for shim in ctx.spec.shims:
         providers = [lo for lo in scope if any(s.visibility == "DEFAULT" for s in ctx.resolver.find_defs(lo, shim.name))]
         if len(providers) > 1:
