@@ -541,6 +541,13 @@ def export(
               "(install libsleef-dev)", file=sys.stderr)
         vector = False
     isa_cfg, march = target.cpu_isa_configs(cpu_isa, isa, vector=vector)
+    if "cpp.march" in isa_cfg and not hasattr(torch._inductor.config.cpp, "march"):
+        # torch before 2.13 has no cpp.march: its compiles always use -march=native. Say so; the target
+        # record is decoded from the code, so it (and the runtime's preflight) still states what it needs.
+        progress.note(f"note: torch {torch.__version__} cannot set -march (no inductor cpp.march): compiled "
+                      f"for this machine's CPU instead of {cpu_isa}; the package records what its code needs")
+        isa_cfg.pop("cpp.march")
+        march = "native"
     cfg.update(isa_cfg)
     cfg.update(extra_configs or {})
     if device.startswith("cuda"):
@@ -612,6 +619,8 @@ def _oblivious(on: bool) -> Any:
         return contextlib.nullcontext()
     from torch.fx.experimental import _config as fx_config
 
+    if not hasattr(fx_config, "backed_size_oblivious"):  # an older torch: its specialisation stays, and the
+        return contextlib.nullcontext()                  # contract records the range the compiled code checks
     return fx_config.patch(backed_size_oblivious=True)  # type: ignore[attr-defined]
 
 
