@@ -1,7 +1,8 @@
 """nox sessions. Sessions only run commands; the project's logic lives in toolchain/ and tests/.
 
     nox -l                      the sessions and the build matrix
-    nox -s lint tests           the default sessions
+    nox -s lint tests           the default sessions (the default pytest run: tests marked long are skipped)
+    nox -s slow                 only the tests marked long (other variants, fuzzing, fresh venvs and clones, Ray)
     nox -s build                every cell of cuda x cxx x stdlib (CUDA cells compile and link; no GPU needed)
     nox -t cpu                  only the CPU cells
     nox -s e2e                  real torch plugins through every host the build session built
@@ -103,6 +104,12 @@ def gpu(session: nox.Session) -> None:
     session.run("bash", str(script), *session.posargs, external=True)
 
 
+@nox.session(venv_backend="none", tags=["slow"])
+def slow(session: nox.Session) -> None:
+    """The tests marked long, which the default pytest run skips (CI runs them after it)."""
+    session.run(sys.executable, "-m", "pytest", "tests", "--long", "-m", "long", *session.posargs)
+
+
 @nox.session(venv_backend="none", tags=["release"])
 def release(session: nox.Session) -> None:
     """The release pipeline (toolchain/release.py, docs/packaging.md): sdist -> wheel (from the sdist) -> scons dist
@@ -110,6 +117,9 @@ def release(session: nox.Session) -> None:
     dist/SHA256SUMS. posargs go to it, e.g. `nox -s release -- --cuda` for the aoti-toolchain-cuda wheel too."""
     if not (ROOT / "toolchain" / "release.py").exists():
         session.error("toolchain/release.py does not exist yet (the verifier issue writes it); nothing to release")
+    # every test first, the long ones included (not the two that run this very pipeline themselves)
+    session.run(sys.executable, "-m", "pytest", "tests", "--long", "--ignore=tests/integration/test_release.py",
+                "--ignore=tests/integration/test_wheel.py")
     session.run(sys.executable, "-m", "toolchain.release", *session.posargs)
 
 

@@ -25,6 +25,23 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_TORCH_DIR / "inductor-cach
 os.environ["XDG_CACHE_HOME"] = str(BUILD_DIR / "xdg-cache")
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption("--long", action="store_true",
+                     help="also run the tests marked long (other build variants, fuzzing, fresh venvs and clones, "
+                     "Ray, the release); `nox -s slow` and CI run them, AOTI_TESTS_LONG=1 does the same")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `long` are skipped, with the reason, unless --long (or AOTI_TESTS_LONG=1) is given: the
+    default run stays a few minutes on a 2-core machine; CI runs both."""
+    if config.getoption("--long") or os.environ.get("AOTI_TESTS_LONG") == "1":
+        return
+    skip = pytest.mark.skip(reason="long test: run with --long (nox -s slow; CI runs it)")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
 def scons_command() -> list[str]:
     exe = shutil.which("scons") or str(Path(sys.executable).with_name("scons"))
     return [exe]
