@@ -6,7 +6,14 @@ Both sides are interleaved, `--rounds` times; the ratio of the medians is printe
 (fresh Resolver each call: libc/libstdc++ are re-read every time) and, separately, as the CLI
 (`python -m toolchain verify`, interpreter start and imports included).
 
-    .venv/bin/python bench/bench_verify.py [--rounds 7] [--features 16384]
+    .venv/bin/python bench/bench_verify.py [--rounds 7] [--features 16384] [--startup-only]
+
+Start-up (issue 17, target: the CLI on a small plugin within 2x of readelf + Python's own start): the CLI
+`python -m toolchain verify SMALL.so` (default host: this project's library) against `readelf` on the same
+file plus `python -c pass`, interleaved. The CLI is timed with the bytecode cache in use (what an installed
+package has; PYTHONDONTWRITEBYTECODE removed after one warm-up run writes it) and, for scale, without
+(every module compiled from source on each start, as in a checkout run with PYTHONDONTWRITEBYTECODE=1 and
+no __pycache__ yet).
 """
 
 from __future__ import annotations
@@ -71,11 +78,68 @@ def t_readelf(files: list[Path]) -> float:
     return time.perf_counter() - t0
 
 
+def small_plugin() -> Path:
+    """The plugin .so of the attention example (about 1.7 MB), exported once."""
+    so = BENCH / "attention.so"
+    if so.is_file():
+        return so
+    os.environ["TMPDIR"] = str(REPO / "build" / "torch" / "tmp")
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(REPO / "build" / "torch" / "inductor-cache"))
+    Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    from toolchain import examples
+    from toolchain.export import export
+
+    module, inputs = examples.get("attention")
+    pt2 = export(module, inputs, BENCH / "attention.pt2", build_dir=REPO / "build")
+    with zipfile.ZipFile(pt2) as zf:
+        (member,) = [n for n in zf.namelist() if n.endswith(".so")]
+        so.write_bytes(zf.read(member))
+    return so
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env)
+    return time.perf_counter() - t0
+
+
+def startup(rounds: int) -> None:
+    so = small_plugin()
+    cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    # an empty cache prefix that is never written: every module compiled from source on every start
+    empty = BENCH / "empty-pycache"
+    empty.mkdir(parents=True, exist_ok=True)
+    source = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)}
+    cli = [sys.executable, "-m", "toolchain", "verify", str(so)]
+    timed(cli, cached)  # writes the bytecode cache
+    sides: dict[str, tuple[list[str], dict[str, str] | None]] = {
+        "readelf": (["readelf", "--dyn-syms", "--version-info", "-d", "-l", str(so)], None),
+        "python": ([sys.executable, "-c", "pass"], cached),
+        "cli": (cli, cached),
+        "cli_source": (cli, source),
+    }
+    got: dict[str, list[float]] = {k: [] for k in sides}
+    for _ in range(rounds):
+        for k, (cmd, env) in sides.items():
+            got[k].append(timed(cmd, env))
+    m = {k: statistics.median(v) for k, v in got.items()}
+    floor = m["readelf"] + m["python"]
+    print(f"start-up on {so.name} ({so.stat().st_size / 1e6:.1f} MB), median of {rounds} interleaved, load average "
+          f"{os.getloadavg()[0]:.1f}: readelf {m['readelf'] * 1e3:.1f} ms, python -c pass {m['python'] * 1e3:.1f} ms, "
+          f"`python -m toolchain verify` {m['cli'] * 1e3:.1f} ms (bytecode cached) {m['cli_source'] * 1e3:.1f} ms "
+          f"(compiled from source); ratio to readelf + Python {m['cli'] / floor:.2f} (target <= 2) and "
+          f"{m['cli_source'] / floor:.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--features", type=int, default=16384)
+    ap.add_argument("--startup-only", action="store_true")
     args = ap.parse_args()
+    startup(args.rounds)
+    if args.startup_only:
+        return 0
     plugin, host = big_plugin(args.features), big_host()
     from toolchain.elf.reader import read_elf
     from toolchain.verify import verify_paths

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +142,7 @@ class Library:
             raise LoadError(msg) from exc
         self.lib = lib
         _abi.bind(lib)  # every C API function and the shims read here, typed from the spec
+        self.fast_run = _bind_fast_path(self)
 
     @property
     def version(self) -> str:
@@ -171,7 +173,8 @@ class Library:
                 tuple(strides[i] for i in range(ndim.value)))
 
     def take_output(self, handle: int) -> np.ndarray:
-        """Copy an output tensor into a numpy array (its own layout kept) and free the handle."""
+        """A numpy array viewing an output tensor without a copy (its own layout kept); the array owns the
+        handle, freed when the last view of it goes. A device output: its host copy."""
         lib = self.lib
         device_type = ctypes.c_int32()
         self.check(lib.aoti_torch_get_device_type(handle, ctypes.byref(device_type)), "reading an output tensor")
@@ -184,9 +187,81 @@ class Library:
             return self.take_output(host.value or 0)
         try:
             data, dtype, shape, elem_strides = self.tensor_meta(handle)
-            return _host_copy(data, dtype, shape, elem_strides)
-        finally:
+        except BaseException:
             lib.aoti_torch_delete_tensor_object(handle)
+            raise
+        return _output_array(_HandleOwner(lib.aoti_torch_delete_tensor_object, handle), data, dtype, shape,
+                             elem_strides)
+
+
+class _HandleOwner:
+    """An output tensor handle, freed when the last numpy array viewing it (its base) goes."""
+
+    __slots__ = ("__array_interface__", "_free", "_handle")
+    __array_interface__: dict[str, Any]
+
+    def __init__(self, free: Any, handle: int) -> None:
+        self._free, self._handle = free, handle
+
+    def __del__(self) -> None:
+        self._free(self._handle)
+
+
+def _output_array(owner: _HandleOwner, data: int, dtype: np.dtype, shape: tuple[int, ...],
+                  elem_strides: tuple[int, ...]) -> np.ndarray:
+    """numpy's view of an output's memory, owned by `owner` (ctypes path; the C path does the same)."""
+    owner.__array_interface__ = {"version": 3, "data": (data, False), "typestr": dtype.str, "shape": shape,
+                                 "strides": tuple(s * dtype.itemsize for s in elem_strides)}
+    arr = np.asarray(owner)
+    return arr if arr.dtype == dtype else arr.view(dtype)  # ml_dtypes' bfloat16 exports as "<V2"
+
+
+_FAST_MODULE = "_aoti_fastrun"
+_fast_bound_to: Path | None = None
+
+
+def _bind_fast_path(library: Library) -> Any:
+    """The compiled per-call path (runtime/python/fastrun.c) built with `library`, bound to its entry
+    points; None when it is not built (or built for another Python), when AOTI_HOST_PYTHON_FAST=0, or when
+    the process already bound it to another library (it holds one set of entry points)."""
+    global _fast_bound_to
+    if os.environ.get("AOTI_HOST_PYTHON_FAST", "1") == "0":
+        return None
+    if _fast_bound_to is not None:
+        return sys.modules[_FAST_MODULE].run if _fast_bound_to == library.path.resolve() else None
+    import importlib.machinery
+    import importlib.util
+    import sysconfig
+
+    name = f"{_FAST_MODULE}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    # next to the library, or in the build's python/ beside its dist/ (build/<variant>/{dist/lib,python})
+    path = next((p for p in (library.path.parent / name, library.path.parent.parent.parent / "python" / name)
+                 if p.is_file()), None)
+    if path is None:
+        return None
+    spec = importlib.util.spec_from_file_location(_FAST_MODULE, path,
+                                                  loader=importlib.machinery.ExtensionFileLoader(_FAST_MODULE,
+                                                                                                 str(path)))
+    if spec is None or spec.loader is None:
+        return None
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError:  # built for another numpy or Python: the ctypes path serves
+        return None
+    lib = library.lib
+
+    def addr(fn: Any) -> int:
+        return ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+    module.bind(addr(lib.aoti_host_program_run_method), addr(lib.aoti_torch_get_data_ptr),
+                addr(lib.aoti_torch_get_dtype), addr(lib.aoti_torch_get_device_type), addr(lib.aoti_torch_get_dim),
+                addr(lib.aoti_torch_get_sizes), addr(lib.aoti_torch_get_strides),
+                addr(lib.aoti_torch_delete_tensor_object), {code: dt for code, dt in _FROM_CODE.items()},
+                {key: _dlpack._abi_dtype(name).code for key, name in _dlpack._DTYPES.items()})
+    sys.modules[_FAST_MODULE] = module
+    _fast_bound_to = library.path.resolve()
+    return module.run
 
 
 class _Owned:
@@ -233,6 +308,8 @@ class Program(_Owned):
             library.check(library.lib.aoti_host_program_method_name(self._handle, i, ctypes.byref(name)), "method")
             names.append((name.value or b"").decode())
         self.methods = tuple(names)
+        # the compiled per-call path serves CPU programs; CUDA ones (device copies, graphs) take the ctypes path
+        self._fast = library.fast_run if device == "cpu" else None
         self._arity: dict[int, tuple[int, int]] = {}
         for i in range(len(names)):
             a, b = ctypes.c_size_t(), ctypes.c_size_t()
@@ -303,7 +380,24 @@ class Program(_Owned):
         JAX, cupy, ...), used without a copy; for a CUDA program also device buffers (such producers in device
         memory, or anything with `__cuda_array_interface__`, such as `cuda.DeviceArray`).
         Returns numpy arrays (bfloat16 as ml_dtypes.bfloat16), or torch tensors with output_type="torch"; with
-        device_outputs=True a CUDA program returns `cuda.DeviceArray`s (torch CUDA tensors with "torch")."""
+        device_outputs=True a CUDA program returns `cuda.DeviceArray`s (torch CUDA tensors with "torch").
+
+        Outputs are views of the runtime's buffers (no copy): each array owns its tensor, which stays valid
+        after the program is closed. The GIL is released during the run: Python threads run a program
+        concurrently, up to `num_models` runs at once (load()); a stateful program runs one at a time."""
+        fast = self._fast
+        if fast is not None and not device_outputs:
+            index = 0 if method is None else self._method_index(method)
+            handle_value = self._handle.value
+            num_inputs, num_outputs = self._arity[index]
+            if (handle_value is not None and len(inputs) == num_inputs and output_type in OUTPUT_TYPES
+                    and (session is None or session._handle.value is not None)):
+                res = fast(handle_value, index, None if session is None else session._handle.value, inputs,
+                           num_outputs)
+                if res.__class__ is list:
+                    return res if output_type == "numpy" else [to_torch(a) for a in res]
+                if res is not NotImplemented:
+                    self._lib.check(res, "run")
         handle = self._live()
         index = self._method_index(method)
         num_inputs, num_outputs = self._arity[index]
@@ -496,13 +590,22 @@ def library(path: Path | None = None, device: str = "cpu") -> Library:
 
 def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None = None,
          library_path: Path | None = None, share_weights: bool = True, device: str = "cpu",
-         cuda_graphs: bool = False, strict: bool = False) -> Program:
+         cuda_graphs: bool = False, strict: bool = False, num_models: int | None = None) -> Program:
     """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin), or a program of several
     methods: a directory of `.pt2` (or its `methods.json`). `share_weights=False` keeps a copy per method.
 
     device: "cpu", "cuda" or "cuda:N" (a CUDA plugin; needs the CUDA build of the library).
     cuda_graphs: capture Run into a CUDA graph after warm-up and replay it (see `cuda_stats()`).
-    strict: refuse inputs in another layout than the plugin's instead of converting them."""
+    strict: refuse inputs in another layout than the plugin's instead of converting them.
+    num_models: model instances in each method's AOTInductor container, i.e. how many runs of a stateless
+    program proceed at once from different threads (each instance has its own activation buffers; the
+    weights are shared). A run finding every instance busy waits for one. Default (None): 2 on the CPU, 1 on
+    CUDA (one stream and graph per program)."""
+    if num_models is None:
+        num_models = 2 if device == "cpu" else 1
+    if isinstance(num_models, bool) or not isinstance(num_models, int) or num_models < 1:
+        msg = f"num_models={num_models!r}: give a positive integer (model instances, concurrent runs)"
+        raise InputError(msg)
     if device != "cpu" and not device.startswith("cuda"):
         msg = f"device={device!r}: use cpu, cuda or cuda:N"
         raise InputError(msg)
@@ -510,7 +613,7 @@ def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None
         msg = "cuda_graphs=True needs device='cuda'"
         raise InputError(msg)
     lib = library(library_path, device)
-    opts = _Options(os.fsencode(weights) if weights is not None else None, device.encode(), 1,
+    opts = _Options(os.fsencode(weights) if weights is not None else None, device.encode(), num_models,
                     0 if share_weights else 1)
     handle = ctypes.c_void_p()
     lib.check(lib.lib.aoti_host_program_load(os.fsencode(path), ctypes.byref(opts), ctypes.byref(handle)), "load")

@@ -80,6 +80,19 @@ class View:
         return self.device_type in _HOST_DEVICES
 
 
+_ABI_DTYPES: dict[str, Any] = {}
+
+
+def _abi_dtype(name: str) -> Any:
+    """abi.toml's dtype of that name, read once per process (load_abi parses the file on every call)."""
+    d = _ABI_DTYPES.get(name)
+    if d is None:
+        d = load_abi().dtype(name)
+        assert d is not None, name  # every name in _DTYPES is in abi.toml
+        _ABI_DTYPES[name] = d
+    return d
+
+
 def is_producer(obj: Any) -> bool:
     return hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
 
@@ -119,8 +132,7 @@ def view(obj: Any, what: str, *, stream: int | None = None) -> View:
     if dtype is None:
         msg = f"{what}: DLPack dtype (code {code}, {bits} bits, {lanes} lanes) is not supported"
         raise InputError(msg, fix="use float16/32/64, bfloat16, int8-64, uint8 or bool")
-    d = load_abi().dtype(dtype)
-    assert d is not None, dtype  # every name in _DTYPES is in abi.toml
+    d = _abi_dtype(dtype)
     if t.ndim < 0:
         msg = f"{what}: DLPack tensor with ndim {t.ndim}"
         raise InputError(msg, fix="pass a plain tensor")

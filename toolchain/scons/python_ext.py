@@ -1,0 +1,30 @@
+"""A CPython extension module built for the interpreter that runs SCons (its headers, its EXT_SUFFIX) and
+numpy's C API headers. Returns the installed file, or None (with a note) when numpy or Python.h is missing:
+the Python runtime then uses its ctypes path alone."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+
+def python_extension(env, dest, name: str, sources: list[str]):
+    include = sysconfig.get_paths().get("include") or ""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    try:
+        import numpy
+    except ImportError:
+        print(f"scons: note: {name} not built: numpy is not importable by {sys.executable}")
+        return None
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        print(f"scons: note: {name} not built: no Python.h in {include} (install the Python development headers)")
+        return None
+    ext = env.Clone()
+    # -isystem: the headers of Python and numpy are not held to this project's -Wextra -Werror
+    ext.Append(AOTI_SYSTEM_CPPPATH=[include, numpy.get_include()])
+    ext.Append(CPPPATH=["#runtime/include", "$AOTI_GEN_DIR/include"])  # c_api.h and its generated status.h
+    objects = [ext.SharedObject(os.path.splitext(s)[0], s) for s in sources]
+    module = ext.LoadableModule(f"lib/{name}", objects, SHLIBPREFIX="", SHLIBSUFFIX=suffix, LDMODULEPREFIX="",
+                                LDMODULESUFFIX=suffix, LIBS=[], LINKFLAGS=[], LDMODULEFLAGS=["-shared"])
+    return env.Install(dest, module)
