@@ -81,7 +81,7 @@ uint64_t xcr0() {
 
 bool has(const cpu_isa::Extension& e, uint64_t os_state) {
   uint32_t r[4] = {};
-  if (__get_cpuid_max(e.leaf & 0x80000000u, nullptr) < e.leaf) return false;
+  if (static_cast<uint32_t>(__get_cpuid_max(e.leaf & 0x80000000u, nullptr)) < e.leaf) return false;  // int in clang's cpuid.h
   __cpuid_count(e.leaf, e.subleaf, r[0], r[1], r[2], r[3]);
   return (r[e.reg] >> e.bit & 1u) && (os_state & e.xcr0) == e.xcr0;
 }
@@ -108,7 +108,7 @@ void check_cpu(const TargetNeeds& needs, const std::string& shown) {
     } else if (!has(*e, os_state)) {
       lacking.push_back(name);
       uint32_t r[4] = {};
-      if (__get_cpuid_max(e->leaf & 0x80000000u, nullptr) >= e->leaf) {
+      if (static_cast<uint32_t>(__get_cpuid_max(e->leaf & 0x80000000u, nullptr)) >= e->leaf) {
         __cpuid_count(e->leaf, e->subleaf, r[0], r[1], r[2], r[3]);
         if ((r[e->reg] >> e->bit & 1u) != 0) os_disabled = true;
       }

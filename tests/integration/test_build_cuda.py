@@ -15,6 +15,8 @@ from tests.integration.test_shims_archive import shims_archive_violations
 from toolchain.elf.config_records import read_config_records
 from toolchain.scons.nvcc import find_nvcc, gencode_flags, host_flags, parse_arch
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 NVCC = find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
 

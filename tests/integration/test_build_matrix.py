@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import BUILD_DIR, REPO_ROOT, scons_command
 from toolchain.elf.config_records import find_conflicts, read_config_records
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 LIBCXX_VARIANT = "cpu-clang-libcxx-release"
 
 

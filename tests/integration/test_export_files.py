@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # long: skipped unless --long (nox -s slow, CI)
 
 
 def test_export_writes_only_the_package_with_the_umask_and_the_model_folder(tmp_path, torch):

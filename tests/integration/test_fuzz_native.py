@@ -24,6 +24,8 @@ SECONDS = int(os.environ.get("AOTI_FUZZ_SECONDS", "6"))
 sys.path.insert(0, str(ROOT / "runtime" / "fuzz"))
 import make_seeds  # noqa: E402
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 
 @pytest.fixture(scope="module")
 def libfuzzer() -> None:

@@ -12,7 +12,7 @@ from tests.conftest import BUILD_DIR
 from tests.models_corpus import MODELS, fallback_shims
 from toolchain import runtime
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # long: skipped unless --long (nox -s slow, CI)
 
 
 @pytest.fixture(scope="session")

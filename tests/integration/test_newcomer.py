@@ -21,6 +21,8 @@ from tests.conftest import BUILD_DIR, REPO_ROOT, VARIANT
 MODEL_SRC = """
 import torch
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 
 class Net(torch.nn.Module):
     def __init__(self):

@@ -14,6 +14,8 @@ import toolchain
 from tests.integration import elf_builders as eb
 from toolchain.atomic import current_umask
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 
 def release(*args):
     return subprocess.run([sys.executable, "-m", "toolchain.release", *map(str, args)], capture_output=True,

@@ -27,6 +27,8 @@ import make_seeds  # noqa: E402
 
 from tests.integration import crafted_zips  # noqa: E402
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 ASAN_VARIANT = "cpu-gcc-release-asan"
 SANITIZER_EXIT = 86  # a sanitizer report exits with this, distinct from every exit code aoti-run uses
 REPORT_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "SUMMARY: ")

@@ -32,6 +32,8 @@ from toolchain import runtime  # noqa: E402
 from toolchain.serve.backend import ProgramBackend  # noqa: E402
 from toolchain.serve.protocol import V2App  # noqa: E402
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 MAX_ROWS = 16
 
 

@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import BUILD_DIR
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 QEMU = shutil.which("qemu-x86_64")
 QEMU_CPU = "Haswell"  # AVX2, FMA, BMI1/2, no AVX-512 (QEMU 7.2's TCG has no AVX-512 at all)
 TARGET = "extra/aoti_toolchain_target.json"

@@ -22,6 +22,8 @@ from toolchain.findings import RULES
 from toolchain.inspect import describe
 from toolchain.verify import make_context, verify_buffer
 
+pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
+
 CASES = int(os.environ.get("AOTI_FUZZ_CASES", "2000"))
 PER_CASE_LIMIT_S = 5.0
 

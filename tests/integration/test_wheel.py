@@ -19,7 +19,7 @@ import toolchain
 from toolchain.release import outside_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # long: skipped unless --long (nox -s slow, CI)
 
 
 def _checkout_state() -> tuple[str, dict[str, int]]:
