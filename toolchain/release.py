@@ -34,6 +34,7 @@ import zipfile
 from pathlib import Path
 
 from toolchain.atomic import write_text
+from toolchain.distpack import sha256_file as sha256
 from toolchain.errors import InputError, ToolchainError, UsageError, exit_code
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -57,14 +58,6 @@ def _run(cmd: list[str], step: str, **kw) -> subprocess.CompletedProcess:
         msg = f"release step '{step}' failed: {' '.join(cmd)} exited with {proc.returncode}\n{tail}"
         raise StepError(msg, fix="fix the step's error above and rerun python -m toolchain.release")
     return proc
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def is_elf(path: Path) -> bool:
