@@ -18,10 +18,10 @@ import pytest
 
 from tests.conftest import BUILD_DIR, REPO_ROOT, VARIANT
 
+pytestmark = pytest.mark.long  # minutes of work (a fresh clone, exports): skipped unless --long (nox -s slow, CI)
+
 MODEL_SRC = """
 import torch
-
-pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
 
 
 class Net(torch.nn.Module):
