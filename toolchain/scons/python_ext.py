@@ -5,6 +5,7 @@ the Python runtime then uses its ctypes path alone."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import sysconfig
 
@@ -12,17 +13,19 @@ import sysconfig
 def python_extension(env, dest, name: str, sources: list[str]):
     include = sysconfig.get_paths().get("include") or ""
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    try:
-        import numpy
-    except ImportError:
+    # numpy's headers, asked of the interpreter (SCons's own process does not import numpy)
+    proc = subprocess.run([sys.executable, "-c", "import numpy; print(numpy.get_include())"], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
         print(f"scons: note: {name} not built: numpy is not importable by {sys.executable}")
         return None
+    numpy_include = proc.stdout.strip()
     if not os.path.exists(os.path.join(include, "Python.h")):
         print(f"scons: note: {name} not built: no Python.h in {include} (install the Python development headers)")
         return None
     ext = env.Clone()
     # -isystem: the headers of Python and numpy are not held to this project's -Wextra -Werror
-    ext.Append(AOTI_SYSTEM_CPPPATH=[include, numpy.get_include()])
+    ext.Append(AOTI_SYSTEM_CPPPATH=[include, numpy_include])
     ext.Append(CPPPATH=["#runtime/include", "$AOTI_GEN_DIR/include"])  # c_api.h and its generated status.h
     objects = [ext.SharedObject(os.path.splitext(s)[0], s) for s in sources]
     module = ext.LoadableModule(f"lib/{name}", objects, SHLIBPREFIX="", SHLIBSUFFIX=suffix, LDMODULEPREFIX="",
