@@ -138,6 +138,7 @@ def _compiled_objects(output: str) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # two scratch builds of the runtime: minutes
 def test_spec_edit_rebuilds_exactly_the_dependents(tmp_path):
     spec = tmp_path / "spec"
     shutil.copytree(REPO_ROOT / "toolchain" / "spec", spec, ignore=shutil.ignore_patterns("__pycache__", "*.py"))

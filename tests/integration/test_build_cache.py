@@ -35,6 +35,7 @@ def _compiles(out: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # two scratch builds of the runtime: minutes
 def test_cache_dir_is_shared_between_checkouts_and_keyed_by_the_compiler(tmp_path):
     cache = tmp_path / "cache"
     a = _checkout(tmp_path / "machine-a")
