@@ -377,7 +377,19 @@ bool Program::place_weights(const unsigned char* blob, size_t size, const std::s
 
 Program::~Program() {
   if (pack_cache_) pack_cache_->set_ranges(this, {});  // before the container frees the memory they describe
+  // The handles the container wrapped our placed weights in: read before it goes, deleted after it.
+  std::vector<AtenTensorHandle> wrappers;
+  if (container_ != nullptr && placed_weights_ && has_entries_call(*plugin_)) {
+    try {
+      std::vector<AtenTensorHandle> handles;
+      for (const auto& e : extract_constants(*plugin_, container_)) handles.push_back(e.handle);
+      wrappers = placed_weights_->wrappers_among(handles);
+    } catch (const Error& e) {
+      log(LogLevel::Warning, "%s", e.what());  // leaks the small handles, never frees what is in use
+    }
+  }
   if (container_ != nullptr) plugin_->fns.AOTInductorModelContainerDelete(container_);
+  for (AtenTensorHandle h : wrappers) delete from_handle(h);
 }
 
 void Program::CudaStateDeleter::operator()(cuda::ProgramState* s) const {

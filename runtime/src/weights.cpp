@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
+#include <vector>
 
 #include "aoti_host/status.h"
 #include "aoti_host/error.h"
@@ -206,6 +208,19 @@ void PlacedWeights::hand_over(const Plugin& plugin, AOTInductorModelContainerHan
                                                                                false, true) != AOTI_RUNTIME_SUCCESS)
     throw Error(plugin.path + ": AOTInductorModelContainerUpdateUserManagedConstantBufferPairs failed" +
                     plugin_message(plugin), AOTI_HOST_INVALID_PROGRAM);
+}
+
+std::vector<AtenTensorHandle> PlacedWeights::wrappers_among(const std::vector<AtenTensorHandle>& handles) const {
+  std::unordered_set<const void*> ours_data;
+  std::unordered_set<AtenTensorHandle> ours;
+  for (const auto& t : tensors_) {
+    ours_data.insert(t->data_ptr());
+    ours.insert(to_handle(t.get()));
+  }
+  std::vector<AtenTensorHandle> out;
+  for (AtenTensorHandle h : handles)
+    if (h != nullptr && ours.count(h) == 0 && ours_data.count(from_handle(h)->data_ptr()) != 0) out.push_back(h);
+  return out;
 }
 
 std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, const BlobPlan& plan) {

@@ -82,6 +82,11 @@ class PlacedWeights {
   void hand_over(const Plugin& plugin, AOTInductorModelContainerHandle container, const BlobPlan& plan,
                  int32_t device_type, int32_t device_index);
 
+  // Of a container's constant handles, those that wrap the tensors handed over: torch 2.13 wraps each
+  // user-managed constant in a handle of its own (aoti_torch_new_tensor_handle, same data pointer) that its
+  // container never deletes. The owner deletes them after the container.
+  std::vector<AtenTensorHandle> wrappers_among(const std::vector<AtenTensorHandle>& handles) const;
+
  private:
   void* memory_;
   void (*release_)(void*);

@@ -98,9 +98,10 @@ def assert_steady(before: dict, mid: dict, after: dict, cycles: int) -> None:
         "each load must reuse the one mapping of the plugin (content-addressed extraction)", before, after)
 
 
-@pytest.mark.parametrize("model", ["mlp", "mutated_buffer"])
-def test_load_free_1000_times(host_lib, export_example, model):
-    pt2, _, _ = export_example(model)
+@pytest.mark.parametrize("model,weights", [("mlp", "embedded"), ("mutated_buffer", "embedded"), ("mlp", "blob")])
+def test_load_free_1000_times(host_lib, export_example, model, weights):
+    # blob: the weights are placed and handed over user-managed, which torch wraps in handles of its own
+    pt2, _, _ = export_example(model, weights)
     assert_steady(*loop(host_lib, pt2, session=(model == "mutated_buffer")), CYCLES)
 
 
