@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.gpu import gpu_skip_reason
 from tests.models_corpus import MODELS
 
 pytestmark = pytest.mark.gpu
@@ -29,18 +30,7 @@ pytestmark = pytest.mark.gpu
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def _skip_reason() -> str | None:
-    from toolchain.runtime import cuda
-
-    if cuda.device_count() == 0:
-        return "no CUDA device visible (or cuda-python missing): GPU tests run on the GPU machine via tests/gpu/run.sh"
-    for var in ("AOTI_GPU_ARTIFACTS", "AOTI_HOST_LIBRARY", "AOTI_RUN"):
-        if not os.environ.get(var):
-            return f"{var} is not set: run tests/gpu/run.sh, which builds, exports and sets it"
-    return None
-
-
-_REASON = _skip_reason()
+_REASON = gpu_skip_reason("AOTI_GPU_ARTIFACTS", "AOTI_HOST_LIBRARY", "AOTI_RUN")
 if _REASON:
     print(f"test_corpus_cuda: skipped: {_REASON}")
     pytest.skip(_REASON, allow_module_level=True)

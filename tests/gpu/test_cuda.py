@@ -16,24 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.gpu import gpu_skip_reason
 from tests.gpu.models import CHECKED, MUTATED_CALLS, NONDETERMINISTIC, REPLAY_CALLS
 
 pytestmark = pytest.mark.gpu
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def _skip_reason() -> str | None:
-    from toolchain.runtime import cuda
-
-    if cuda.device_count() == 0:
-        return "no CUDA device visible (or cuda-python missing): GPU tests run on the GPU machine via tests/gpu/run.sh"
-    for var in ("AOTI_GPU_ARTIFACTS", "AOTI_HOST_LIBRARY", "AOTI_RUN"):
-        if not os.environ.get(var):
-            return f"{var} is not set: run tests/gpu/run.sh, which builds, exports and sets it"
-    return None
-
-
-_REASON = _skip_reason()
+_REASON = gpu_skip_reason("AOTI_GPU_ARTIFACTS", "AOTI_HOST_LIBRARY", "AOTI_RUN")
 if _REASON:
     pytest.skip(_REASON, allow_module_level=True)
 

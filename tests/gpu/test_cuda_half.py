@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.gpu import gpu_skip_reason
+
 pytestmark = pytest.mark.gpu
 # (rtol, atol): eager rounds each op to the dtype, the plugin fuses in float; cuBLAS/cuDNN may pick other
 # reduction orders than eager. A few units in the last place at outputs of magnitude ~0.3.
@@ -22,13 +24,9 @@ TOL = {"bfloat16": (1e-2, 1e-2), "float16": (5e-3, 5e-3)}
 
 
 def _skip_reason() -> str | None:
-    from toolchain.runtime import cuda
-
-    if cuda.device_count() == 0:
-        return "no CUDA device visible (or cuda-python missing): GPU tests run on the GPU machine via tests/gpu/run.sh"
-    for var in ("AOTI_HOST_LIBRARY", "AOTI_RUN"):
-        if not os.environ.get(var):
-            return f"{var} is not set: run tests/gpu/run.sh, which builds the CUDA runtime and sets it"
+    reason = gpu_skip_reason("AOTI_HOST_LIBRARY", "AOTI_RUN")
+    if reason:
+        return reason
     try:
         import ml_dtypes  # noqa: F401
         import torch
