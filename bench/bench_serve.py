@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -135,11 +136,12 @@ def main() -> int:
     import ray
     from ray import serve
 
-    from toolchain.serve import application
+    from toolchain.serve import application, private_ray_temp_dir
 
     url = f"127.0.0.1:{args.port}"
+    temp_dir = private_ray_temp_dir()
     ray.init(num_cpus=2, object_store_memory=80 << 20, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+             configure_logging=False, _temp_dir=temp_dir)
     rows: list[dict[str, Any]] = []
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": args.port})
@@ -179,6 +181,7 @@ def main() -> int:
     finally:
         serve.shutdown()
         ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     print(f"\n{args.requests} requests of {args.rows}x{WIDTH} FP32, concurrency {args.concurrency}, no batching; "
           "ratios ours / torch:")
     by = {(r["engine"], r["replicas"]): r for r in rows}

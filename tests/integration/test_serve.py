@@ -15,7 +15,6 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -214,11 +213,11 @@ def ray_serve(dyn_mlp):
     dynamic MLP with 2 replicas, batching <= 8 rows, bodies <= 1 MiB."""
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[serve]'); Ray tests skipped")
     serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed (pip install -e '.[serve]')")
-    from toolchain.serve import application
+    from toolchain.serve import application, private_ray_temp_dir
 
     pt2, _ = dyn_mlp
     port = _free_port()
-    temp_dir = tempfile.mkdtemp(prefix="aoti-ray-")  # private (0700), not the shared /tmp/ray
+    temp_dir = private_ray_temp_dir()
     ray.init(num_cpus=2, object_store_memory=80 << 20, include_dashboard=False, log_to_driver=False,
              configure_logging=False, _temp_dir=temp_dir)
     try:
@@ -418,3 +417,30 @@ def test_parse_autoscale():
     for bad in ("4..1", "1-4", "a..b", "0..0", "-1..2", ""):
         with pytest.raises(InputError, match="MIN..MAX"):
             parse_autoscale(bad)
+
+
+def test_ray_temp_dir_is_private_and_short_enough_for_its_sockets(tmp_path, monkeypatch):
+    import stat
+    import tempfile
+
+    from toolchain.serve import private_ray_temp_dir
+
+    # A checkout deep enough that Ray's socket path under $TMPDIR passes the 107-byte AF_UNIX limit.
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    socket_tail = "/session_2026-12-01_20-13-05_950791_4194304/sockets/plasma_store"
+    short = tempfile.mkdtemp(dir="/tmp")
+    cases = ((short, None), (str(deep), "/tmp"))
+    for tmpdir, expect_under in cases:
+        monkeypatch.setenv("TMPDIR", tmpdir)
+        monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+        made = private_ray_temp_dir()
+        try:
+            mode = os.lstat(made).st_mode
+            assert stat.S_ISDIR(mode) and stat.S_IMODE(mode) == 0o700 and os.listdir(made) == []
+            assert len(made + socket_tail) <= 107, made
+            parent = os.path.dirname(made)
+            assert parent == (expect_under or tmpdir), (made, tmpdir)
+        finally:
+            os.rmdir(made)
+    os.rmdir(short)

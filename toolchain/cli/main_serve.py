@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
         import ray
         from ray import serve
 
-        from toolchain.serve import deploy
+        from toolchain.serve import deploy, private_ray_temp_dir
     except ImportError as exc:
         msg = f"serving needs Ray Serve, which is not importable here: {exc}"
         raise LoadError(msg, fix="pip install -e '.[serve]'") from None
@@ -39,12 +38,11 @@ def main(args: argparse.Namespace) -> int:
                              batch_wait_ms=args.batch_wait_ms, device=args.device, cuda_graphs=args.cuda_graphs,
                              name=args.name, max_body_bytes=int(args.max_body_mb * (1 << 20)),
                              num_cpus=args.cpus_per_replica)
-    # A local Ray instance keeps its sockets, logs and spilled objects in its temp dir, by default the shared,
-    # predictable /tmp/ray that another user can pre-create or link. Ours is private: a fresh mkdtemp
-    # directory (mode 0700, random name), removed at exit. RAY_TMPDIR or a cluster (--address) overrides it.
+    # A local Ray instance gets a private temp dir (not the shared /tmp/ray), removed at exit. RAY_TMPDIR or a
+    # cluster (--address) overrides it.
     temp_dir = None
     if args.address is None and not os.environ.get("RAY_TMPDIR"):
-        temp_dir = tempfile.mkdtemp(prefix="aoti-ray-")
+        temp_dir = private_ray_temp_dir()
     ray.init(address=args.address, num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=args.verbose,
              _temp_dir=temp_dir)
     try:

@@ -11,9 +11,29 @@ several methods also serves every method as `<name>.<method>`. See docs/serving.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 from toolchain.errors import LoadError
+
+# A local Ray instance puts its Unix sockets at <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store,
+# and an AF_UNIX path holds at most 107 bytes: the temp dir gets what the rest leaves (pid up to 7 digits).
+_RAY_SOCKET_TAIL = len("/session_2026-12-01_20-13-05_950791_4194304/sockets/plasma_store")
+_AF_UNIX_PATH_MAX = 107
+
+
+def private_ray_temp_dir() -> str:
+    """A fresh private directory (mkdtemp: mode 0700, random name) for a local Ray instance's sockets, logs
+    and spilled objects, instead of Ray's shared, predictable /tmp/ray that another user can pre-create or
+    link. Under $TMPDIR when Ray's socket paths fit there, else under /tmp; the caller removes it."""
+    candidates = [tempfile.gettempdir(), "/tmp"]
+    for base in candidates:
+        if len(os.path.join(base, "aoti-ray-12345678")) + _RAY_SOCKET_TAIL <= _AF_UNIX_PATH_MAX and os.path.isdir(base):
+            return tempfile.mkdtemp(prefix="aoti-ray-", dir=base)
+    msg = (f"no temp directory short enough for Ray's sockets ({_AF_UNIX_PATH_MAX}-byte AF_UNIX limit): "
+           f"tried {', '.join(candidates)}")
+    raise LoadError(msg, fix="set TMPDIR to a short directory, or RAY_TMPDIR for Ray alone")
 
 
 def application(model: Any, **options: Any) -> Any:
