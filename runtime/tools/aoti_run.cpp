@@ -458,7 +458,10 @@ int run(const Args& args) {
   const int load_status = aoti_host_program_load(args.model.c_str(), &options, &raw);
   ProgramPtr program(raw);
   if (load_status != AOTI_HOST_OK) {
-    throw Failure{exit_code_for_status(load_status), "cannot load " + args.model + ": " + last_error_or(load_status)};
+    // The runtime's messages name the file first; say it once.
+    std::string why = last_error_or(load_status);
+    if (why.rfind(args.model + ": ", 0) == 0) why.erase(0, args.model.size() + 2);
+    throw Failure{exit_code_for_status(load_status), "cannot load " + args.model + ": " + why};
   }
   if (!program) throw Failure{exit_code_for_status(AOTI_HOST_INVALID_PROGRAM), "cannot load " + args.model + ": the runtime returned no program"};
   if (args.cuda_graphs) {

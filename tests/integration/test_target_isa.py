@@ -96,6 +96,7 @@ def test_emulated_avx2_cpu_refuses_avx512_export_and_runs_avx2_export(host_build
     assert "needs x86-64-v4" in refused.stderr and lacks and "avx512f" in lacks[1].split(", ")
     assert "this CPU (x86-64-v3)" in refused.stderr and "--cpu-isa avx2" in refused.stderr
     assert "AOTI_HOST_SKIP_PREFLIGHT=1" in refused.stderr
+    assert refused.stderr.count(str(mlp_avx512)) == 1, refused.stderr  # the file named once
     ran = subprocess.run([*base, str(pt2), *args, "-o", str(tmp_path / "o2")], capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0, ran.stderr
