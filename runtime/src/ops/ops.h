@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "aoti_host/tensor.h"
+#include "pool_window.h"
 
 namespace aoti_host {
 namespace ops {
@@ -49,7 +50,19 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices,
 Tensor* index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
                      const std::string& reduce, bool include_self);
 
-// pool.cpp
+// pool.cpp: the pooling ops' argument checks and ATen's output layout (device-agnostic: the CUDA shims
+// plan with them too; dtypes are the caller's to check), then the CPU kernels.
+struct PoolPlan {
+  PoolWindows w;
+  int64_t planes;                      // product of the leading (N, C) dimensions
+  std::vector<int64_t> out_sizes, out_strides;
+};
+PoolPlan plan_max_pool2d(const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                         const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode);
+PoolPlan plan_adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& output_size, bool max);
+PoolPlan plan_avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& kernel,
+                       const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, bool ceil_mode,
+                       bool count_include_pad, const int64_t* divisor_override);
 void max_pool2d_with_indices(const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                              const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode,
                              Tensor** out, Tensor** indices);
