@@ -60,6 +60,13 @@ SIGS = {
     "masked_select": [T, T, R],
     "index_put": [T, "indices", T, I32, R],
     "index_reduce": [T, I64, T, T, ctypes.c_char_p, I32, R],
+    "max_pool2d_with_indices": [T, "ints", "ints", "ints", "ints", I32, R, R],
+    "adaptive_max_pool2d": [T, "ints", R, R],
+    "_adaptive_avg_pool2d": [T, "ints", R],
+    "avg_pool2d": [T, "ints", "ints", "ints", I32, I32, "optional int64", R],
+    "avg_pool3d": [T, "ints", "ints", "ints", I32, I32, "optional int64", R],
+    "_weight_int8pack_mm": [T, T, T, R],
+    "_int_mm_out": [T, T, T],
 }
 
 
@@ -843,3 +850,114 @@ def test_index_reduce_refuses_bad_arguments(host):
         host("index_reduce", x, 0, torch.tensor([1], device="cuda"), torch.ones(2, 3, device="cuda"), "prod", 1)
     with pytest.raises(ShimError, match="out of range"):
         host("index_reduce", x, 0, torch.tensor([9], device="cuda"), torch.ones(1, 3, device="cuda"), "amax", 1)
+
+
+# --- pooling ---------------------------------------------------------------------------------------
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+POOL_LAYOUTS = ["contiguous", "channels_last", "stepped"]
+
+
+def pool_input(shape, dtype, layout, g):
+    if layout == "channels_last":
+        return rand(shape, dtype, "contiguous", g).contiguous(memory_format=torch.channels_last)
+    return rand(shape, dtype, layout, g)
+
+
+@pytest.mark.parametrize("dtype", [*FLOATS, torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("layout", POOL_LAYOUTS)
+@pytest.mark.parametrize(("k", "s", "p", "d", "ceil"), [([3], [2], [1], [1], False),
+                                                       ([3, 2], [2, 1], [1, 0], [2, 1], True), ([2], [], [0], [1], False)])
+def test_max_pool2d_with_indices(host, dtype, layout, k, s, p, d, ceil):
+    x = pool_input((2, 3, 11, 10), dtype, layout, gen(30))
+    if dtype.is_floating_point:
+        x[0, 1, 4, 4] = float("nan")
+    v, i = host("max_pool2d_with_indices", x, k, s, p, d, int(ceil))
+    ev, ei = torch.ops.aten.max_pool2d_with_indices(x, k, s, p, d, ceil)
+    same(v, ev)
+    if dtype.is_floating_point:  # integer windows have ties, where ATen's first-or-last choice is its own
+        same(i, ei)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("layout", POOL_LAYOUTS)
+@pytest.mark.parametrize("out_size", [[3, 5], [4, 4], [11, 1]])
+def test_adaptive_pools(host, dtype, layout, out_size):
+    x = pool_input((2, 3, 11, 10), dtype, layout, gen(31))
+    v, i = host("adaptive_max_pool2d", x, out_size)
+    ev, ei = torch.ops.aten.adaptive_max_pool2d(x, out_size)
+    same(v, ev)
+    same(i, ei)
+    rtol, atol = TOL[dtype]
+    same(host("_adaptive_avg_pool2d", x, out_size), torch.ops.aten._adaptive_avg_pool2d(x, out_size),
+         rtol=rtol, atol=atol)
+    x3 = rand((3, 9, 7), dtype, "contiguous", gen(32))
+    same(host("_adaptive_avg_pool2d", x3, out_size), torch.ops.aten._adaptive_avg_pool2d(x3, out_size),
+         rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("layout", POOL_LAYOUTS)
+@pytest.mark.parametrize(("k", "s", "p", "ceil", "include", "div"),
+                         [([3], [2], [1], False, True, None), ([3, 2], [2, 3], [1, 1], True, False, None),
+                          ([2], [], [0], False, True, 3)])
+def test_avg_pool(host, dtype, layout, k, s, p, ceil, include, div):
+    rtol, atol = TOL[dtype]
+    x = pool_input((2, 3, 11, 10), dtype, layout, gen(33))
+    same(host("avg_pool2d", x, k, s, p, int(ceil), int(include), div),
+         torch.ops.aten.avg_pool2d(x, k, s, p, ceil, include, div), rtol=rtol, atol=atol)
+    x5 = rand((2, 3, 5, 8, 7), dtype, "stepped" if layout == "stepped" else "contiguous", gen(34))
+    k3, s3, p3 = (k * 3)[:3], (s * 3)[:3], (p * 3)[:3]
+    same(host("avg_pool3d", x5, k3, s3, p3, int(ceil), int(include), div),
+         torch.ops.aten.avg_pool3d(x5, k3, s3, p3, ceil, include, div), rtol=rtol, atol=atol)
+
+
+def test_pools_refuse_bad_arguments(host):
+    x = torch.randn(2, 3, 8, 8, device="cuda")
+    with pytest.raises(ShimError, match="at most half of kernel_size"):
+        host("max_pool2d_with_indices", x, [2], [1], [2], [1], 0)
+    with pytest.raises(ShimError, match="must be positive"):
+        host("avg_pool2d", x, [0], [1], [0], 0, 1, None)
+    with pytest.raises(ShimError, match="divisor_override"):
+        host("avg_pool2d", x, [2], [1], [0], 0, 1, 0)
+    with pytest.raises(ShimError, match="dimensions"):
+        host("_adaptive_avg_pool2d", torch.randn(8, device="cuda"), [2, 2])
+    with pytest.raises(ShimError, match="dtype"):
+        host("avg_pool2d", x.to(torch.int32), [2], [1], [0], 0, 1, None)
+
+
+# --- int8 matrix products --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("m", "k", "n"), [(5, 32, 12), (33, 70, 17)])
+def test_weight_int8pack_mm(host, dtype, layout, m, k, n):
+    g = gen(35)
+    x = rand((m, k), dtype, layout, g)
+    w = torch.randint(-128, 128, (n, k), generator=g, device="cuda").to(torch.int8)
+    scales = (torch.rand(n, generator=g, device="cuda") * 0.02 + 0.001).to(dtype)
+    want = ((x.double() @ w.double().t()) * scales.double()).to(dtype)
+    rtol, atol = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3)}[dtype]
+    same(host("_weight_int8pack_mm", x, w, scales), want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("m", "k", "n"), [(32, 24, 40), (17, 0, 9), (65, 129, 33)])
+def test_int_mm(host, layout, m, k, n):
+    g = gen(36)
+    a = rand((m, k), torch.int8, layout, g) if k else torch.zeros(m, 0, dtype=torch.int8, device="cuda")
+    b = rand((k, n), torch.int8, layout, g) if k else torch.zeros(0, n, dtype=torch.int8, device="cuda")
+    out = rand((m, n), torch.int32, layout, g)
+    host("_int_mm_out", out, a, b)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.cpu(), (a.cpu().long() @ b.cpu().long()).int())
+
+
+def test_int8_products_refuse_bad_arguments(host):
+    a = torch.zeros(4, 8, dtype=torch.int8, device="cuda")
+    with pytest.raises(ShimError, match="expected self"):
+        host("_int_mm_out", torch.zeros(4, 4, dtype=torch.int32, device="cuda"), a, a)
+    with pytest.raises(ShimError, match="dtype"):
+        host("_int_mm_out", torch.zeros(4, 4, dtype=torch.int64, device="cuda"), a, a.t().contiguous())
+    with pytest.raises(ShimError, match="scales"):
+        host("_weight_int8pack_mm", torch.randn(2, 8, device="cuda"), a, torch.ones(3, device="cuda"))

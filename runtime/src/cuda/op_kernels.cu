@@ -1116,5 +1116,161 @@ void launch_index_put(int32_t dtype, void* out, const void* values, const IndexP
   AOTI_CUDA_CHECK(cudaGetLastError());
 }
 
+// --- pooling and int8 matrix products ------------------------------------------------------------
+
+namespace {
+
+template <class T>
+__global__ void pool_kernel(const T* in, T* out, int64_t* indices, PoolSpec sp) {
+  using A = typename Acc<T>::type;
+  const ops::PoolWindows& w = sp.w;
+  GRID_LOOP(i, sp.total) {
+    int64_t rem = i, pos[ops::kPoolMaxDims];
+    ops::PoolRange r[ops::kPoolMaxDims];
+    int64_t in_off = 0, out_off = 0;
+    for (int d = w.nd - 1; d >= 0; --d) {
+      pos[d] = rem % w.out_sp[d];
+      rem /= w.out_sp[d];
+      r[d] = ops::pool_range(w, d, pos[d]);
+      out_off += pos[d] * sp.out_sp_st[d];
+    }
+    for (int l = sp.lead - 1; l >= 0; --l) {  // rem is now the plane
+      const int64_t c = rem % sp.lead_sizes[l];
+      rem /= sp.lead_sizes[l];
+      in_off += c * sp.in_lead_st[l];
+      out_off += c * sp.out_lead_st[l];
+    }
+    const bool max = w.kind == ops::PoolKind::kMax || w.kind == ops::PoolKind::kAdaptiveMax;
+    int64_t div = 1;
+    if (w.kind == ops::PoolKind::kAvg) {
+      div = ops::avg_divisor(w, r);
+    } else if (w.kind == ops::PoolKind::kAdaptiveAvg) {
+      for (int d = 0; d < w.nd; ++d) div *= r[d].hi - r[d].lo;
+    }
+    bool any = true;
+    int64_t sp_pos[ops::kPoolMaxDims], best_i = 0;
+    for (int d = 0; d < w.nd; ++d) {
+      any = any && r[d].lo < r[d].hi;
+      sp_pos[d] = r[d].lo;
+      best_i = best_i * w.in_sp[d] + r[d].lo;
+    }
+    T best{};
+    A best_a{};
+    bool have = false;
+    double sum = 0.0;
+    while (any && (max || div != 0)) {
+      int64_t off = in_off, flat = 0;
+      for (int d = 0; d < w.nd; ++d) {
+        off += sp_pos[d] * sp.in_sp_st[d];
+        flat = flat * w.in_sp[d] + sp_pos[d];
+      }
+      const T v = in[off];
+      const A a = ld(&v);
+      if (max) {
+        if (!have || a > best_a || is_nan(a)) {
+          best = v, best_a = a, best_i = flat, have = true;
+        }
+      } else {
+        sum += static_cast<double>(a);
+      }
+      int d = w.nd - 1;
+      for (; d >= 0; --d) {
+        sp_pos[d] += r[d].step;
+        if (sp_pos[d] < r[d].hi) break;
+        sp_pos[d] = r[d].lo;
+      }
+      if (d < 0) break;
+    }
+    if (max) {
+      out[out_off] = best;  // (a window is never empty for arguments the plan accepts)
+      if (indices != nullptr) indices[out_off] = best_i;
+    } else {
+      out[out_off] = cvt<T>(div == 0 ? 0.0 : sum / static_cast<double>(div));
+    }
+  }
+}
+
+constexpr int kMmTile = 16;
+
+// One 16 x 16 tile of out per block, K in steps of 16 through shared memory.
+template <class T, class W, class A>
+__global__ void small_mm_kernel(const T* a, const W* b, bool b_transposed, const T* scales, void* out_raw,
+                                MatmulSpec sp) {
+  __shared__ A ta[kMmTile][kMmTile];
+  __shared__ A tb[kMmTile][kMmTile + 1];
+  const int64_t row = static_cast<int64_t>(blockIdx.y) * kMmTile + threadIdx.y;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kMmTile + threadIdx.x;
+  A acc = 0;
+  for (int64_t k0 = 0; k0 < sp.k; k0 += kMmTile) {
+    const int64_t ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
+    ta[threadIdx.y][threadIdx.x] = (row < sp.m && ka < sp.k) ? static_cast<A>(ld(&a[row * sp.a_st[0] + ka * sp.a_st[1]])) : A(0);
+    // b as [K, N] (b_st over k, n) or, transposed, as [N, K] (b_st over n, k)
+    const int64_t boff = b_transposed ? col * sp.b_st[0] + kb * sp.b_st[1] : kb * sp.b_st[0] + col * sp.b_st[1];
+    tb[threadIdx.y][threadIdx.x] = (col < sp.n && kb < sp.k) ? static_cast<A>(b[boff]) : A(0);
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kMmTile; ++j) acc += ta[threadIdx.y][j] * tb[j][threadIdx.x];
+    __syncthreads();
+  }
+  if (row >= sp.m || col >= sp.n) return;
+  const int64_t o = row * sp.out_st[0] + col * sp.out_st[1];
+  if constexpr (std::is_same<W, int8_t>::value && std::is_same<T, int8_t>::value) {
+    static_cast<int32_t*>(out_raw)[o] = static_cast<int32_t>(acc);
+  } else {
+    const float scaled = static_cast<float>(acc) * static_cast<float>(ld(&scales[col * sp.scale_step]));
+    static_cast<T*>(out_raw)[o] = cvt<T>(scaled);
+  }
+}
+
+dim3 mm_grid(const MatmulSpec& s) {
+  const int64_t gx = (s.n + kMmTile - 1) / kMmTile, gy = (s.m + kMmTile - 1) / kMmTile;
+  if (gx > 0x7fffffff || gy > 65535) throw Error("int8 matrix product on cuda: " + std::to_string(s.m) + " x " +
+                                                 std::to_string(s.n) + " is too large");
+  return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+}
+
+}  // namespace
+
+void launch_pool(int32_t dtype, const void* in, void* out, int64_t* indices, const PoolSpec& spec,
+                 cudaStream_t stream) {
+  if (spec.total == 0) return;
+  const bool max = spec.w.kind == ops::PoolKind::kMax || spec.w.kind == ops::PoolKind::kAdaptiveMax;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    pool_kernel<T><<<grid_for(spec.total, 256), 256, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out),
+                                                                  indices, spec);
+  };
+  if (max) {
+    dispatch_real(dtype, "max pooling", go);
+  } else {
+    dispatch_float(dtype, "average pooling", go);
+  }
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_int_mm(const int8_t* a, const int8_t* b, int32_t* out, const MatmulSpec& spec, cudaStream_t stream) {
+  if (spec.m == 0 || spec.n == 0) return;  // k == 0: the kernel writes the empty sums, zeros
+  small_mm_kernel<int8_t, int8_t, int32_t>
+      <<<mm_grid(spec), dim3(kMmTile, kMmTile), 0, stream>>>(a, b, false, nullptr, out, spec);
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_weight_int8pack_mm(int32_t dtype, const void* a, const int8_t* w, const void* scales, void* out,
+                               const MatmulSpec& spec, cudaStream_t stream) {
+  if (spec.m == 0 || spec.n == 0) return;
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    small_mm_kernel<T, int8_t, float><<<mm_grid(spec), dim3(kMmTile, kMmTile), 0, stream>>>(
+        static_cast<const T*>(a), w, true, static_cast<const T*>(scales), out, spec);
+  };
+  switch (dtype) {
+    case dtype_code::kFloat32: go(float{}); break;
+    case dtype_code::kFloat16: go(__half{}); break;
+    case dtype_code::kBFloat16: go(__nv_bfloat16{}); break;
+    default: unsupported("_weight_int8pack_mm", dtype, "float32, float16, bfloat16");
+  }
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace cuda
 }  // namespace aoti_host

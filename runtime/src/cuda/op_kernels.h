@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../ops/pool_window.h"
 #include "cuda_util.h"
 
 namespace aoti_host {
@@ -184,6 +185,32 @@ struct IndexPutSpec {
 };
 void launch_index_put(int32_t dtype, void* out, const void* values, const IndexPutSpec& s, bool accumulate, int* bad,
                       cudaStream_t stream);
+
+// Pooling over the windows of ops/pool_window.h: output element i is plane i / prod(out_sp) (a plane is
+// one index of the 1 or 2 leading dimensions, lead_sizes) at spatial position i % prod(out_sp). Max kinds
+// write the largest value (a NaN wins) and, when indices is non-null, its flat position in the input
+// plane (indices share out's strides); average kinds write the mean (sums in double).
+struct PoolSpec {
+  ops::PoolWindows w;
+  int lead;
+  int64_t lead_sizes[2], in_lead_st[2], out_lead_st[2];
+  int64_t in_sp_st[ops::kPoolMaxDims], out_sp_st[ops::kPoolMaxDims];
+  int64_t total;  // output elements
+};
+void launch_pool(int32_t dtype, const void* in, void* out, int64_t* indices, const PoolSpec& spec,
+                 cudaStream_t stream);
+
+// aten::_int_mm: out[m, n] = sum_k a[m, k] * b[k, n], int8 operands, int32 out (wrapping as ATen's).
+// aten::_weight_int8pack_mm: out[m, n] = (sum_k a[m, k] * w[n, k]) * scales[n], a and scales and out of
+// `dtype` (float32, float16, bfloat16), w int8; products accumulate in float. Strides in elements.
+struct MatmulSpec {
+  int64_t m, n, k;
+  int64_t a_st[2], b_st[2], out_st[2];
+  int64_t scale_step;
+};
+void launch_int_mm(const int8_t* a, const int8_t* b, int32_t* out, const MatmulSpec& spec, cudaStream_t stream);
+void launch_weight_int8pack_mm(int32_t dtype, const void* a, const int8_t* w, const void* scales, void* out,
+                               const MatmulSpec& spec, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace aoti_host

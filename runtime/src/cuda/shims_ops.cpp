@@ -1,6 +1,7 @@
 // aoti_torch_cuda_* fallbacks beyond the matrix products and convolution: scaled-dot-product attention
 // (efficient and flash), sort/topk, cumulative scans, embedding bags, scatter, index_put/index_reduce,
-// searchsorted/bucketize, histc, repeat_interleave, and the data-sized nonzero and masked_select.
+// searchsorted/bucketize, histc, repeat_interleave, the data-sized nonzero and masked_select, pooling
+// (the windows and output layouts of ops/pool.cpp's plans) and the int8 matrix products.
 // Prototypes are torch's (generated/c_shim_cuda.h). Outputs get the sizes, strides, dtypes and devices ATen's CUDA kernels give
 // them, since plugins reinterpret returned tensors with the layout recorded at compile time; kernels are
 // in op_kernels.cu and run on the thread's current stream.
@@ -15,6 +16,7 @@
 
 #include "../cpu/strided.h"
 #include "../ops/op_util.h"
+#include "../ops/ops.h"
 #include "../shim_util.h"
 #include "aoti_host/cuda/cuda.h"
 #include "aoti_host/error.h"
@@ -915,6 +917,98 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_
   return out.release();
 }
 
+// --- pooling / int8 matrix products --------------------------------------------------------------
+
+// Runs a pooling plan (ops::plan_*: arguments checked, ATen's output layout) on self's device; indices
+// (int64, out's layout) for the max kinds.
+void run_pool(const Tensor& self, const aoti_host::ops::PoolPlan& plan, Tensor** out, Tensor** indices) {
+  const int device = self.device_index();
+  Owned o(new_cuda(self.dtype(), plan.out_sizes, plan.out_strides, device));
+  Owned ix(indices != nullptr ? new_cuda(dc::kInt64, plan.out_sizes, plan.out_strides, device) : nullptr);
+  cu::PoolSpec sp{};
+  sp.w = plan.w;
+  const int nd = plan.w.nd;
+  sp.lead = static_cast<int>(self.dim()) - nd;
+  sp.total = plan.planes;
+  for (int d = 0; d < sp.lead; ++d) {
+    sp.lead_sizes[d] = self.sizes()[static_cast<size_t>(d)];
+    sp.in_lead_st[d] = self.strides()[static_cast<size_t>(d)];
+    sp.out_lead_st[d] = plan.out_strides[static_cast<size_t>(d)];
+  }
+  for (int d = 0; d < nd; ++d) {
+    sp.in_sp_st[d] = self.strides()[static_cast<size_t>(sp.lead + d)];
+    sp.out_sp_st[d] = plan.out_strides[static_cast<size_t>(sp.lead + d)];
+    sp.total *= plan.w.out_sp[d];
+  }
+  cu::launch_pool(self.dtype(), self.data_ptr(), o->data_ptr(), ix ? static_cast<int64_t*>(ix->data_ptr()) : nullptr,
+                  sp, cu::stream_of(device));
+  *out = o.release();
+  if (indices != nullptr) *indices = ix.release();
+}
+
+const Tensor& cuda_self(AtenTensorHandle h) {
+  const Tensor& self = tensor_arg(h, "self");
+  require_cuda(self, "self", self.device_index());
+  return self;
+}
+
+cu::MatmulSpec matmul_spec(const Tensor& a, const Tensor& b, const Tensor& out) {
+  cu::MatmulSpec s{};
+  s.m = a.sizes()[0], s.k = a.sizes()[1], s.n = out.sizes()[1];
+  for (int i = 0; i < 2; ++i) s.a_st[i] = a.strides()[i], s.b_st[i] = b.strides()[i], s.out_st[i] = out.strides()[i];
+  return s;
+}
+
+void int_mm(Tensor& out, const Tensor& self, const Tensor& mat2) {
+  const int device = self.device_index();
+  require_cuda(self, "self", device), require_cuda(mat2, "mat2", device), require_cuda(out, "out", device);
+  require_dtype(self, dc::kInt8, "self"), require_dtype(mat2, dc::kInt8, "mat2"), require_dtype(out, dc::kInt32, "out");
+  if (self.dim() != 2 || mat2.dim() != 2 || self.sizes()[1] != mat2.sizes()[0])
+    throw Error("expected self [M, K] and mat2 [K, N]; got " + list_str(self.sizes()) + " and " + list_str(mat2.sizes()));
+  const Shape want{self.sizes()[0], mat2.sizes()[1]};
+  if (out.sizes() != want) throw Error("out has sizes " + list_str(out.sizes()) + "; expected " + list_str(want));
+  cu::launch_int_mm(static_cast<const int8_t*>(self.data_ptr()), static_cast<const int8_t*>(mat2.data_ptr()),
+                    static_cast<int32_t*>(out.data_ptr()), matmul_spec(self, mat2, out), cu::stream_of(device));
+}
+
+Tensor* weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales) {
+  const int device = self.device_index();
+  require_cuda(self, "self", device), require_cuda(mat2, "mat2", device), require_cuda(scales, "scales", device);
+  const int32_t dt = self.dtype();
+  if (dt != dc::kFloat32 && dt != dc::kFloat16 && dt != dc::kBFloat16)
+    throw Error(std::string("self has dtype ") + aoti_host::dtype_name(dt) + "; expected float32, float16 or bfloat16");
+  require_dtype(mat2, dc::kInt8, "mat2"), require_dtype(scales, dt, "scales");
+  if (self.dim() != 2 || mat2.dim() != 2 || scales.dim() != 1 || mat2.sizes()[1] != self.sizes()[1] ||
+      scales.sizes()[0] != mat2.sizes()[0])
+    throw Error("expected self [M, K], mat2 [N, K] and scales [N]; got " + list_str(self.sizes()) + ", " +
+                list_str(mat2.sizes()) + " and " + list_str(scales.sizes()));
+  Owned out(new_cuda(dt, {self.sizes()[0], mat2.sizes()[0]}, device));
+  cu::MatmulSpec s = matmul_spec(self, mat2, *out);
+  s.scale_step = scales.strides()[0];
+  cu::launch_weight_int8pack_mm(dt, self.data_ptr(), static_cast<const int8_t*>(mat2.data_ptr()), scales.data_ptr(),
+                                out->data_ptr(), s, cu::stream_of(device));
+  return out.release();
+}
+
+AOTITorchError avg_pool_shim(const char* name, int nd, AtenTensorHandle self, const int64_t* kernel_size,
+                             int64_t kernel_size_len_, const int64_t* stride, int64_t stride_len_,
+                             const int64_t* padding, int64_t padding_len_, int32_t ceil_mode,
+                             int32_t count_include_pad, int64_t* divisor_override, AtenTensorHandle* ret0) {
+  return guarded(name, [&] {
+    need(ret0, "ret0");
+    using aoti_host::shim::int_list;
+    const Tensor& self_t = cuda_self(self);
+    Tensor* v = nullptr;
+    run_pool(self_t,
+             aoti_host::ops::plan_avg_pool(nd, self_t, int_list(kernel_size, kernel_size_len_, "kernel_size"),
+                                           int_list(stride, stride_len_, "stride"),
+                                           int_list(padding, padding_len_, "padding"), ceil_mode != 0,
+                                           count_include_pad != 0, divisor_override),
+             &v, nullptr);
+    *ret0 = to_handle(v);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -1215,6 +1309,90 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_bucketize_Tensor(AtenTensorHandle s
     if (b.dim() != 1)
       throw Error("boundaries has " + std::to_string(b.dim()) + " dimensions; bucketize needs a 1-d tensor");
     *ret0 = to_handle(searchsorted(b, tensor_arg(self, "self"), out_int32 != 0, right != 0, nullptr, nullptr));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_max_pool2d_with_indices(
+    AtenTensorHandle self, const int64_t* kernel_size, int64_t kernel_size_len_, const int64_t* stride,
+    int64_t stride_len_, const int64_t* padding, int64_t padding_len_, const int64_t* dilation, int64_t dilation_len_,
+    int32_t ceil_mode, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded("aoti_torch_cuda_max_pool2d_with_indices", [&] {
+    need(ret0, "ret0"), need(ret1, "ret1");
+    using aoti_host::shim::int_list;
+    const Tensor& self_t = cuda_self(self);
+    Tensor *v = nullptr, *i = nullptr;
+    run_pool(self_t,
+             aoti_host::ops::plan_max_pool2d(self_t, int_list(kernel_size, kernel_size_len_, "kernel_size"),
+                                             int_list(stride, stride_len_, "stride"),
+                                             int_list(padding, padding_len_, "padding"),
+                                             int_list(dilation, dilation_len_, "dilation"), ceil_mode != 0),
+             &v, &i);
+    *ret0 = to_handle(v), *ret1 = to_handle(i);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_adaptive_max_pool2d(AtenTensorHandle self, const int64_t* output_size,
+                                                                 int64_t output_size_len_, AtenTensorHandle* ret0,
+                                                                 AtenTensorHandle* ret1) {
+  return guarded("aoti_torch_cuda_adaptive_max_pool2d", [&] {
+    need(ret0, "ret0"), need(ret1, "ret1");
+    const Tensor& self_t = cuda_self(self);
+    Tensor *v = nullptr, *i = nullptr;
+    run_pool(self_t,
+             aoti_host::ops::plan_adaptive_pool2d(
+                 self_t, aoti_host::shim::int_list(output_size, output_size_len_, "output_size"), true),
+             &v, &i);
+    *ret0 = to_handle(v), *ret1 = to_handle(i);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda__adaptive_avg_pool2d(AtenTensorHandle self, const int64_t* output_size,
+                                                                  int64_t output_size_len_, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda__adaptive_avg_pool2d", [&] {
+    need(ret0, "ret0");
+    const Tensor& self_t = cuda_self(self);
+    Tensor* v = nullptr;
+    run_pool(self_t,
+             aoti_host::ops::plan_adaptive_pool2d(
+                 self_t, aoti_host::shim::int_list(output_size, output_size_len_, "output_size"), false),
+             &v, nullptr);
+    *ret0 = to_handle(v);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_avg_pool2d(AtenTensorHandle self, const int64_t* kernel_size,
+                                                        int64_t kernel_size_len_, const int64_t* stride,
+                                                        int64_t stride_len_, const int64_t* padding,
+                                                        int64_t padding_len_, int32_t ceil_mode,
+                                                        int32_t count_include_pad, int64_t* divisor_override,
+                                                        AtenTensorHandle* ret0) {
+  return avg_pool_shim("aoti_torch_cuda_avg_pool2d", 2, self, kernel_size, kernel_size_len_, stride, stride_len_,
+                       padding, padding_len_, ceil_mode, count_include_pad, divisor_override, ret0);
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_avg_pool3d(AtenTensorHandle self, const int64_t* kernel_size,
+                                                        int64_t kernel_size_len_, const int64_t* stride,
+                                                        int64_t stride_len_, const int64_t* padding,
+                                                        int64_t padding_len_, int32_t ceil_mode,
+                                                        int32_t count_include_pad, int64_t* divisor_override,
+                                                        AtenTensorHandle* ret0) {
+  return avg_pool_shim("aoti_torch_cuda_avg_pool3d", 3, self, kernel_size, kernel_size_len_, stride, stride_len_,
+                       padding, padding_len_, ceil_mode, count_include_pad, divisor_override, ret0);
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda__int_mm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                         AtenTensorHandle mat2) {
+  return guarded("aoti_torch_cuda__int_mm_out", [&] {
+    int_mm(tensor_arg(out, "out"), tensor_arg(self, "self"), tensor_arg(mat2, "mat2"));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda__weight_int8pack_mm(AtenTensorHandle self, AtenTensorHandle mat2,
+                                                                 AtenTensorHandle scales, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cuda__weight_int8pack_mm", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(weight_int8pack_mm(tensor_arg(self, "self"), tensor_arg(mat2, "mat2"),
+                                         tensor_arg(scales, "scales")));
   });
 }
 
