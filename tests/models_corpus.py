@@ -216,6 +216,31 @@ def segmentation() -> tuple[Any, tuple[Any, ...]]:
     return Seg().eval(), (torch.randn(2, 3, 16, 12), torch.rand(2, 5, 7, 2) * 2.2 - 1.1)
 
 
+def spectrogram() -> tuple[Any, tuple[Any, ...]]:
+    """Spectral front-end: STFT magnitude and phase to log-mel features, and a 2-d FFT token mixer (FNet)."""
+    torch = _torch()
+    nn: Any = torch.nn
+
+    class Spec(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("window", torch.hann_window(100))
+            self.register_buffer("mel", torch.rand(51, 12))
+            self.mix = nn.Linear(12, 12)
+
+        def forward(self, wav):
+            spec = torch.stft(wav, 100, 40, window=self.window, return_complex=True)  # [B, 51, frames]
+            logmel = torch.log(spec.abs().pow(2).transpose(1, 2) @ self.mel + 1e-6)
+            mixed = torch.fft.fftn(logmel, dim=(-2, -1)).real  # FNet's token mixing
+            # The phase goes out as cos/sin: at bins whose imaginary part is 0 in exact arithmetic (the
+            # reflect-padded first frame is symmetric) its sign, so angle's +-pi, is rounding noise that no
+            # two FFT implementations share.
+            phase = spec.angle()
+            return self.mix(logmel + mixed), torch.cos(phase), torch.sin(phase)
+
+    return Spec().eval(), (torch.randn(2, 600),)
+
+
 def int8_linear() -> tuple[Any, tuple[Any, ...]]:
     """Weight-only int8 linear (per-channel scales), as weight-only quantization libraries emit it."""
     torch = _torch()
@@ -245,6 +270,7 @@ MODELS: dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]] = {
     "recommender": recommender,
     "audio_frontend": audio_frontend,
     "segmentation": segmentation,
+    "spectrogram": spectrogram,
     "int8_linear": int8_linear,
 }
 

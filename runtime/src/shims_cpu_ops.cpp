@@ -1,5 +1,5 @@
 // aoti_torch_cpu_* fallbacks for sorting, scans, lookups, embedding bags, scatter/index updates,
-// pooling, the LSTM layer and int8 matrix products: C ABI wrappers over runtime/src/ops (ops.h).
+// pooling, the LSTM layer, int8 matrix products, FFTs and complex views: C ABI wrappers over runtime/src/ops (ops.h).
 // Prototypes are torch 2.13's (generated/c_shim_cpu.h; mkldnn_rnn_layer from c/shim_cpu.h).
 #include <string>
 #include <vector>
@@ -365,6 +365,58 @@ AOTI_HOST_API AOTITorchError aoti_torch_cpu__int_mm_out(AtenTensorHandle out, At
                                                         AtenTensorHandle mat2) {
   return guarded("aoti_torch_cpu__int_mm_out", [&] {
     ops::int_mm(tensor_arg(out, "out"), tensor_arg(self, "self"), tensor_arg(mat2, "mat2"));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu__fft_r2c(AtenTensorHandle self, const int64_t* dim, int64_t dim_len_,
+                                                     int64_t normalization, int32_t onesided, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu__fft_r2c", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(ops::fft_r2c(tensor_arg(self, "self"), int_list(dim, dim_len_, "dim"), normalization, onesided != 0));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu__fft_c2c(AtenTensorHandle self, const int64_t* dim, int64_t dim_len_,
+                                                     int64_t normalization, int32_t forward, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu__fft_c2c", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(ops::fft_c2c(tensor_arg(self, "self"), int_list(dim, dim_len_, "dim"), normalization, forward != 0));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_abs(AtenTensorHandle self, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu_abs", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(ops::complex_abs_or_angle(tensor_arg(self, "self"), false));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_angle(AtenTensorHandle self, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu_angle", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(ops::complex_abs_or_angle(tensor_arg(self, "self"), true));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_permute(AtenTensorHandle self, const int64_t* dims, int64_t dims_len_,
+                                                    AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu_permute", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(ops::permute(tensor_arg(self, "self"), int_list(dims, dims_len_, "dims")));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_view_as_real(AtenTensorHandle self, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu_view_as_real", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(ops::view_as_real(tensor_arg(self, "self")));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_view_as_complex(AtenTensorHandle self, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu_view_as_complex", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(ops::view_as_complex(tensor_arg(self, "self")));
   });
 }
 

@@ -1,5 +1,5 @@
 """The runtime's CPU fallbacks for sorting, scans, lookups, embedding bags, scatter/index updates, pooling,
-the LSTM layer and int8 products (runtime/src/shims_cpu_ops.cpp) against torch eager, through the C ABI.
+the LSTM layer, int8 products, FFTs and complex views (runtime/src/shims_cpu_ops.cpp) against torch eager, through the C ABI.
 
 Operands are strided views (transposed, stepped with a storage offset, channels-last) handed over with
 aoti_torch_create_tensor_from_blob, as a plugin would. Every returned tensor is compared with ATen's
@@ -56,6 +56,13 @@ SIGS = {
     "mkldnn_rnn_layer": [T, T, T, T, T, T, T, I32, "ints", I64, I64, I64, I32, I32, I32, I32, R, R, R, R],
     "_weight_int8pack_mm": [T, T, T, R],
     "_int_mm_out": [T, T, T],
+    "_fft_r2c": [T, "ints", I64, I32, R],
+    "_fft_c2c": [T, "ints", I64, I32, R],
+    "abs": [T, R],
+    "angle": [T, R],
+    "permute": [T, "ints", R],
+    "view_as_real": [T, R],
+    "view_as_complex": [T, R],
 }
 
 
@@ -506,6 +513,131 @@ def test_int_mm(ops, layout):
     out = _strided(torch.zeros(32, 40, dtype=torch.int32), layout, g)
     ops("_int_mm_out", out, a, b)
     torch.testing.assert_close(out, torch._int_mm(a.contiguous(), b.contiguous()))
+
+
+# ---------------------------------------------------------------- FFTs and complex views
+
+FFT_CASES = [  # input sizes, dims (as a plugin passes them), onesided
+    ((4, 12, 5), [2], True), ((4, 12, 5), [1], True), ((3, 8, 7), [2, 1], True), ((3, 8, 7), [0, 2], False),
+    ((2, 400), [1], True), ((6, 9, 16), [1, 2], True), ((5,), [0], False),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("shape", "dims", "onesided"), FFT_CASES)
+@pytest.mark.parametrize("norm", [0, 1, 2])
+def test_fft_r2c(ops, dtype, layout, shape, dims, onesided, norm):
+    g = torch.Generator().manual_seed(40)
+    x = data(g, shape, dtype, layout if len(shape) > 1 else "contiguous")
+    got = ops("_fft_r2c", x, dims, norm, int(onesided))
+    want = torch.ops.aten._fft_r2c(x, dims, norm, onesided)
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    same(got, want, rtol=tol, atol=tol)
+    # a real signal's exactly-real bins carry +0.0 imaginary parts, so angle() is 0 or pi as with ATen
+    real_bins = want.imag == 0
+    torch.testing.assert_close(got.angle()[real_bins], want.angle()[real_bins])
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize(("shape", "dims"), [((4, 12, 5), [1]), ((3, 8, 7), [2, 0]), ((6, 10), [0, 1]), ((7,), [0])])
+@pytest.mark.parametrize("forward", [True, False])
+@pytest.mark.parametrize("norm", [0, 2])
+def test_fft_c2c(ops, dtype, shape, dims, forward, norm):
+    g = torch.Generator().manual_seed(41)
+    real = torch.float32 if dtype == "complex64" else torch.float64
+    x = torch.complex(torch.randn(shape, generator=g, dtype=real), torch.randn(shape, generator=g, dtype=real))
+    if len(shape) > 1:
+        x = x.transpose(0, 1).contiguous().transpose(0, 1)  # a transposed layout: the output follows its strides
+    got = ops("_fft_c2c", x, dims, norm, int(forward))
+    want = torch.ops.aten._fft_c2c(x, dims, norm, forward)
+    tol = 1e-4 if dtype == "complex64" else 1e-10
+    same(got, want, rtol=tol, atol=tol)
+
+
+def test_fft_refuses_bad_arguments(ops):
+    x = torch.randn(4, 6)
+    for args, message in [((x, [], 0, 1), "dim is empty"), ((x, [2], 0, 1), "out of range"),
+                          ((x, [1, 1], 0, 1), "repeats"), ((x, [1], 5, 1), "fft_norm_mode"),
+                          ((x.to(torch.int32), [1], 0, 1), "float32 or float64")]:
+        with pytest.raises(RuntimeError, match=message):
+            ops("_fft_r2c", *args)
+    with pytest.raises(RuntimeError, match="complex64 or complex128"):
+        ops("_fft_c2c", x, [1], 0, 1)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128", "float32"])
+def test_abs_and_angle(ops, dtype):
+    g = torch.Generator().manual_seed(42)
+    x = torch.randn(5, 6, generator=g, dtype=torch.float64)
+    x = (torch.complex(x, torch.randn(5, 6, generator=g, dtype=torch.float64)) if dtype.startswith("complex")
+         else x).to(getattr(torch, dtype))
+    x[0, 0] = x[0, 0] * 0  # a zero, and (below) a negative real with a +0 imaginary part
+    x[1, 1] = -2.0
+    xt = x.t()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for op in ("abs", "angle"):
+        got, want = ops(op, xt), getattr(torch, op)(xt)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        # A plugin reads the result with the strides torch's fake tensors gave it at compile time (eager's
+        # complex angle returns contiguous, its fake/meta kernel keeps self's layout).
+        with FakeTensorMode() as mode:
+            compile_time = getattr(torch, op)(mode.from_tensor(xt))
+        assert got.dtype == want.dtype and got.stride() == compile_time.stride(), (op, got.stride())
+
+
+def test_permute_and_complex_views_share_storage(ops):
+    g = torch.Generator().manual_seed(43)
+    base = torch.randn(3, 4, 2, 6, generator=g)[..., 1:5:2].contiguous()  # [3, 4, 2, 2]
+    c = torch.view_as_complex(base[..., 0, :].contiguous())  # [3, 4] complex64
+    rt = ops.rt
+
+    def view(name, x, *args):
+        """The view's values, and its (sizes, strides, storage offset, data pointer) as the runtime has them."""
+        fn = getattr(rt.lib, f"aoti_torch_cpu_{name}")
+        h, ret = rt.from_torch(x), H()
+        if args:
+            fn.argtypes = [H, I64P, I64, PH]
+            assert fn(h, (I64 * len(args[0]))(*args[0]), len(args[0]), ctypes.byref(ret)) == 0, rt.last_error()
+        else:
+            fn.argtypes = [H, PH]
+            assert fn(h, ctypes.byref(ret)) == 0, rt.last_error()
+        rt.handles.append(ret.value)
+        ptr = ctypes.c_void_p()
+        rt.lib.aoti_torch_get_data_ptr(ret.value, ctypes.byref(ptr))
+        sizes, strides, off, _ = rt.meta(ret.value)
+        return rt.to_torch(ret.value), (sizes, strides, off, ptr.value)
+
+    for name, x, args, want in [("permute", c, ([1, 0],), c.permute(1, 0)),
+                                ("view_as_real", c[:, 1:], (), torch.view_as_real(c[:, 1:])),
+                                ("view_as_complex", torch.view_as_real(c)[1:], (),
+                                 torch.view_as_complex(torch.view_as_real(c)[1:]))]:
+        got, (sizes, strides, off, ptr) = view(name, x, *args)
+        torch.testing.assert_close(got, want)
+        assert (sizes, strides, off) == (list(want.shape), list(want.stride()), want.storage_offset()), name
+        assert ptr == want.data_ptr(), name  # a view of the same storage, not a copy
+    with pytest.raises(RuntimeError, match="permute|dims"):
+        ops("permute", c, [0, 0])
+    with pytest.raises(RuntimeError, match="last dimension of size 2 and stride 1"):
+        ops("view_as_complex", torch.randn(3, 4))
+    with pytest.raises(RuntimeError, match="complex"):
+        ops("view_as_real", torch.randn(3, 2))
+
+
+@pytest.mark.parametrize(("src", "dst"), [("float32", "complex64"), ("complex64", "complex128"),
+                                          ("complex128", "float32"), ("int64", "complex64")])
+def test_copy_converts_complex(ops, src, dst):
+    g = torch.Generator().manual_seed(44)
+    x = torch.randn(4, 5, generator=g, dtype=torch.float64)
+    x = torch.complex(x, -x) if src.startswith("complex") else x * 10
+    x = x.to(getattr(torch, src)).t()
+    out = torch.zeros(5, 4, dtype=getattr(torch, dst))
+    rt = ops.rt
+    rt.lib.aoti_torch_copy_.argtypes = [H, H, I32]
+    assert rt.lib.aoti_torch_copy_(rt.from_torch(out), rt.from_torch(x), 0) == 0, rt.last_error()
+    want = x.real if (src.startswith("complex") and not dst.startswith("complex")) else x
+    torch.testing.assert_close(out, want.to(out.dtype), rtol=1e-6, atol=1e-6)
 
 
 def test_every_declared_op_is_exported(host_lib: Path):

@@ -27,7 +27,7 @@ H = ctypes.c_void_p  # AtenTensorHandle
 I64P = ctypes.POINTER(ctypes.c_int64)
 
 DTYPE_CODES = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "float64": 7,
-               "bool": 11, "bfloat16": 15}
+               "complex64": 9, "complex128": 10, "bool": 11, "bfloat16": 15}
 
 
 class Runtime:

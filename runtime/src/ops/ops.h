@@ -79,6 +79,16 @@ void mkldnn_rnn_layer(const Tensor& input, const Tensor& w_ih, const Tensor& w_h
                       const std::vector<int64_t>& batch_sizes, int64_t mode, int64_t hidden_size, int64_t num_layers,
                       bool has_biases, bool bidirectional, bool batch_first, bool train, Tensor** out);
 
+// spectral.cpp: aten::_fft_r2c / _fft_c2c (dim: the dims to transform; normalization: ATen's fft_norm_mode,
+// 0 none, 1 by_root_n, 2 by_n), abs and angle of complex (or floating) tensors, and the views permute,
+// view_as_real and view_as_complex (sharing self's storage).
+Tensor* fft_r2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool onesided);
+Tensor* fft_c2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool forward);
+Tensor* complex_abs_or_angle(const Tensor& self, bool angle);
+Tensor* permute(const Tensor& self, const std::vector<int64_t>& dims);
+Tensor* view_as_real(const Tensor& self);
+Tensor* view_as_complex(const Tensor& self);
+
 // quant.cpp
 Tensor* weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales);
 void int_mm(Tensor& out, const Tensor& self, const Tensor& mat2);
