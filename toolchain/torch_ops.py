@@ -6,7 +6,6 @@ sync; verify, inspect and the runtime's load error name the ATen op of a shim th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -69,6 +68,8 @@ def parse(doc: object, path: Path = DATA_FILE) -> TorchOps:
 
 
 def to_json(data: TorchOps) -> str:
+    import json
+
     doc = {"schema": SCHEMA, "torch": data.torch, "sources": data.sources,
            "ops": [{"op": o.op, "variant": o.variant, "since": o.since, "source": o.source, "shims": o.shims}
                    for o in data.ops]}
@@ -77,6 +78,8 @@ def to_json(data: TorchOps) -> str:
 
 @cache
 def load(path: Path = DATA_FILE) -> TorchOps:
+    import json
+
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

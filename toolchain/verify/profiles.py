@@ -8,6 +8,7 @@ against lief's reading of the same files).
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,8 +139,6 @@ def load_profile(name: str) -> Profile:
 
 def host_profile() -> Profile:
     """This machine: the highest version each of its own runtime libraries defines."""
-    import platform
-
     from toolchain.elf.reader import open_library
     from toolchain.elf.resolve import DEFAULT_DIRS, ld_so_conf_dirs
 
@@ -157,9 +156,10 @@ def host_profile() -> Profile:
         if fam in maxv:
             sources.append(f"{fam}_{vstr(maxv[fam])} from {path.resolve()}")
     glibc = maxv.get("GLIBC", (0,))
-    return Profile(name="host", description=f"this machine ({platform.machine()})",
+    arch = os.uname().machine  # platform.machine(), without importing platform
+    return Profile(name="host", description=f"this machine ({arch})",
                    source="version definitions (.gnu.version_d) of this machine's libraries: " + "; ".join(sources),
-                   machine={"x86_64": "x86_64", "aarch64": "aarch64"}.get(platform.machine(), platform.machine()),
+                   machine={"x86_64": "x86_64", "aarch64": "aarch64"}.get(arch, arch),
                    max_versions=maxv, allowed=None, exec_stack_refused=glibc >= GLIBC_REFUSES_EXEC_STACK,
                    target=host_target())
 
@@ -168,11 +168,9 @@ def host_target() -> TargetProfile:
     """This machine's CPU, from the flags the kernel reports in /proc/cpuinfo (the same names as
     toolchain/spec/cpu_isa.toml; the kernel lists a flag only when the OS enabled its registers). GPUs are
     not probed: verify's host profile checks no CUDA rule."""
-    import platform
-
     from toolchain.spec.cpu_isa import load_isa_spec
 
-    if platform.machine() not in ("x86_64", "AMD64"):
+    if os.uname().machine not in ("x86_64", "AMD64"):
         return TargetProfile()
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
