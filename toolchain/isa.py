@@ -64,6 +64,8 @@ class IsaUse:
 
 @dataclass
 class IsaScan:
+    """The extensions a file's code uses, the level they need, and how much code was decoded."""
+
     extensions: dict[str, IsaUse] = field(default_factory=dict)
     level: str = "x86-64"
     decoded_bytes: int = 0  # bytes run through the decoder
@@ -92,6 +94,8 @@ class IsaDecodeError(InputError):
 
 @dataclass(frozen=True)
 class _Section:
+    """The fields of a section header the scan uses."""
+
     name: str
     type: int
     flags: int

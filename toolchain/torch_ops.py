@@ -19,6 +19,8 @@ DEVICES = ("cpu", "cuda", "aten")  # aten: the device-agnostic shims of c_shim_a
 
 @dataclass(frozen=True)
 class TorchOp:
+    """One torch fallback op, its variant and first torch version, and the shims that call it."""
+
     op: str  # e.g. aten.topk.default (namespace.name.overload as torch.ops spells it)
     variant: int  # the fallback_ops.py version: shim names of variant N > 1 end in _vN
     since: str  # the torch version that first declares it, e.g. "2.13"
@@ -33,6 +35,8 @@ class TorchOp:
 
 @dataclass(frozen=True)
 class TorchOps:
+    """toolchain/torch_ops.json: the fallback ops of the torch it was extracted from."""
+
     torch: str  # the torch version the data was extracted from
     sources: dict[str, str]  # column/field -> where it comes from
     ops: tuple[TorchOp, ...]

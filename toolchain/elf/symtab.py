@@ -6,6 +6,7 @@ Bounds-checked like the rest of the reader: malformed input raises MalformedErro
 from __future__ import annotations
 
 import struct
+from functools import cache
 
 from toolchain.elf.base import (
     MAX_SYMBOLS,
@@ -131,9 +132,7 @@ class DynSymTable:
             return None
         nbuckets, symoffset, buckets_at, chain_at, hashes = header
         v = self.v
-        h = 5381
-        for c in name.encode():
-            h = (h * 33 + c) & 0xFFFFFFFF
+        h = gnu_hash(name)
         out: list[Symbol] = []
         if hashes is not None and h >> 1 not in hashes:
             return out  # no chain entry has its hash: the walk below would match none (and read in bounds)
@@ -152,6 +151,15 @@ class DynSymTable:
                 break
             idx += 1
         return out
+
+
+@cache
+def gnu_hash(name: str) -> int:
+    """DT_GNU_HASH's hash of a symbol name (remembered: one name is looked up in every object of a scope)."""
+    h = 5381
+    for c in name.encode():
+        h = (h * 33 + c) & 0xFFFFFFFF
+    return h
 
 
 def _read_verneed(v: _View, sec: _Section, st: _Section, names: dict, verneed: dict) -> None:

@@ -4,6 +4,7 @@ fix) to a FileResult. Symbols are bound as the loader binds them (toolchain.elf.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ _ARCH = {"x86_64": ("x86_64", 64), "aarch64": ("aarch64", 64), "i386": ("i386", 
 
 @dataclass
 class Context:
+    """What the checks share across files: spec, profile, resolver, host and build facts."""
+
     spec: Spec
     profile: Profile
     resolver: Resolver
@@ -190,9 +193,16 @@ def check_libraries(elf: ElfFile, res: FileResult, ctx: Context) -> None:
 
 def _provider(name: str, providers: tuple[Provider, ...]) -> Provider | None:
     for p in providers:
-        if any(fnmatch.fnmatchcase(name, pat) for pat in p.symbol_patterns):
+        if _patterns(p.symbol_patterns).match(name):
             return p
     return None
+
+
+@functools.cache
+def _patterns(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression matching what any of the fnmatch `patterns` matches (fnmatch.fnmatchcase's
+    translation, alternated)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")
 
 
 def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Context,

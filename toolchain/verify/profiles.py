@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
-
 from toolchain.errors import UsageError
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -39,6 +37,8 @@ def vstr(v: tuple[int, ...]) -> str:
 
 @dataclass(frozen=True)
 class Profile:
+    """A target: the newest symbol versions and the libraries it provides, and its CPU and GPUs."""
+
     name: str
     description: str
     source: str
@@ -126,6 +126,8 @@ def load_profile(name: str) -> Profile:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         msg = f"unknown profile {name!r}{hint}"
         raise UsageError(msg, fix=f"use one of: {', '.join(names)}")
+    import tomllib
+
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     maxv = {}
     for fam, v in data["max_versions"].items():
