@@ -253,12 +253,13 @@ class _Libcapstone:
             self._lib.cs_close(self._ct.byref(self._open.pop()))
 
     def instructions(self, code: bytes, at: int, address: int, skip: set):
-        """(key, address, size, mnemonic, op_str) of the instructions from code[at:] on, as capstone's
-        disasm_lite gives them (skipped data as `.byte`), but none whose instruction id is in `skip` (read
-        as the caller adds to it): their text is never built."""
+        """(key, address, size, mnemonic, op_str) of the instructions from code[at:] on (`address`: that of
+        code[0]), as capstone's disasm_lite gives them (skipped data as `.byte`), but none whose instruction
+        id is in `skip` (read as the caller adds to it): their text is never built."""
         ct, lib, rec = self._ct, self._lib, self.RECORD
         words = rec // 4
         view = code if at == 0 else code[at:]
+        address += at
         done, total = 0, len(view)
         out = ct.c_void_p()
         while done < total:
