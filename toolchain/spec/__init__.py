@@ -9,14 +9,16 @@ and c_api.toml (the host runtime's C API: ``load_c_api``). A malformed spec is r
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolchain.errors import SpecError
 from toolchain.speccache import TomlError, parse_toml
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 SPEC_DIR: Path = Path(__file__).resolve().parent
 SCHEMA_VERSION = 1
@@ -174,6 +176,8 @@ def parse_prototype(text: str) -> Function:
 
 
 def _did_you_mean(word: str, choices: Any) -> str:
+    import difflib
+
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -13,8 +13,11 @@ from toolchain.elf.reader import ElfFile, Symbol
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
 from toolchain.findings import FileResult
 from toolchain.spec import Provider, Spec, load_abi
-from toolchain.torch_ops import TorchOp, op_of
 from toolchain.verify.profiles import Profile, parse_version, vstr
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from toolchain.torch_ops import TorchOp
 
 ENTRIES_API = "AOTInductorModelContainerExtractConstantsMapEntries"
 CXX_RUNTIME = "libstdc++.so.6"
@@ -334,6 +337,8 @@ def _unresolved_shim(sym: Symbol, res: FileResult, ctx: Context) -> None:
     """An aoti_torch_* import nothing in the host's scope defines: missing-shim for a fallback op's shim (named
     with its ATen op, toolchain/torch_ops.json), unresolved-symbol for the rest of the shim ABI. Checked
     standalone (no host), a shim counts as provided when shims.toml lists it."""
+    from toolchain.torch_ops import op_of  # torch's fallback ops: read only for a shim that does not bind
+
     known = op_of(sym.name)
     if known is not None:
         _missing_shim(sym, known[0], known[1], res, ctx)

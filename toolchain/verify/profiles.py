@@ -7,7 +7,6 @@ against lief's reading of the same files).
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -122,6 +121,8 @@ def load_profile(name: str) -> Profile:
     path = PROFILE_DIR / f"{name}.toml"
     if not path.is_file():
         names = available()
+        import difflib
+
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         msg = f"unknown profile {name!r}{hint}"
@@ -174,11 +175,11 @@ def host_target() -> TargetProfile:
 
     if os.uname().machine not in ("x86_64", "AMD64"):
         return TargetProfile()
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    try:  # the first CPU's flags: the rest of the file (one block per CPU) is not read
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            line = next((ln.rstrip("\n") for ln in f if ln.startswith("flags")), "")
     except OSError:
         return TargetProfile()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
     flags = set(line.partition(":")[2].split())
     aliases = {"sse3": "pni", "lzcnt": "abm"}  # the kernel's names for them
     spec = load_isa_spec()
