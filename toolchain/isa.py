@@ -275,8 +275,8 @@ class _Libcapstone:
                     continue
                 o = i * rec
                 a, size = struct.unpack_from("<QH", buf, o + 8)
-                m = buf[o + 42:buf.index(b"\0", o + 42, o + 74)].decode("ascii")
-                ops = buf[o + 74:buf.index(b"\0", o + 74, o + 234)].decode("ascii")
+                m = buf[o + 42:_cstr_end(buf, o + 42, o + 74)].decode("ascii")
+                ops = buf[o + 74:_cstr_end(buf, o + 74, o + 234)].decode("ascii")
                 yield iid, a, size, m, ops
             if n < self.CHUNK:
                 return  # capstone stopped: the end, or bytes it cannot decode even as data
@@ -294,11 +294,19 @@ class _Libcapstone:
         try:
             rec = ct.string_at(out, self.RECORD)
             (detail,) = struct.unpack_from("<Q", rec, 240)
+            if not detail:
+                return ()
             # cs_detail: regs_read[20] u16, count u8, regs_write[20] u16, count u8, groups[8] u8, groups_count u8
             d = ct.string_at(detail, 92)
             return tuple(d[83:83 + min(d[91], 8)])
         finally:
             lib.cs_free(out, n)
+
+
+def _cstr_end(buf: bytes, start: int, stop: int) -> int:
+    """The end of a NUL-terminated field of `buf` (its whole width if capstone filled it)."""
+    end = buf.find(b"\0", start, stop)
+    return stop if end < 0 else end
 
 
 class _CapstoneModule:
