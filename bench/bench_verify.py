@@ -6,14 +6,19 @@ Both sides are interleaved, `--rounds` times; the ratio of the medians is printe
 (fresh Resolver each call: libc/libstdc++ are re-read every time) and, separately, as the CLI
 (`python -m toolchain verify`, interpreter start and imports included).
 
-    .venv/bin/python bench/bench_verify.py [--rounds 7] [--features 16384] [--startup-only]
+    .venv/bin/python bench/bench_verify.py [--rounds 7] [--features 16384] [--startup-only] [--before DIR]
 
-Start-up (issue 17, target: the CLI on a small plugin within 2x of readelf + Python's own start): the CLI
-`python -m toolchain verify SMALL.so` (default host: this project's library) against `readelf` on the same
-file plus `python -c pass`, interleaved. The CLI is timed with the bytecode cache in use (what an installed
-package has; PYTHONDONTWRITEBYTECODE removed after one warm-up run writes it) and, for scale, without
-(every module compiled from source on each start, as in a checkout run with PYTHONDONTWRITEBYTECODE=1 and
-no __pycache__ yet).
+Start-up (target: the CLI on a small plugin within 2x of readelf + Python's own start): the installed
+`aoti-toolchain verify SMALL.so` console script (what users run; default host: this project's library) and
+`python -m toolchain verify SMALL.so`, against `readelf -a` on the same file plus `python -c pass`, all
+interleaved, median of --rounds; this checkout's toolchain is put first on PYTHONPATH for every Python side.
+`readelf -a` is the reference because it reads what verify reads of the plugin (program headers, dynamic
+section, dynamic symbols and their versions, notes, and the section headers and .symtab the CPU-extension
+scan names functions from); the narrower `readelf --dyn-syms --version-info -d -l` is printed for scale.
+Neither decodes code, which verify does (cpu-isa-too-new), nor reads the host library and its dependencies.
+The CLI is timed with the bytecode cache in use (what an installed package has; PYTHONDONTWRITEBYTECODE
+removed, a warm-up run writes it) and, for scale, without (every module compiled from source on each
+start, as in a checkout run with PYTHONDONTWRITEBYTECODE=1 and no __pycache__ yet).
 """
 
 from __future__ import annotations
@@ -98,37 +103,91 @@ def small_plugin() -> Path:
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    return run_child(cmd, env)[0]
+
+
+def run_child(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one run of `cmd`, which must exit 0."""
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO, env=env)
-    return time.perf_counter() - t0
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=cwd, env=env)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return wall, usage.ru_utime + usage.ru_stime
 
 
-def startup(rounds: int) -> None:
+def console_script() -> Path | None:
+    """The installed `aoti-toolchain` console script beside this interpreter (what users run), if any."""
+    script = Path(sys.executable).parent / "aoti-toolchain"
+    return script if script.is_file() else None
+
+
+def startup(rounds: int, before: Path | None) -> None:
+    from toolchain.hostlib import find_library
+
     so = small_plugin()
-    cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    host = find_library()
+    if host is None or not host.is_file():
+        raise SystemExit("no runtime library built (scons): verify's default host")
+    # This checkout's toolchain first on the path: the console script of an editable install (or another
+    # checkout's) would otherwise import its own copy. `python -c pass` runs with the same environment; every
+    # side verifies against the same default host.
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    base["AOTI_HOST_LIBRARY"] = str(host)
+    cached = {**base, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     # an empty cache prefix that is never written: every module compiled from source on every start
     empty = BENCH / "empty-pycache"
     empty.mkdir(parents=True, exist_ok=True)
-    source = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)}
+    source = {**cached, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)}
+    where = subprocess.run([sys.executable, "-c", "import toolchain; print(toolchain.__file__)"], env=cached,
+                           capture_output=True, text=True, check=True, cwd="/").stdout.strip()
+    if not where.startswith(str(REPO)):
+        raise SystemExit(f"toolchain imports from {where}, not from {REPO}")
     cli = [sys.executable, "-m", "toolchain", "verify", str(so)]
-    timed(cli, cached)  # writes the bytecode cache
-    sides: dict[str, tuple[list[str], dict[str, str] | None]] = {
-        "readelf": (["readelf", "--dyn-syms", "--version-info", "-d", "-l", str(so)], None),
-        "python": ([sys.executable, "-c", "pass"], cached),
-        "cli": (cli, cached),
-        "cli_source": (cli, source),
+    script = console_script()
+    sides: dict[str, tuple[list[str], dict[str, str] | None, Path]] = {
+        "readelf -a": (["readelf", "-a", str(so)], None, REPO),
+        "readelf --dyn-syms --version-info -d -l": (["readelf", "--dyn-syms", "--version-info", "-d", "-l", str(so)],
+                                                    None, REPO),
+        "python -c pass": ([sys.executable, "-c", "pass"], cached, REPO),
+        "python -m toolchain verify": (cli, cached, REPO),
+        "python -m toolchain verify, compiled from source": (cli, source, REPO),
     }
-    got: dict[str, list[float]] = {k: [] for k in sides}
+    if script is not None:
+        sides["aoti-toolchain verify"] = ([str(script), "verify", str(so)], cached, REPO)
+        if before is not None:  # another toolchain tree (an earlier commit's), run the same way
+            sides[f"aoti-toolchain verify, {before.name}"] = ([str(script), "verify", str(so)],
+                                                               {**base, "PYTHONPATH": str(before)}, before)
+    outputs = {subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True).stdout
+               for k, (cmd, env, cwd) in sides.items() if "verify" in k}
+    if len(outputs) != 1:
+        raise SystemExit("the verify sides printed different reports")
+    for cmd, env, cwd in sides.values():
+        run_child(cmd, env, cwd)  # warm-up: page cache, and the bytecode caches written
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
+    load_before = os.getloadavg()[0]
     for _ in range(rounds):
-        for k, (cmd, env) in sides.items():
-            got[k].append(timed(cmd, env))
-    m = {k: statistics.median(v) for k, v in got.items()}
-    floor = m["readelf"] + m["python"]
-    print(f"start-up on {so.name} ({so.stat().st_size / 1e6:.1f} MB), median of {rounds} interleaved, load average "
-          f"{os.getloadavg()[0]:.1f}: readelf {m['readelf'] * 1e3:.1f} ms, python -c pass {m['python'] * 1e3:.1f} ms, "
-          f"`python -m toolchain verify` {m['cli'] * 1e3:.1f} ms (bytecode cached) {m['cli_source'] * 1e3:.1f} ms "
-          f"(compiled from source); ratio to readelf + Python {m['cli'] / floor:.2f} (target <= 2) and "
-          f"{m['cli_source'] / floor:.2f}")
+        for k, (cmd, env, cwd) in sides.items():
+            got[k].append(run_child(cmd, env, cwd))
+    wall = {k: statistics.median(w for w, _ in v) for k, v in got.items()}
+    cpu = {k: statistics.median(c for _, c in v) for k, v in got.items()}
+    print(f"start-up on {so.name} ({so.stat().st_size / 1e6:.1f} MB; host {host}), median of {rounds} interleaved "
+          f"runs, load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
+    print(f"  {'':50s} {'wall':>9s} {'CPU':>9s}")
+    for k in sides:
+        print(f"  {k:50s} {wall[k] * 1e3:6.1f} ms {cpu[k] * 1e3:6.1f} ms")
+    floor = {"wall": wall["readelf -a"] + wall["python -c pass"], "cpu": cpu["readelf -a"] + cpu["python -c pass"]}
+    narrow = {"wall": wall["readelf --dyn-syms --version-info -d -l"] + wall["python -c pass"],
+              "cpu": cpu["readelf --dyn-syms --version-info -d -l"] + cpu["python -c pass"]}
+    for k in sides:
+        if "verify" in k:
+            print(f"  ratio {k} / (readelf -a + python -c pass): wall {wall[k] / floor['wall']:.2f}, CPU "
+                  f"{cpu[k] / floor['cpu']:.2f}; against the narrower readelf: wall {wall[k] / narrow['wall']:.2f}")
+    main_cli = "aoti-toolchain verify" if script is not None else "python -m toolchain verify"
+    print(f"RATIO {main_cli} / (readelf -a + python -c pass) = {wall[main_cli] / floor['wall']:.2f} wall, "
+          f"{cpu[main_cli] / floor['cpu']:.2f} CPU (target <= 2)")
 
 
 def main() -> int:
@@ -136,8 +195,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--features", type=int, default=16384)
     ap.add_argument("--startup-only", action="store_true")
+    ap.add_argument("--before", type=Path, help="start-up: also time this toolchain tree (e.g. an earlier commit's, "
+                    "`git archive COMMIT toolchain | tar -x -C DIR`) as the console script")
     args = ap.parse_args()
-    startup(args.rounds)
+    startup(args.rounds, args.before)
     if args.startup_only:
         return 0
     plugin, host = big_plugin(args.features), big_host()

@@ -26,6 +26,7 @@ from toolchain.errors import (
 )
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
 from toolchain.spec.cpu_isa import load_isa_spec
+from toolchain.speccache import PARSED_FILE
 from toolchain.torch_ops import DATA_FILE as TORCH_OPS_FILE
 from toolchain.torch_ops import load as load_torch_ops
 
@@ -252,15 +253,44 @@ def generate(
     return [Written(out_dir / rel, write_if_changed(out_dir / rel, text)) for rel, text in rendered.items()]
 
 
+def render_parsed_spec(spec_dir: Path | None = None) -> str:
+    """The text of toolchain/spec/parsed.json (toolchain.speccache): each *.toml of the spec directory with
+    its text and tomllib's parse of it, as JSON."""
+    import json
+
+    import tomllib
+
+    from toolchain.spec import SPEC_DIR
+    from toolchain.speccache import SCHEMA
+
+    files = {}
+    for path in sorted((SPEC_DIR if spec_dir is None else Path(spec_dir)).glob("*.toml")):
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+        try:
+            encoded = json.dumps(data, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            encoded = None
+            why = str(exc)
+        if encoded is None or json.loads(encoded) != data:
+            msg = f"{path}: holds a value JSON does not carry as it is ({why if encoded is None else 'changes'})"
+            raise SpecError(msg, fix="use strings, integers, finite floats, booleans, arrays and tables only")
+        files[path.name] = {"text": text, "data": encoded}
+    return json.dumps({"schema": SCHEMA, "generator": "python -m toolchain.codegen --parsed-spec", "files": files},
+                      ensure_ascii=False, indent=0) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolchain.codegen", description=__doc__)
     parser.add_argument("--out", type=Path, help="output directory (e.g. build/cpu-gcc-release/gen)")
     parser.add_argument("--abi-py", action="store_true", help=f"refresh {ABI_PY.relative_to(REPO_ROOT)}")
+    parser.add_argument("--parsed-spec", action="store_true",
+                        help=f"refresh {PARSED_FILE.relative_to(REPO_ROOT)} (the spec's TOML, parsed ahead of time)")
     parser.add_argument("--cuda", action="store_true", help="include the cuda shim group")
     parser.add_argument("--spec-dir", type=Path, default=None, help="spec directory (default: toolchain/spec)")
     args = parser.parse_args(argv)
-    if args.out is None and not args.abi_py:
-        parser.error("give --out DIR, --abi-py or both")
+    if args.out is None and not args.abi_py and not args.parsed_spec:
+        parser.error("give --out DIR, --abi-py, --parsed-spec or several")
     try:
         written: list[Written] = []
         if args.out is not None:
@@ -269,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             d = args.spec_dir
             text = render_abi_py(load_spec(d), load_c_api(Path(d) / "c_api.toml" if d else None))
             written.append(Written(ABI_PY, write_if_changed(ABI_PY, text)))
+        if args.parsed_spec:
+            written.append(Written(PARSED_FILE, write_if_changed(PARSED_FILE, render_parsed_spec(args.spec_dir))))
         for w in written:
             print(f"{'wrote' if w.changed else 'unchanged'} {w.path}")
     except ToolchainError as exc:

@@ -42,6 +42,8 @@ class CudaBinaryError(ValueError):
 
 @dataclass(frozen=True)
 class CudaImage:
+    """One GPU image: SASS or PTX, its architecture and PTX ISA version."""
+
     kind: str  # "sass" | "ptx"
     sm: int  # 80 for sm_80 / compute_80
     ptx_version: tuple[int, int] | None  # PTX ISA of a ptx image (major, minor)

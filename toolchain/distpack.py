@@ -16,12 +16,9 @@ manifest: every listed file present with its hash, nothing unlisted, the ELF fil
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import stat
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +31,8 @@ _MAX_MEMBERS = 10_000
 
 
 def sha256_file(path: Path) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -98,6 +97,9 @@ def manifest_text(manifest: dict) -> str:
 def write_archive(root: Path, manifest: dict, out: Path) -> None:
     """Pack `root`'s listed files and the manifest as `out` (.tar.gz), atomically, reproducibly (sorted
     members, mtime 0, owner root, modes 0755/0644), under one top-level folder named like the archive."""
+    import io
+    import tarfile
+
     from toolchain.atomic import replacing
 
     top = archive_stem(manifest["version"], manifest["variant"])
@@ -200,6 +202,8 @@ def check_tree(root: Path) -> tuple[dict | None, list[Problem]]:
 def safe_extract(archive: Path, dest: Path) -> Path:
     """Unpack a runtime archive into `dest` (tarfile's "data" filter: no links out, no devices, no absolute
     paths) and return its one top-level folder. ManifestError when it is not one."""
+    import tarfile
+
     try:
         with tarfile.open(archive, "r:*") as tf:
             members = tf.getmembers()

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
+from toolchain.speccache import TomlError, parse_toml
 
 EXIT_CODES_FILE = Path(__file__).resolve().parent / "spec" / "exit_codes.toml"
 EXIT_CODES_SCHEMA = 1
@@ -21,11 +21,11 @@ C_API_FILE = EXIT_CODES_FILE.with_name("c_api.toml")
 def load_runtime_statuses(path: Path = C_API_FILE) -> dict[str, int]:
     """The runtime's aoti_host_status values by name: the [[status]] rows of the C API spec (c_api.toml).
 
-    Read here with tomllib alone, because the spec loader (toolchain.spec, which validates the whole file)
+    Read here with the TOML parser alone, because the spec loader (toolchain.spec, which validates the whole file)
     imports this module."""
     try:
-        rows = tomllib.loads(path.read_text(encoding="utf-8")).get("status")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        rows = parse_toml(path.read_text(encoding="utf-8"), path.name).get("status")
+    except (OSError, UnicodeDecodeError, TomlError) as exc:
         raise SpecError(f"{path}: cannot read: {exc}", fix="restore it (git checkout -- toolchain/spec/c_api.toml)"
                         ) from None
     out: dict[str, int] = {}
@@ -98,6 +98,8 @@ ERROR_CLASSES: dict[str, type[ToolchainError]] = {
 
 @dataclass(frozen=True)
 class ExitCode:
+    """One row of the exit-code table (toolchain/spec/exit_codes.toml)."""
+
     name: str
     code: int
     meaning: str
@@ -122,11 +124,11 @@ def load_exit_codes(path: Path = EXIT_CODES_FILE) -> tuple[ExitCode, ...]:
         return SpecError(f"{path}: {where}: {why}", fix=fix)
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = parse_toml(path.read_text(encoding="utf-8"), path.name)
     except FileNotFoundError:
         raise bad("(file)", "exit-code table not found", "restore it (git checkout -- toolchain/spec/exit_codes.toml)"
                   ) from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, TomlError) as exc:
         raise bad("(file)", f"cannot read: {exc}", "fix the file's syntax or permissions") from None
     if data.get("schema") != EXIT_CODES_SCHEMA or set(data) != {"schema", "code"}:
         raise bad("(top level)", f"expected schema = {EXIT_CODES_SCHEMA} and [[code]] tables, got keys {sorted(data)}",

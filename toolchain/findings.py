@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-import tomllib
-
 from toolchain.errors import SpecError, exit_code
+from toolchain.speccache import TomlError, parse_toml
 
 RULES_FILE = Path(__file__).resolve().parent / "spec" / "rules.toml"
 SEVERITIES = ("error", "warning")
@@ -38,6 +37,8 @@ def template_fields(template: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Rule:
+    """One row of the rule table (toolchain/spec/rules.toml): severity, stages, what it applies to, fixes."""
+
     id: str
     severity: str  # default: error | warning
     stages: tuple[str, ...]  # link | post-link | verify
@@ -62,10 +63,10 @@ def _bad(path: Path, where: str, reason: str, fix: str) -> SpecError:
 def load_rules(path: Path = RULES_FILE) -> dict[str, Rule]:
     """Read and validate the rule table; SpecError names the file, the rule and the defect."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = parse_toml(path.read_text(encoding="utf-8"), path.name)
     except OSError as exc:
         raise _bad(path, "rule table", f"cannot be read: {exc.strerror}", "restore toolchain/spec/rules.toml") from None
-    except tomllib.TOMLDecodeError as exc:
+    except TomlError as exc:
         raise _bad(path, "rule table", f"not valid TOML: {exc}", "fix the TOML syntax") from None
     rows = data.get("rule")
     if not isinstance(rows, list) or set(data) != {"rule"}:
@@ -115,6 +116,8 @@ def verify_rules() -> list[Rule]:
 
 @dataclass(frozen=True)
 class Finding:
+    """One rule's finding on one file, with the fix the rule table gives."""
+
     rule: str
     severity: str
     file: str
@@ -134,6 +137,8 @@ class Finding:
 
 @dataclass
 class FileResult:
+    """What verify found in one file: its kind, machine, findings and where its imports bound."""
+
     path: str
     kind: str  # plugin | host | library | package | unreadable
     machine: str | None = None
@@ -156,6 +161,8 @@ class FileResult:
 
 @dataclass
 class Report:
+    """Every file's result under one profile and host, with the verdict and exit code."""
+
     profile: dict
     host: str | None
     strict: bool

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from toolchain.errors import InputError
@@ -63,6 +64,8 @@ class IsaUse:
 
 @dataclass
 class IsaScan:
+    """The extensions a file's code uses, the level they need, and how much code was decoded."""
+
     extensions: dict[str, IsaUse] = field(default_factory=dict)
     level: str = "x86-64"
     decoded_bytes: int = 0  # bytes run through the decoder
@@ -91,6 +94,8 @@ class IsaDecodeError(InputError):
 
 @dataclass(frozen=True)
 class _Section:
+    """The fields of a section header the scan uses."""
+
     name: str
     type: int
     flags: int
@@ -173,43 +178,223 @@ def _regions(sections: list[_Section], funcs: list[tuple[int, int, str]]) -> lis
     return out
 
 
-class _Classifier:
-    """Extensions of one instruction, keyed by what decides them: mnemonic, encoding, vector width."""
+@cache
+def _libcapstone():
+    """libcapstone.so where capstone's package finds it (LIBCAPSTONE_PATH, else the package's lib/), loaded
+    as the package loads it, if it is capstone 5; else None."""
+    import ctypes
+    import importlib.util
+    import os
+    spec = importlib.util.find_spec("capstone")
+    dirs = [os.environ.get("LIBCAPSTONE_PATH")]  # where capstone's package looks first
+    if spec is not None and spec.submodule_search_locations:
+        dirs += [os.path.join(d, "lib") for d in spec.submodule_search_locations]
+    path = next((os.path.join(d, "libcapstone.so") for d in dirs
+                 if d and os.path.isfile(os.path.join(d, "libcapstone.so"))), None)
+    if path is None:
+        return None
+    try:
+        lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_DEEPBIND", 0))
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        lib.cs_version(ctypes.byref(major), ctypes.byref(minor))
+    except (OSError, AttributeError):
+        return None
+    if major.value != 5:
+        return None
+    size_t, ptr = ctypes.c_size_t, ctypes.c_void_p
+    lib.cs_open.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(size_t)]
+    lib.cs_option.argtypes = [size_t, ctypes.c_int, size_t]
+    lib.cs_disasm.argtypes = [size_t, ctypes.c_char_p, size_t, ctypes.c_uint64, size_t, ctypes.POINTER(ptr)]
+    lib.cs_disasm.restype = size_t
+    lib.cs_free.argtypes = [ptr, size_t]
+    lib.cs_free.restype = None
+    lib.cs_group_name.argtypes = [size_t, ctypes.c_uint]
+    lib.cs_group_name.restype = ctypes.c_char_p
+    lib.cs_close.argtypes = [ctypes.POINTER(size_t)]
+    return lib
+
+
+class _Libcapstone:
+    """libcapstone 5 called through ctypes, without importing its Python package (whose import loads every
+    architecture's module: ~20 ms of a 1.7 MB plugin's verify). Two handles: one decoding runs of
+    instructions (detail off, skipdata on), one decoding a single instruction with detail (its groups).
+    `load()` returns None where the library is not the 5.x this layout is written for; the scan then goes
+    through capstone's Python package (`_CapstoneModule`), which reads the same library."""
+
+    RECORD = 248  # sizeof(cs_insn) in capstone 5 (x86-64): id, address, size, bytes[24], mnemonic[32], op_str[160], detail
+    CHUNK = 4096  # instructions per cs_disasm call: a large function is decoded in pieces, not all in memory
+
+    @classmethod
+    def load(cls) -> _Libcapstone | None:
+        lib = _libcapstone()
+        return None if lib is None else cls(lib)
+
+    def __init__(self, lib) -> None:
+        import ctypes
+
+        self._ct = ctypes
+        self._lib = lib
+        self._lite, self._detail = ctypes.c_size_t(), ctypes.c_size_t()
+        self._open: list = []
+        for h in (self._lite, self._detail):
+            if lib.cs_open(3, 8, ctypes.byref(h)) != 0:  # CS_ARCH_X86, CS_MODE_64
+                self.close()
+                msg = "capstone: cs_open(x86, 64-bit) failed"
+                raise OSError(msg)
+            self._open.append(h)
+        lib.cs_option(self._lite, 5, 3)  # CS_OPT_SKIPDATA, CS_OPT_ON
+        lib.cs_option(self._detail, 2, 3)  # CS_OPT_DETAIL, CS_OPT_ON
+        # capstone's group names are its X86_GRP_* constants in lower case, but for X86_GRP_F16C ("fc16")
+        names = {lib.cs_group_name(self._lite, g): g for g in range(256)}
+        self.group_ids = {g: names.get(("fc16" if g == "F16C" else g.lower()).encode()) for g in _GROUPS}
+
+    def close(self) -> None:
+        while self._open:
+            self._lib.cs_close(self._ct.byref(self._open.pop()))
+
+    def instructions(self, code: bytes, at: int, address: int, skip: set):
+        """(key, address, size, mnemonic, op_str) of the instructions from code[at:] on (`address`: that of
+        code[0]), as capstone's disasm_lite gives them (skipped data as `.byte`), but none whose instruction
+        id is in `skip` (read as the caller adds to it): their text is never built."""
+        ct, lib, rec = self._ct, self._lib, self.RECORD
+        words = rec // 4
+        view = code if at == 0 else code[at:]
+        address += at
+        done, total = 0, len(view)
+        out = ct.c_void_p()
+        while done < total:
+            part = view if done == 0 else view[done:]
+            n = lib.cs_disasm(self._lite, part, total - done, address + done, self.CHUNK, ct.byref(out))
+            if n == 0:
+                return
+            buf = ct.string_at(out, n * rec)
+            lib.cs_free(out, n)
+            ids = memoryview(buf).cast("I")[::words].tolist()
+            for i, iid in enumerate(ids):
+                if iid in skip:
+                    continue
+                o = i * rec
+                a, size = struct.unpack_from("<QH", buf, o + 8)
+                m = buf[o + 42:_cstr_end(buf, o + 42, o + 74)].decode("ascii")
+                ops = buf[o + 74:_cstr_end(buf, o + 74, o + 234)].decode("ascii")
+                yield iid, a, size, m, ops
+            if n < self.CHUNK:
+                return  # capstone stopped: the end, or bytes it cannot decode even as data
+            o = (n - 1) * rec
+            a, size = struct.unpack_from("<QH", buf, o + 8)
+            done = a + size - address
+
+    def groups(self, raw: bytes, address: int) -> tuple[int, ...]:
+        """capstone's groups of the one instruction in `raw` (detail on)."""
+        ct, lib = self._ct, self._lib
+        out = ct.c_void_p()
+        n = lib.cs_disasm(self._detail, raw, len(raw), address, 1, ct.byref(out))
+        if n == 0:
+            return ()
+        try:
+            rec = ct.string_at(out, self.RECORD)
+            (detail,) = struct.unpack_from("<Q", rec, 240)
+            if not detail:
+                return ()
+            # cs_detail: regs_read[20] u16, count u8, regs_write[20] u16, count u8, groups[8] u8, groups_count u8
+            d = ct.string_at(detail, 92)
+            return tuple(d[83:83 + min(d[91], 8)])
+        finally:
+            lib.cs_free(out, n)
+
+
+def _cstr_end(buf: bytes, start: int, stop: int) -> int:
+    """The end of a NUL-terminated field of `buf` (its whole width if capstone filled it)."""
+    end = buf.find(b"\0", start, stop)
+    return stop if end < 0 else end
+
+
+class _CapstoneModule:
+    """The same two decodes through capstone's Python package, where _Libcapstone cannot be used."""
 
     def __init__(self) -> None:
         import capstone
-
-        self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-        self._cs.detail = True
         from capstone import x86_const
 
-        self._groups = {getattr(x86_const, f"X86_GRP_{g}"): ext for g, ext in _GROUPS.items()}
+        self._lite = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        self._lite.detail = False
+        self._lite.skipdata = True
+        self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        self._cs.detail = True
+        self.group_ids = {g: getattr(x86_const, f"X86_GRP_{g}") for g in _GROUPS}
+
+    def close(self) -> None:
+        pass
+
+    def instructions(self, code: bytes, at: int, address: int, skip: set):
+        for a, size, m, ops in self._lite.disasm_lite(code[at:], address + at):
+            if m not in skip:
+                yield m, a, size, m, ops
+
+    def groups(self, raw: bytes, address: int) -> tuple[int, ...]:
+        for insn in self._cs.disasm(raw, address, 1):
+            return tuple(insn.groups)
+        return ()
+
+
+def _decoder() -> _Libcapstone | _CapstoneModule:
+    try:
+        lib = _Libcapstone.load()
+    except OSError:
+        lib = None
+    if lib is not None and None not in lib.group_ids.values():
+        return lib
+    if lib is not None:
+        lib.close()
+    return _CapstoneModule()
+
+
+_BMI_MNEMONICS = ("andn", "bextr", "blsi", "blsmsk", "blsr", "bzhi", "mulx", "pdep", "pext", "rorx", "sarx", "shlx",
+                  "shrx")
+_TILE_PREFIXES = ("tile", "ldtilecfg", "sttilecfg")
+
+
+def _same_for_every_form(mnemonic: str, enc: str, width: str) -> bool:
+    """Whether an instruction that uses no extension says so for every instruction of its id: true for a
+    legacy encoding (no VEX/EVEX, no vector width) whose name, without the prefixes capstone prints in front
+    (rep, lock, notrack, ...), is decided by its groups alone (the groups are the id's); then the scan skips
+    that id's other instructions unread."""
+    bare = mnemonic.rpartition(" ")[2]
+    return (enc == "" and width == "" and bare not in _PLAIN_MNEMONICS and not bare.startswith(_TILE_PREFIXES)
+            and (bare == mnemonic or (bare[:1] not in "vkt" and bare not in _BMI_MNEMONICS)))
+
+
+class _Classifier:
+    """Extensions of one instruction, keyed by what decides them: mnemonic, encoding, vector width."""
+
+    def __init__(self, decoder: _Libcapstone | _CapstoneModule) -> None:
+        self._decoder = decoder
+        self._groups = {gid: _GROUPS[g] for g, gid in decoder.group_ids.items()}
         self._cache: dict[tuple, tuple[str, ...]] = {}
         self.plain: dict[str, tuple[str, ...]] = {}  # mnemonic -> extensions, for mnemonics no VEX encodes
 
-    def classify(self, mnemonic: str, op_str: str, raw: bytes, address: int) -> tuple[str, ...]:
+    def classify(self, mnemonic: str, op_str: str, raw: bytes, address: int) -> tuple[tuple[str, ...], bool]:
+        """The extensions, and whether every instruction of this one's id has the same (none)."""
         first = mnemonic[0]
         enc = ""
-        if first in "vkt" or mnemonic in ("andn", "bextr", "blsi", "blsmsk", "blsr", "bzhi", "mulx", "pdep",
-                                          "pext", "rorx", "sarx", "shlx", "shrx"):
+        if first in "vkt" or mnemonic in _BMI_MNEMONICS:
             i = 0
             while i < len(raw) and raw[i] in _PREFIXES:
                 i += 1
             enc = {0x62: "evex", 0xC4: "vex", 0xC5: "vex"}.get(raw[i] if i < len(raw) else -1, "")
         else:  # neither VEX nor EVEX can encode it: the mnemonic alone decides (the scan's fast path)
             plain = self.plain[mnemonic] = self._classify(mnemonic, "", raw, address)
-            return plain
+            return plain, not plain and _same_for_every_form(mnemonic, "", "")
         width = "zmm" if "zmm" in op_str else "ymm" if "ymm" in op_str else ""
         key = (mnemonic, enc, width)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._classify(mnemonic, enc, raw, address)
-        return hit
+        return hit, not hit and _same_for_every_form(mnemonic, enc, width)
 
     def _classify(self, mnemonic: str, enc: str, raw: bytes, address: int) -> tuple[str, ...]:
         exts: set[str] = set()
-        for insn in self._cs.disasm(raw, address, 1):
-            exts.update(self._groups[g] for g in insn.groups if g in self._groups)
+        exts.update(self._groups[g] for g in self._decoder.groups(raw, address) if g in self._groups)
         if mnemonic in _PLAIN_MNEMONICS:
             exts.add(_PLAIN_MNEMONICS[mnemonic])
         table = _EVEX_MNEMONICS if enc == "evex" else _VEX_MNEMONICS if enc == "vex" else ()
@@ -220,7 +405,7 @@ class _Classifier:
                 exts.add("avx512_fp16")
         if enc == "vex" and mnemonic.startswith("v"):
             exts.add("avx")
-        if mnemonic.startswith("tile") or mnemonic.startswith("ldtilecfg") or mnemonic.startswith("sttilecfg"):
+        if mnemonic.startswith(_TILE_PREFIXES):
             exts.add("amx_tile")
         return tuple(sorted(exts))
 
@@ -302,8 +487,6 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
     """The extensions the executable code of an x86-64 ELF `data` (bytes, mmap or memoryview) uses.
 
     Raises IsaDecodeError for a file that is not a well-formed little-endian ELF64 x86-64 object."""
-    import capstone
-
     sections = _sections(data, label)
     machine = struct.unpack_from("<H", data, 18)[0]
     if machine != EM_X86_64:
@@ -311,44 +494,50 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
         raise IsaDecodeError(msg, fix="the CPU ISA check reads x86-64 code only")
     spec = load_isa_spec()
     scan = IsaScan()
-    cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-    cs.detail = False
-    cs.skipdata = True
-    classifier = _Classifier()
+    decoder = _decoder()
+    classifier = _Classifier(decoder)
     plain = classifier.plain
-    for off, size, addr, name in _regions(sections, _functions(data, sections)):
-        scan.text_bytes += size
-        code = bytes(data[off:off + size])
-        if not any(e in code for e in _ESCAPES):
-            continue
-        scan.decoded_bytes += size
-        at = 0
-        while at < size:
-            resume = None
-            for address, isize, mnemonic, op_str in cs.disasm_lite(code[at:], addr + at):
-                exts = plain.get(mnemonic)
-                if exts is not None:
+    skip: set = set()  # instruction ids (mnemonics through capstone's package) known to use no extension
+    try:
+        for off, size, addr, name in _regions(sections, _functions(data, sections)):
+            scan.text_bytes += size
+            code = bytes(data[off:off + size])
+            if not any(e in code for e in _ESCAPES):
+                continue
+            scan.decoded_bytes += size
+            at = 0
+            while at < size:
+                resume = None
+                for key, address, isize, mnemonic, op_str in decoder.instructions(code, at, addr, skip):
+                    exts = plain.get(mnemonic)
+                    if exts is not None:
+                        if exts:
+                            _note(scan, exts, mnemonic, op_str, name, address)
+                        elif _same_for_every_form(mnemonic, "", ""):
+                            skip.add(key)
+                        continue
+                    pos = address - addr
+                    if mnemonic == ".byte":
+                        unknown = _unknown_vex(code, pos)
+                        if unknown is None:
+                            scan.undecodable += isize
+                            continue
+                        length, ext, what = unknown
+                        # an EVEX instruction needs avx512f's registers and state whatever its subset
+                        _note(scan, (ext, "avx512f") if what.startswith("(evex") and ext != "avx512f" else (ext,),
+                              what, "", name, address)
+                        resume = pos + length
+                        break
+                    exts, none_for_id = classifier.classify(mnemonic, op_str, code[pos:pos + isize], address)
                     if exts:
                         _note(scan, exts, mnemonic, op_str, name, address)
-                    continue
-                pos = address - addr
-                if mnemonic == ".byte":
-                    unknown = _unknown_vex(code, pos)
-                    if unknown is None:
-                        scan.undecodable += isize
-                        continue
-                    length, ext, what = unknown
-                    # an EVEX instruction needs avx512f's registers and state whatever its subset
-                    _note(scan, (ext, "avx512f") if what.startswith("(evex") and ext != "avx512f" else (ext,), what,
-                          "", name, address)
-                    resume = pos + length
+                    elif none_for_id:
+                        skip.add(key)
+                if resume is None:
                     break
-                exts = classifier.classify(mnemonic, op_str, code[pos:pos + isize], address)
-                if exts:
-                    _note(scan, exts, mnemonic, op_str, name, address)
-            if resume is None:
-                break
-            at = resume
+                at = resume
+    finally:
+        decoder.close()
     scan.level = spec.level_of(list(scan.extensions))
     return scan
 

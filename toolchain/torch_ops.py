@@ -6,7 +6,6 @@ sync; verify, inspect and the runtime's load error name the ATen op of a shim th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -20,6 +19,8 @@ DEVICES = ("cpu", "cuda", "aten")  # aten: the device-agnostic shims of c_shim_a
 
 @dataclass(frozen=True)
 class TorchOp:
+    """One torch fallback op, its variant and first torch version, and the shims that call it."""
+
     op: str  # e.g. aten.topk.default (namespace.name.overload as torch.ops spells it)
     variant: int  # the fallback_ops.py version: shim names of variant N > 1 end in _vN
     since: str  # the torch version that first declares it, e.g. "2.13"
@@ -34,6 +35,8 @@ class TorchOp:
 
 @dataclass(frozen=True)
 class TorchOps:
+    """toolchain/torch_ops.json: the fallback ops of the torch it was extracted from."""
+
     torch: str  # the torch version the data was extracted from
     sources: dict[str, str]  # column/field -> where it comes from
     ops: tuple[TorchOp, ...]
@@ -69,6 +72,8 @@ def parse(doc: object, path: Path = DATA_FILE) -> TorchOps:
 
 
 def to_json(data: TorchOps) -> str:
+    import json
+
     doc = {"schema": SCHEMA, "torch": data.torch, "sources": data.sources,
            "ops": [{"op": o.op, "variant": o.variant, "since": o.since, "source": o.source, "shims": o.shims}
                    for o in data.ops]}
@@ -77,6 +82,8 @@ def to_json(data: TorchOps) -> str:
 
 @cache
 def load(path: Path = DATA_FILE) -> TorchOps:
+    import json
+
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

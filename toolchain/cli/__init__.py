@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 
 from toolchain.errors import ToolchainError, UsageError, exit_code
@@ -46,28 +45,41 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of `aoti-toolchain`: one module per command (toolchain/cli/main_<command>.py) registers its
-    sub-parser and runs it; a command's work is imported when it runs."""
+    sub-parser and runs it; a command's work is imported when it runs. `only`: register that command alone
+    (main() does when the command line names one, so `verify` does not import what `export` or `serve`
+    need just to build their parsers; anything else, --help included, gets every command)."""
     import importlib
 
     p = _Parser(prog="aoti-toolchain", description="Build, check, repair and run AOTInductor plugins.")
     p.add_argument("--version", action=_VersionAction, nargs=0,
                    help="print the version and the runtime's build configuration, then exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"toolchain.cli.main_{name}").register(sub)
     return p
 
 
+def _command(argv: list[str]) -> str | None:
+    """The command the arguments name when they start with one (the top-level parser takes only options
+    before it, and an option there means the full parser: --help lists every command)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(_command(args_in)).parse_args(args_in)
         return int(args.func(args))
     except ToolchainError as exc:
         print(f"aoti-toolchain: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except subprocess.CalledProcessError as exc:
+    except Exception as exc:
+        # subprocess is imported by the commands that run programs; until one is, nothing can raise its error
+        subprocess = sys.modules.get("subprocess")
+        if subprocess is None or not isinstance(exc, subprocess.CalledProcessError):
+            raise
         print(f"aoti-toolchain: error: {' '.join(map(str, exc.cmd))} exited with {exc.returncode}", file=sys.stderr)
         return exit_code("failed")
     except KeyboardInterrupt:

@@ -14,7 +14,6 @@ EXIT_CODES = ("exit codes: 0 pass (warnings allowed unless --strict); 1 failed (
 
 
 def main(args: argparse.Namespace) -> int:
-    from toolchain.atomic import write_text
     from toolchain.report import render
     from toolchain.verify import verify_paths
 
@@ -23,6 +22,8 @@ def main(args: argparse.Namespace) -> int:
                           host_source=source)
     text = render(report, args.format)
     if args.output:
+        from toolchain.atomic import write_text
+
         write_text(Path(args.output), text)
         print(f"{report.verdict.upper()}: {report.count('error')} error(s), {report.count('warning')} warning(s) "
               f"in {len(report.files)} file(s); {args.format} report -> {args.output}", file=sys.stderr)

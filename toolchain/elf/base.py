@@ -48,6 +48,8 @@ class MalformedError(ElfError):
 
 @dataclass(frozen=True)
 class Segment:
+    """One program header (PT_LOAD, PT_GNU_STACK, ...)."""
+
     type: int
     flags: int
     offset: int
@@ -58,6 +60,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class Symbol:
+    """One dynamic symbol: name, defined or not, binding, type, visibility and version."""
+
     name: str
     defined: bool
     binding: str
@@ -108,6 +112,8 @@ class _View:
 
 @dataclass(frozen=True)
 class _Section:
+    """The fields of a section header the reader uses."""
+
     type: int
     offset: int
     size: int

@@ -30,6 +30,8 @@ RULE_NO_RECORD = "object-without-config-record"
 
 @dataclass(frozen=True)
 class ConfigRecord:
+    """The configuration one object was compiled with (its aoti_host/config.h note)."""
+
     object_name: str  # the source file the object was compiled from, as the compiler was given it
     defines: Mapping[str, str] = field(hash=False)
 
@@ -39,6 +41,8 @@ class ConfigRecord:
 
 @dataclass(frozen=True)
 class ConfigConflict:
+    """A configuration key the objects of one binary disagree on, with who saw which value."""
+
     key: str
     by_value: Mapping[str, tuple[ConfigRecord, ...]] = field(hash=False)  # value -> objects that saw it
 

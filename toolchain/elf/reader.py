@@ -73,6 +73,8 @@ PARSES: Counter[str] = Counter()
 
 @dataclass(frozen=True)
 class ElfFile:
+    """What the reader keeps of one ELF file: headers, segments, dynamic section, symbols, versions, notes."""
+
     name: str  # path or "<pt2>!member"
     size: int
     elf_class: int  # 32 | 64

@@ -61,6 +61,8 @@ class Loaded:
 
 @dataclass
 class Scope:
+    """The objects a DT_NEEDED closure loads, in load order, and the libraries not found."""
+
     objects: list[Loaded] = field(default_factory=list)
     missing: list[tuple[str, str]] = field(default_factory=list)  # (DT_NEEDED name, needed by)
 

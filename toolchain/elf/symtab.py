@@ -6,6 +6,7 @@ Bounds-checked like the rest of the reader: malformed input raises MalformedErro
 from __future__ import annotations
 
 import struct
+from functools import cache
 
 from toolchain.elf.base import (
     MAX_SYMBOLS,
@@ -35,6 +36,7 @@ class DynSymTable:
         self.verneed: dict[str, list[str]] = {}
         self.verdef: list[str] = []
         self.gnu_hash: _Section | None = None
+        self._gh: tuple | None | bool = False  # _hash_header(), once read
         dynsym = next((s for s in sections if s.type == SHT_DYNSYM), None)
         if dynsym is None:
             return
@@ -96,23 +98,45 @@ class DynSymTable:
         raw = self.fmt.iter_unpack(self.v.buf[self.off:self.off + self.count * self.fmt.size])
         return tuple(s for i, f in enumerate(raw) if (s := self._symbol(i, f)) is not None)
 
-    def lookup(self, name: str) -> list[Symbol] | None:
-        """Defined entries named `name` via DT_GNU_HASH; None when the file has no usable GNU hash table."""
+    def _hash_header(self) -> tuple[int, int, int, int, frozenset[int] | None] | None:
+        """DT_GNU_HASH's geometry, read once: (nbuckets, symoffset, buckets_at, chain_at, the chain's hash
+        values without their end bit, or None where its array does not lie inside the file), or None where
+        the file has no usable table."""
+        if self._gh is not False:
+            return self._gh  # type: ignore[return-value]
         sec = self.gnu_hash
         if sec is None or not self.count:
+            self._gh = None
             return None
-        v, e = self.v, self.v.e
+        v = self.v
+        # a header outside the file raises here, on every lookup (nothing is remembered)
         nbuckets, symoffset, bloom_size, _shift = v.unpack("IIII", sec.offset, "the GNU hash table")
         word = 8 if self.is64 else 4
         buckets_at = sec.offset + 16 + bloom_size * word
         chain_at = buckets_at + 4 * nbuckets
         if nbuckets == 0 or chain_at > sec.offset + sec.size + 4 * self.count or symoffset > self.count:
+            self._gh = None
             return None
-        h = 5381
-        for c in name.encode():
-            h = (h * 33 + c) & 0xFFFFFFFF
-        (idx,) = v.unpack("I", buckets_at + 4 * (h % nbuckets), "a GNU hash bucket")
+        hashes = None
+        end = chain_at + 4 * (self.count - symoffset)
+        if 0 <= buckets_at and end <= v.end:
+            words = struct.unpack_from(f"{v.e}{(self.count - symoffset)}I", v.buf, chain_at)
+            hashes = frozenset(ch >> 1 for ch in words)
+        self._gh = (nbuckets, symoffset, buckets_at, chain_at, hashes)
+        return self._gh
+
+    def lookup(self, name: str) -> list[Symbol] | None:
+        """Defined entries named `name` via DT_GNU_HASH; None when the file has no usable GNU hash table."""
+        header = self._hash_header()
+        if header is None:
+            return None
+        nbuckets, symoffset, buckets_at, chain_at, hashes = header
+        v = self.v
+        h = gnu_hash(name)
         out: list[Symbol] = []
+        if hashes is not None and h >> 1 not in hashes:
+            return out  # no chain entry has its hash: the walk below would match none (and read in bounds)
+        (idx,) = v.unpack("I", buckets_at + 4 * (h % nbuckets), "a GNU hash bucket")
         if idx < symoffset:
             return out
         for _ in range(self.count):
@@ -126,8 +150,16 @@ class DynSymTable:
             if ch & 1:
                 break
             idx += 1
-        del e
         return out
+
+
+@cache
+def gnu_hash(name: str) -> int:
+    """DT_GNU_HASH's hash of a symbol name (remembered: one name is looked up in every object of a scope)."""
+    h = 5381
+    for c in name.encode():
+        h = (h * 33 + c) & 0xFFFFFFFF
+    return h
 
 
 def _read_verneed(v: _View, sec: _Section, st: _Section, names: dict, verneed: dict) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from xml.etree import ElementTree as ET
 
 from toolchain.findings import REPORT_SCHEMA_VERSION, Report, verify_rules
 
@@ -104,6 +103,8 @@ def to_sarif(report: Report) -> dict:
 def to_junit(report: Report) -> str:
     """One testsuite per file, one testcase per rule that applies to its kind; a finding is a failure
     (error) or a skipped-with-message (warning); an unreadable file is an <error>."""
+    from xml.etree import ElementTree as ET
+
     suites = ET.Element("testsuites", name="aoti-toolchain verify")
     tot_t = tot_f = tot_e = 0
     for fr in report.files:

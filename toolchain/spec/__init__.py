@@ -9,15 +9,16 @@ and c_api.toml (the host runtime's C API: ``load_c_api``). A malformed spec is r
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import tomllib
 
 from toolchain.errors import SpecError
+from toolchain.speccache import TomlError, parse_toml
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 SPEC_DIR: Path = Path(__file__).resolve().parent
 SCHEMA_VERSION = 1
@@ -42,16 +43,22 @@ _TYPE = (rf"(?:(?:const|unsigned|signed|long|short|struct)\s+)*(?:{_IDENT}::)*{_
 _PROTO_RE = re.compile(rf"^\s*(?P<ret>{_TYPE})\s*\b(?P<name>{_IDENT})\s*\((?P<params>[^()]*)\)\s*$")
 _PARAM_RE = re.compile(rf"^\s*(?P<type>{_TYPE})\s*\b(?P<name>{_IDENT})\s*$")
 _VERSION_RE = re.compile(r"^\d+\.\d+$")
+_SPACES_RE = re.compile(r"\s+")
+_STAR_RE = re.compile(r"\s*\*\s*")
 
 
 @dataclass(frozen=True)
 class Param:
+    """One parameter of a C prototype: its type and name."""
+
     type: str
     name: str
 
 
 @dataclass(frozen=True)
 class Function:
+    """A C function of the spec: name, return type, parameters, and the prototype's text."""
+
     name: str
     returns: str
     params: tuple[Param, ...]
@@ -60,6 +67,8 @@ class Function:
 
 @dataclass(frozen=True)
 class EntryPoint(Function):
+    """An AOTInductor entry point a plugin exports (entry_points.toml)."""
+
     required: bool
     since: str
     deprecated: bool
@@ -68,6 +77,8 @@ class EntryPoint(Function):
 
 @dataclass(frozen=True)
 class Shim(Function):
+    """A shim function the host provides to plugins (shims.toml), with its group and header."""
+
     group: str
     header: str
 
@@ -83,6 +94,8 @@ class Shim(Function):
 
 @dataclass(frozen=True)
 class Provider:
+    """A library that provides symbols a plugin may import (providers.toml): its SONAMEs and patterns."""
+
     name: str
     sonames: tuple[str, ...]
     symbol_patterns: tuple[str, ...]
@@ -92,6 +105,8 @@ class Provider:
 
 @dataclass(frozen=True)
 class Spec:
+    """The entry points, shims and providers of the spec, and the files they were read from."""
+
     entry_points: tuple[EntryPoint, ...]
     shims: tuple[Shim, ...]
     providers: tuple[Provider, ...]
@@ -128,8 +143,8 @@ class Spec:
 
 def normalise_type(text: str) -> str:
     """``const int64_t *`` -> ``const int64_t*``: single spaces, stars attached to the type."""
-    text = re.sub(r"\s+", " ", text.strip())
-    return re.sub(r"\s*\*\s*", "*", text).replace("*const", "* const")
+    text = _SPACES_RE.sub(" ", text.strip())
+    return _STAR_RE.sub("*", text).replace("*const", "* const")
 
 
 def parse_prototype(text: str) -> Function:
@@ -161,6 +176,8 @@ def parse_prototype(text: str) -> Function:
 
 
 def _did_you_mean(word: str, choices: Any) -> str:
+    import difflib
+
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -203,13 +220,13 @@ def _read(path: Path, array: str, extra_top: dict[str, tuple[type, bool]], table
           ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The file's top level: schema, `extra_top` keys, the [[array]], and `tables` (checked by the caller)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = parse_toml(path.read_text(encoding="utf-8"), path.name)
     except FileNotFoundError:
         raise _error(path, "(file)", "spec file not found",
                      "restore it from the repository (git checkout -- <file>)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _error(path, "(file)", f"cannot read: {exc}", "check the file's permissions and encoding") from None
-    except tomllib.TOMLDecodeError as exc:
+    except TomlError as exc:
         raise _error(path, "(file)", f"invalid TOML: {exc}", "fix the syntax at that line and column") from None
     if "schema" not in data:
         raise _error(path, "schema", "missing schema version",
@@ -349,6 +366,8 @@ def _load_providers(path: Path) -> tuple[Provider, ...]:
 
 @dataclass(frozen=True)
 class Dtype:
+    """One torch dtype: its name, code and item size (abi.toml)."""
+
     name: str
     code: int
     itemsize: int
@@ -364,6 +383,8 @@ class Dtype:
 
 @dataclass(frozen=True)
 class PackageLayout:
+    """The .pt2 members the runtime reads and their schema versions (abi.toml)."""
+
     contract_entry: str
     contract_schema: int
     constants_entry: str
@@ -384,6 +405,8 @@ CONSTANT_TABLES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Abi:
+    """The ABI facts both languages share: dtypes, constant tables, the package layout (abi.toml)."""
+
     dtypes: tuple[Dtype, ...]  # in code order, dense from 0
     constants: dict[str, dict[str, int]]  # table ("device_type", ...) -> {name: code}
     package: PackageLayout
@@ -481,6 +504,8 @@ def load_abi(path: Path | None = None) -> Abi:
 
 @dataclass(frozen=True)
 class Status:
+    """One aoti_host_status value of the C API (c_api.toml)."""
+
     name: str
     value: int
     meaning: str
@@ -488,12 +513,16 @@ class Status:
 
 @dataclass(frozen=True)
 class CStruct:
+    """A struct of the C API and its fields (c_api.toml)."""
+
     name: str
     fields: tuple[Param, ...]
 
 
 @dataclass(frozen=True)
 class CApi:
+    """The runtime's C API: statuses, structs, functions and the shims it exports (c_api.toml)."""
+
     statuses: tuple[Status, ...]
     structs: tuple[CStruct, ...]
     functions: tuple[Function, ...]

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import tomllib
-
 from toolchain.errors import SpecError
+from toolchain.speccache import parse_toml
 
 SPEC = Path(__file__).resolve().parent / "cpu_isa.toml"
 REGISTERS = ("eax", "ebx", "ecx", "edx")
@@ -17,6 +16,8 @@ REGISTERS = ("eax", "ebx", "ecx", "edx")
 
 @dataclass(frozen=True)
 class Extension:
+    """One x86-64 extension: its psABI level, where cpuid reports it, the XCR0 state it needs."""
+
     name: str
     level: str  # "" when no psABI level includes it
     leaf: int
@@ -28,6 +29,8 @@ class Extension:
 
 @dataclass(frozen=True)
 class IsaSpec:
+    """The psABI levels, the --cpu-isa choices and the extensions of toolchain/spec/cpu_isa.toml."""
+
     levels: tuple[str, ...]  # ascending
     exports: dict[str, str]  # --cpu-isa choice -> level
     vec_bits: dict[str, int]  # level -> inductor's vector width
@@ -52,7 +55,7 @@ class IsaSpec:
 
 @cache
 def load_isa_spec(path: Path = SPEC) -> IsaSpec:
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data = parse_toml(path.read_text(encoding="utf-8"), path.name)
     levels = tuple(lv["name"] for lv in data["level"])
     exts = {}
     for e in data["extension"]:

@@ -4,6 +4,7 @@ fix) to a FileResult. Symbols are bound as the loader binds them (toolchain.elf.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -12,8 +13,11 @@ from toolchain.elf.reader import ElfFile, Symbol
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
 from toolchain.findings import FileResult
 from toolchain.spec import Provider, Spec, load_abi
-from toolchain.torch_ops import TorchOp, op_of
 from toolchain.verify.profiles import Profile, parse_version, vstr
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
+if TYPE_CHECKING:
+    from toolchain.torch_ops import TorchOp
 
 ENTRIES_API = "AOTInductorModelContainerExtractConstantsMapEntries"
 CXX_RUNTIME = "libstdc++.so.6"
@@ -23,6 +27,8 @@ _ARCH = {"x86_64": ("x86_64", 64), "aarch64": ("aarch64", 64), "i386": ("i386", 
 
 @dataclass
 class Context:
+    """What the checks share across files: spec, profile, resolver, host and build facts."""
+
     spec: Spec
     profile: Profile
     resolver: Resolver
@@ -190,9 +196,16 @@ def check_libraries(elf: ElfFile, res: FileResult, ctx: Context) -> None:
 
 def _provider(name: str, providers: tuple[Provider, ...]) -> Provider | None:
     for p in providers:
-        if any(fnmatch.fnmatchcase(name, pat) for pat in p.symbol_patterns):
+        if _patterns(p.symbol_patterns).match(name):
             return p
     return None
+
+
+@functools.cache
+def _patterns(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression matching what any of the fnmatch `patterns` matches (fnmatch.fnmatchcase's
+    translation, alternated)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")
 
 
 def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Context,
@@ -324,6 +337,8 @@ def _unresolved_shim(sym: Symbol, res: FileResult, ctx: Context) -> None:
     """An aoti_torch_* import nothing in the host's scope defines: missing-shim for a fallback op's shim (named
     with its ATen op, toolchain/torch_ops.json), unresolved-symbol for the rest of the shim ABI. Checked
     standalone (no host), a shim counts as provided when shims.toml lists it."""
+    from toolchain.torch_ops import op_of  # torch's fallback ops: read only for a shim that does not bind
+
     known = op_of(sym.name)
     if known is not None:
         _missing_shim(sym, known[0], known[1], res, ctx)

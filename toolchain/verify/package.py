@@ -39,6 +39,8 @@ class PackageJsonError(ValueError):
 
 @dataclass(frozen=True)
 class Member:
+    """One member of a package: its name, size and how to read it."""
+
     name: str
     size: int
     read: Callable[[], bytes]
@@ -258,6 +260,8 @@ def check_constant_layouts(data: bytes, where: str, blob_size: int) -> int:
 
 @dataclass
 class PackageFinding:
+    """A finding on a package entry (bad-package-json, bad-package)."""
+
     rule: str  # bad-package-json | bad-package
     message: str
     fix_variant: str | None = None  # the rule's fix (toolchain/spec/rules.toml) to give

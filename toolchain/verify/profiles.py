@@ -7,12 +7,10 @@ against lief's reading of the same files).
 
 from __future__ import annotations
 
-import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import tomllib
 
 from toolchain.errors import UsageError
 
@@ -38,6 +36,8 @@ def vstr(v: tuple[int, ...]) -> str:
 
 @dataclass(frozen=True)
 class Profile:
+    """A target: the newest symbol versions and the libraries it provides, and its CPU and GPUs."""
+
     name: str
     description: str
     source: str
@@ -121,10 +121,14 @@ def load_profile(name: str) -> Profile:
     path = PROFILE_DIR / f"{name}.toml"
     if not path.is_file():
         names = available()
+        import difflib
+
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         msg = f"unknown profile {name!r}{hint}"
         raise UsageError(msg, fix=f"use one of: {', '.join(names)}")
+    import tomllib
+
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     maxv = {}
     for fam, v in data["max_versions"].items():
@@ -138,8 +142,6 @@ def load_profile(name: str) -> Profile:
 
 def host_profile() -> Profile:
     """This machine: the highest version each of its own runtime libraries defines."""
-    import platform
-
     from toolchain.elf.reader import open_library
     from toolchain.elf.resolve import DEFAULT_DIRS, ld_so_conf_dirs
 
@@ -157,9 +159,10 @@ def host_profile() -> Profile:
         if fam in maxv:
             sources.append(f"{fam}_{vstr(maxv[fam])} from {path.resolve()}")
     glibc = maxv.get("GLIBC", (0,))
-    return Profile(name="host", description=f"this machine ({platform.machine()})",
+    arch = os.uname().machine  # platform.machine(), without importing platform
+    return Profile(name="host", description=f"this machine ({arch})",
                    source="version definitions (.gnu.version_d) of this machine's libraries: " + "; ".join(sources),
-                   machine={"x86_64": "x86_64", "aarch64": "aarch64"}.get(platform.machine(), platform.machine()),
+                   machine={"x86_64": "x86_64", "aarch64": "aarch64"}.get(arch, arch),
                    max_versions=maxv, allowed=None, exec_stack_refused=glibc >= GLIBC_REFUSES_EXEC_STACK,
                    target=host_target())
 
@@ -168,17 +171,15 @@ def host_target() -> TargetProfile:
     """This machine's CPU, from the flags the kernel reports in /proc/cpuinfo (the same names as
     toolchain/spec/cpu_isa.toml; the kernel lists a flag only when the OS enabled its registers). GPUs are
     not probed: verify's host profile checks no CUDA rule."""
-    import platform
-
     from toolchain.spec.cpu_isa import load_isa_spec
 
-    if platform.machine() not in ("x86_64", "AMD64"):
+    if os.uname().machine not in ("x86_64", "AMD64"):
         return TargetProfile()
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    try:  # the first CPU's flags: the rest of the file (one block per CPU) is not read
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            line = next((ln.rstrip("\n") for ln in f if ln.startswith("flags")), "")
     except OSError:
         return TargetProfile()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
     flags = set(line.partition(":")[2].split())
     aliases = {"sse3": "pni", "lzcnt": "abm"}  # the kernel's names for them
     spec = load_isa_spec()

@@ -1,0 +1,50 @@
+"""`aoti-toolchain verify` imports only what it needs: not torch, numpy, jinja2, ray, lief, tomllib, nor
+capstone's Python package (the CPU-extension scan calls libcapstone through ctypes), so that its start-up
+stays near readelf's plus Python's own (bench/bench_verify.py --startup-only measures it). Run as the CLI
+runs, in a fresh interpreter, on a plugin whose code the scan must decode (AVX2) and against the default
+host (this project's runtime library)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.integration import elf_builders as eb
+from tests.integration.test_target_rules import KERNELS
+
+NOT_FOR_VERIFY = ("torch", "numpy", "jinja2", "ray", "lief", "tomllib", "capstone")
+
+WRAPPER = """
+import json, sys
+from toolchain.cli import main
+rc = main(sys.argv[2:])
+with open(sys.argv[1], "w") as f:
+    json.dump({"rc": rc, "modules": sorted(sys.modules)}, f)
+"""
+
+
+def _modules(args: list[str], tmp_path, host_lib) -> tuple[int, set[str], str]:
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "AOTI_HOST_LIBRARY": str(host_lib)}
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, str(out), *args], capture_output=True, text=True, env=env)
+    assert out.is_file(), proc.stderr
+    got = json.loads(out.read_text())
+    return got["rc"], {m.split(".")[0] for m in got["modules"]} | set(got["modules"]), proc.stdout
+
+
+def test_verify_imports_only_what_it_needs(tmp_path, host_lib):
+    from toolchain.isa import _libcapstone
+
+    plugin = eb.build(tmp_path, "p_avx2", extra=KERNELS, flags=["-O2"])
+    for fmt in ("text", "json", "sarif", "junit"):
+        rc, mods, stdout = _modules(["verify", str(plugin), "--format", fmt], tmp_path, host_lib)
+        assert rc in (0, 1) and stdout, stdout
+        assert "toolchain.isa" in mods  # the scan ran: the code was decoded
+        heavy = {m for m in NOT_FOR_VERIFY if m in mods}
+        if _libcapstone() is None:  # no capstone 5 library: the scan goes through capstone's package
+            heavy.discard("capstone")
+        assert not heavy, f"verify --format {fmt} imported {sorted(heavy)}"
+        # the other commands' modules are not imported to build verify's parser
+        assert not {"toolchain.cli.main_export", "toolchain.cli.main_serve", "toolchain.target"} & mods

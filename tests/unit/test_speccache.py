@@ -1,0 +1,53 @@
+"""The spec's TOML parsed ahead of time (toolchain/spec/parsed.json, toolchain.speccache): current with the
+spec, equal to tomllib's parse, and never used for a text that is not the stored one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tomllib
+
+from toolchain import codegen, speccache
+from toolchain.spec import SPEC_DIR
+
+
+def test_parsed_spec_is_generated_from_the_spec():
+    fresh = codegen.render_parsed_spec()
+    assert speccache.PARSED_FILE.read_text(encoding="utf-8") == fresh, \
+        "stale: run python -m toolchain.codegen --parsed-spec and commit toolchain/spec/parsed.json"
+    names = set(json.loads(fresh)["files"])
+    assert names == {p.name for p in SPEC_DIR.glob("*.toml")}
+
+
+@pytest.mark.parametrize("path", sorted(SPEC_DIR.glob("*.toml")), ids=lambda p: p.name)
+def test_stored_parse_is_tomllibs(path):
+    text = path.read_text(encoding="utf-8")
+    got = speccache.parse_toml(text, path.name)
+    assert got == tomllib.loads(text)
+    # new objects each call: a caller that changes its copy changes no other caller's
+    got.clear()
+    assert speccache.parse_toml(text, path.name) == tomllib.loads(text)
+
+
+def test_a_text_other_than_the_stored_one_is_parsed_as_it_stands():
+    path = SPEC_DIR / "exit_codes.toml"
+    edited = path.read_text(encoding="utf-8").replace("schema = 1", "schema = 7", 1)
+    assert speccache.parse_toml(edited, path.name)["schema"] == 7
+    with pytest.raises(speccache.TomlError, match=r"line \d+"):
+        speccache.parse_toml(edited + "\n[[code]\n", path.name)
+    # a file of another name with the same text gets the same (correct) parse
+    assert speccache.parse_toml(path.read_text(encoding="utf-8"), "other.toml") == \
+        tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def test_an_edited_spec_file_is_read_as_it_stands(tmp_path):
+    from toolchain.errors import SpecError
+    from toolchain.spec import load_spec
+
+    for p in SPEC_DIR.glob("*.toml"):
+        (tmp_path / p.name).write_text(p.read_text(encoding="utf-8"), encoding="utf-8")
+    shims = tmp_path / "shims.toml"
+    shims.write_text(shims.read_text(encoding="utf-8") + "\nnot toml [\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="invalid TOML"):
+        load_spec(tmp_path)

@@ -1,0 +1,51 @@
+"""The spec's TOML files parsed ahead of time, so that a command's start-up does not import and run tomllib.
+
+toolchain/spec/parsed.json holds, for each toolchain/spec/*.toml, its text and tomllib's parse of it (as JSON,
+which holds every value the spec uses). `python -m toolchain.codegen --parsed-spec` writes it from the spec;
+tests/unit/test_speccache.py fails when it is stale. The spec stays the one owner of the facts: `parse_toml`
+returns the stored parse only for a text equal to the stored text, and tomllib's parse of anything else (an
+edited spec is read as it stands, only slower). Each call returns new objects: callers may change them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PARSED_FILE = Path(__file__).resolve().parent / "spec" / "parsed.json"
+SCHEMA = 1
+
+_store: dict[str, tuple[str, str]] | None = None
+
+
+class TomlError(ValueError):
+    """Text that is not valid TOML; the message is tomllib's (line and column)."""
+
+
+def _load_store() -> dict[str, tuple[str, str]]:
+    global _store
+    if _store is None:
+        _store = {}
+        try:
+            doc = json.loads(PARSED_FILE.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return _store  # no usable store: every file is parsed by tomllib
+        files = doc.get("files") if isinstance(doc, dict) and doc.get("schema") == SCHEMA else None
+        if isinstance(files, dict):
+            _store = {name: (e["text"], e["data"]) for name, e in files.items()
+                      if isinstance(e, dict) and isinstance(e.get("text"), str) and isinstance(e.get("data"), str)}
+    return _store
+
+
+def parse_toml(text: str, name: str) -> dict:
+    """tomllib.loads(text) for the spec file called `name`: the stored parse when the text is the stored
+    one, else tomllib's. Raises TomlError for invalid TOML."""
+    entry = _load_store().get(name)
+    if entry is not None and entry[0] == text:
+        return json.loads(entry[1])
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TomlError(str(exc)) from None
