@@ -22,6 +22,8 @@ void copy(Tensor& dst, const Tensor& src);
 // out <- beta * self + alpha * (mat1 @ mat2); self broadcasts to out. beta == 0 ignores self.
 void addmm(Tensor& out, const Tensor* self, const Tensor& mat1, const Tensor& mat2, double beta, double alpha);
 void bmm(Tensor& out, const Tensor& self, const Tensor& mat2);
+// out = beta * self (broadcast; ignored when beta is 0) + alpha * batch1 @ batch2, as aten::baddbmm.out.
+void baddbmm(Tensor& out, const Tensor* self, const Tensor& batch1, const Tensor& batch2, double beta, double alpha);
 
 struct ConvParams {
   std::vector<int64_t> stride, padding, dilation, output_padding;

@@ -51,6 +51,15 @@ AOTI_HOST_API AOTITorchError aoti_torch_cpu_bmm_out(AtenTensorHandle out, AtenTe
   });
 }
 
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_baddbmm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                        AtenTensorHandle batch1, AtenTensorHandle batch2, double beta,
+                                                        double alpha) {
+  return guarded("aoti_torch_cpu_baddbmm_out", [&] {
+    aoti_host::cpu::baddbmm(tensor_arg(out, "out"), &tensor_arg(self, "self"), tensor_arg(batch1, "batch1"),
+                            tensor_arg(batch2, "batch2"), beta, alpha);
+  });
+}
+
 AOTI_HOST_API AOTITorchError aoti_torch_cpu_convolution(AtenTensorHandle input, AtenTensorHandle weight,
                                                         AtenTensorHandle* bias, const int64_t* stride,
                                                         int64_t stride_len_, const int64_t* padding,

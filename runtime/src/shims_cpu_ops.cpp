@@ -420,4 +420,34 @@ AOTI_HOST_API AOTITorchError aoti_torch_cpu_view_as_complex(AtenTensorHandle sel
   });
 }
 
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_kthvalue(AtenTensorHandle self, int64_t k, int64_t dim, int32_t keepdim,
+                                                     AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded("aoti_torch_cpu_kthvalue", [&] {
+    need(ret0, "ret0");
+    need(ret1, "ret1");
+    Tensor *v = nullptr, *i = nullptr;
+    ops::kthvalue(tensor_arg(self, "self"), k, dim, keepdim != 0, &v, &i);
+    ret2(v, i, ret0, ret1);
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_median(AtenTensorHandle self, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu_median", [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(ops::median(tensor_arg(self, "self")));
+  });
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu__cdist_forward(AtenTensorHandle x1, AtenTensorHandle x2, double p,
+                                                           int64_t* compute_mode, AtenTensorHandle* ret0) {
+  return guarded("aoti_torch_cpu__cdist_forward", [&] {
+    need(ret0, "ret0");
+    // compute_mode picks ATen's matrix-product shortcut for p = 2 or not: the same distances, computed
+    // directly here either way.
+    if (compute_mode != nullptr && (*compute_mode < 0 || *compute_mode > 2))
+      throw Error("compute_mode " + std::to_string(*compute_mode) + " is not 0, 1 or 2");
+    *ret0 = to_handle(ops::cdist(tensor_arg(x1, "x1"), tensor_arg(x2, "x2"), p));
+  });
+}
+
 }  // extern "C"

@@ -1,5 +1,5 @@
 """The runtime's CPU fallbacks for sorting, scans, lookups, embedding bags, scatter/index updates, pooling,
-the LSTM layer, int8 products, FFTs and complex views (runtime/src/shims_cpu_ops.cpp) against torch eager, through the C ABI.
+the LSTM layer, int8 products, FFTs and complex views, order statistics and distances (runtime/src/shims_cpu_ops.cpp) against torch eager, through the C ABI.
 
 Operands are strided views (transposed, stepped with a storage offset, channels-last) handed over with
 aoti_torch_create_tensor_from_blob, as a plugin would. Every returned tensor is compared with ATen's
@@ -63,6 +63,9 @@ SIGS = {
     "permute": [T, "ints", R],
     "view_as_real": [T, R],
     "view_as_complex": [T, R],
+    "kthvalue": [T, I64, I64, I32, R, R],
+    "median": [T, R],
+    "_cdist_forward": [T, T, F64, OI64, R],
 }
 
 
@@ -638,6 +641,81 @@ def test_copy_converts_complex(ops, src, dst):
     assert rt.lib.aoti_torch_copy_(rt.from_torch(out), rt.from_torch(x), 0) == 0, rt.last_error()
     want = x.real if (src.startswith("complex") and not dst.startswith("complex")) else x
     torch.testing.assert_close(out, want.to(out.dtype), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- order statistics, distances, baddbmm
+
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("k", "dim", "keepdim"), [(1, 1, False), (3, -1, True), (4, 0, False), (6, 0, True)])
+def test_kthvalue(ops, dtype, layout, k, dim, keepdim):
+    g = torch.Generator().manual_seed(45)
+    x = data(g, (6, 9), dtype, layout, unique=True)  # distinct values: the index is then ATen's too
+    if dtype.startswith("float"):
+        x[2, 3] = float("nan")  # NaN sorts last
+    v, i = ops("kthvalue", x, k, dim, int(keepdim))
+    ev, ei = torch.kthvalue(x, k, dim, keepdim)
+    same(v, ev)
+    same(i, ei)
+    with pytest.raises(RuntimeError, match="out of range"):
+        ops("kthvalue", x, 10, 1, 0)
+
+
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("n", [1, 7, 8])
+def test_median(ops, dtype, n):
+    g = torch.Generator().manual_seed(46)
+    x = data(g, (n, 3), dtype, "transposed")
+    same(ops("median", x), torch.median(x))
+    if dtype.startswith("float"):
+        x[0, 0] = float("nan")
+        same(ops("median", x), torch.median(x))
+    with pytest.raises(RuntimeError, match="empty"):
+        ops("median", torch.zeros(0, 3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.0, 3.5, float("inf")])
+@pytest.mark.parametrize(("s1", "s2"), [((5, 8), (30, 8)), ((2, 1, 4, 3), (3, 6, 3)), ((3, 7, 2), (1, 26, 2))])
+def test_cdist(ops, dtype, p, s1, s2):
+    g = torch.Generator().manual_seed(47)
+    x1, x2 = data(g, s1, dtype, "transposed"), data(g, s2, dtype, "stepped")
+    want = torch.ops.aten._cdist_forward(x1, x2, p, None)
+    tol = 1e-5 if dtype == "float32" else 1e-10
+    same(ops("_cdist_forward", x1, x2, p, None), want, rtol=tol, atol=tol)
+    same(ops("_cdist_forward", x1, x2, p, 2), want, rtol=tol, atol=tol)
+
+
+def test_cdist_refuses_bad_arguments(ops):
+    for a, b, p, message in [(torch.randn(3, 4), torch.randn(5, 3), 2.0, "same last dimension"),
+                             (torch.randn(3, 4), torch.randn(5, 4), -1.0, "non-negative"),
+                             (torch.randn(2, 3, 4), torch.randn(3, 5, 4), 2.0, "broadcast"),
+                             (torch.randn(4), torch.randn(5, 4), 2.0, "at least 2")]:
+        with pytest.raises(RuntimeError, match=message):
+            ops("_cdist_forward", a, b, p, None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("self_shape", "beta", "alpha"), [((3, 4, 6), 0.5, 2.0), ((6,), 1.0, 1.0), ((4, 1), 0.0, 1.5)])
+def test_baddbmm(ops, dtype, layout, self_shape, beta, alpha):
+    g = torch.Generator().manual_seed(48)
+    b1, b2 = data(g, (3, 4, 5), dtype, layout), data(g, (3, 5, 6), dtype, layout)
+    self_ = data(g, self_shape, dtype)
+    if beta == 0:
+        self_[0] = float("nan")  # ignored when beta is 0
+    out = torch.zeros(3, 4, 6, dtype=b1.dtype)
+    rt = ops.rt
+    fn = rt.lib.aoti_torch_cpu_baddbmm_out
+    fn.argtypes = [H, H, H, H, F64, F64]
+    assert fn(rt.from_torch(out), rt.from_torch(self_), rt.from_torch(b1), rt.from_torch(b2), beta, alpha) == 0, \
+        rt.last_error()
+    want = torch.baddbmm(self_.double(), b1.double(), b2.double(), beta=beta, alpha=alpha).to(b1.dtype)
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(out, want, rtol=rtol * 4, atol=atol * 4)
+    bad = torch.zeros(3, 4, 7, dtype=b1.dtype)
+    assert fn(rt.from_torch(bad), rt.from_torch(self_), rt.from_torch(b1), rt.from_torch(b2), beta, alpha) != 0
+    assert "expected [3, 4, 6]" in rt.last_error() or "expected" in rt.last_error()
 
 
 def test_every_declared_op_is_exported(host_lib: Path):

@@ -1,7 +1,8 @@
-// addmm and bmm: float32 through the packed AVX-512 GEMM (cached packed constants, bias in the epilogue)
+// addmm, bmm and baddbmm: float32 through the packed AVX-512 GEMM (cached packed constants, bias in the epilogue)
 // or the BLAS, float64 through the BLAS, every other dtype through a reference loop in its accumulator.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -83,7 +84,7 @@ void addmm_blas(Tensor& out, const Tensor* self, const Tensor& mat1, const Tenso
         }
       }
     } else {
-      std::vector<T> tmp(static_cast<size_t>(M * N));
+      std::vector<T> tmp(static_cast<size_t>(out.numel()));  // every batch entry
       for_each_offset(os, sst, [&](int64_t i, int64_t off) { tmp[static_cast<size_t>(i)] = sp[off]; });
       store_packed<T>(out, tmp.data());
     }
@@ -126,29 +127,50 @@ void addmm(Tensor& out, const Tensor* self, const Tensor& mat1, const Tensor& ma
   dispatch_acc(out.dtype(), [&](auto acc) { addmm_impl<decltype(acc)>(out, self, mat1, mat2, beta, alpha, 1); });
 }
 
-void bmm(Tensor& out, const Tensor& self, const Tensor& mat2) {
-  require_supported(self, "self");
-  require_supported(mat2, "mat2");
+namespace {
+
+// baddbmm and bmm, with the operands named as the calling op names them.
+void batched(Tensor& out, const Tensor* self, const Tensor& batch1, const Tensor& batch2, double beta, double alpha,
+             const char* n1, const char* n2) {
+  const std::string a = n1, b = n2;
+  require_supported(batch1, n1);
+  require_supported(batch2, n2);
   require_supported(out, "out");
-  if (self.dim() != 3) throw Error("self must be a 3-d tensor, got shape " + list_str(self.sizes()));
-  if (mat2.dim() != 3) throw Error("mat2 must be a 3-d tensor, got shape " + list_str(mat2.sizes()));
-  if (self.sizes()[0] != mat2.sizes()[0]) {
-    throw Error("self is " + dims_str(self.sizes()) + ", mat2 is " + dims_str(mat2.sizes()) + ": batch sizes differ");
+  if (batch1.dim() != 3) throw Error(a + " must be a 3-d tensor, got shape " + list_str(batch1.sizes()));
+  if (batch2.dim() != 3) throw Error(b + " must be a 3-d tensor, got shape " + list_str(batch2.sizes()));
+  if (batch1.sizes()[0] != batch2.sizes()[0]) {
+    throw Error(a + " is " + dims_str(batch1.sizes()) + ", " + b + " is " + dims_str(batch2.sizes()) +
+                ": batch sizes differ");
   }
-  if (self.sizes()[2] != mat2.sizes()[1]) {
-    throw Error("self is " + dims_str(self.sizes()) + ", mat2 is " + dims_str(mat2.sizes()) + ": inner dimensions differ");
+  if (batch1.sizes()[2] != batch2.sizes()[1]) {
+    throw Error(a + " is " + dims_str(batch1.sizes()) + ", " + b + " is " + dims_str(batch2.sizes()) +
+                ": inner dimensions differ");
   }
-  require_same_dtype(mat2, "mat2", self, "self");
-  require_same_dtype(out, "out", self, "self");
-  const std::vector<int64_t> want = {self.sizes()[0], self.sizes()[1], mat2.sizes()[2]};
+  require_same_dtype(batch2, n2, batch1, n1);
+  require_same_dtype(out, "out", batch1, n1);
+  const std::vector<int64_t> want = {batch1.sizes()[0], batch1.sizes()[1], batch2.sizes()[2]};
   if (out.sizes() != want) {
-    throw Error("out is " + dims_str(out.sizes()) + ", expected " + dims_str(want) + " (self is " + dims_str(self.sizes()) +
-                ", mat2 is " + dims_str(mat2.sizes()) + ")");
+    throw Error("out is " + dims_str(out.sizes()) + ", expected " + dims_str(want) + " (" + a + " is " +
+                dims_str(batch1.sizes()) + ", " + b + " is " + dims_str(batch2.sizes()) + ")");
   }
-  if (out.dtype() == kFloat32) return addmm_blas<float>(out, nullptr, self, mat2, 0.0, 1.0, want[0]);
-  if (out.dtype() == kFloat64) return addmm_blas<double>(out, nullptr, self, mat2, 0.0, 1.0, want[0]);
-  dispatch_acc(out.dtype(), [&](auto acc) { addmm_impl<decltype(acc)>(out, nullptr, self, mat2, 0.0, 1.0, want[0]); });
+  if (self != nullptr) {
+    require_supported(*self, "self");
+    require_same_dtype(*self, "self", batch1, n1);
+    broadcast_strides(*self, want, "self");
+  }
+  if (out.dtype() == kFloat32) return addmm_blas<float>(out, self, batch1, batch2, beta, alpha, want[0]);
+  if (out.dtype() == kFloat64) return addmm_blas<double>(out, self, batch1, batch2, beta, alpha, want[0]);
+  dispatch_acc(out.dtype(),
+               [&](auto acc) { addmm_impl<decltype(acc)>(out, self, batch1, batch2, beta, alpha, want[0]); });
 }
+
+}  // namespace
+
+void baddbmm(Tensor& out, const Tensor* self, const Tensor& batch1, const Tensor& batch2, double beta, double alpha) {
+  batched(out, self, batch1, batch2, beta, alpha, "batch1", "batch2");
+}
+
+void bmm(Tensor& out, const Tensor& self, const Tensor& mat2) { batched(out, nullptr, self, mat2, 0.0, 1.0, "self", "mat2"); }
 
 }  // namespace cpu
 }  // namespace aoti_host

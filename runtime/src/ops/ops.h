@@ -89,6 +89,11 @@ Tensor* permute(const Tensor& self, const std::vector<int64_t>& dims);
 Tensor* view_as_real(const Tensor& self);
 Tensor* view_as_complex(const Tensor& self);
 
+// select.cpp: aten::kthvalue (k counts from 1), median (all elements, 0-d result), _cdist_forward.
+void kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim, Tensor** values, Tensor** indices);
+Tensor* median(const Tensor& self);
+Tensor* cdist(const Tensor& x1, const Tensor& x2, double p);
+
 // quant.cpp
 Tensor* weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales);
 void int_mm(Tensor& out, const Tensor& self, const Tensor& mat2);
