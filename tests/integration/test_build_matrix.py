@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import BUILD_DIR, REPO_ROOT, scons_command
+from tests.conftest import BUILD_DIR, repo_scons
 from toolchain.elf.config_records import find_conflicts, read_config_records
 
 pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
@@ -45,8 +45,7 @@ def _needed(path: Path) -> list[str]:
 def libcxx_host() -> Path:
     if not _has_libcxx():
         pytest.skip("clang++ with libc++ is not installed (bash .ci/setup installs clang, libc++-dev, libc++abi-dev)")
-    proc = subprocess.run([*scons_command(), "-Q", f"-j{os.cpu_count() or 2}", "cxx=clang++", "stdlib=libc++"],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
+    proc = repo_scons("-Q", f"-j{os.cpu_count() or 2}", "cxx=clang++", "stdlib=libc++")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return BUILD_DIR / LIBCXX_VARIANT
 
