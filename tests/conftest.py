@@ -30,8 +30,8 @@ os.environ["XDG_CACHE_HOME"] = str(BUILD_DIR / "xdg-cache")
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--long", action="store_true",
-                     help="also run the tests marked long (other build variants, fuzzing, fresh venvs and clones, "
-                     "Ray, the release); `nox -s slow` and CI run them, AOTI_TESTS_LONG=1 does the same")
+                     help="also run the tests marked long (other build variants, lifecycle loops, fuzzing, fresh venvs "
+                     "and clones, Ray, the release); `nox -s slow` and CI run them, AOTI_TESTS_LONG=1 does the same")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
