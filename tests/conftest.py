@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +30,8 @@ os.environ["XDG_CACHE_HOME"] = str(BUILD_DIR / "xdg-cache")
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--long", action="store_true",
-                     help="also run the tests marked long (other build variants, fuzzing, fresh venvs and clones, "
-                     "Ray, the release); `nox -s slow` and CI run them, AOTI_TESTS_LONG=1 does the same")
+                     help="also run the tests marked long (other build variants, lifecycle loops, fuzzing, fresh venvs "
+                     "and clones, Ray, the release); `nox -s slow` and CI run them, AOTI_TESTS_LONG=1 does the same")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -68,11 +71,50 @@ class HostBuild:
         return self.variant_dir / "gen"
 
 
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive fcntl lock on `path` (created if missing) for the block: serialises the xdist workers (and
+    concurrent runs) on one shared thing; the kernel drops it if the holder dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_lock():
+    """Held around every SCons run in this checkout's build/ and every reader of a file such a run rewrites:
+    two SCons processes in one build dir would write the same objects and .sconsign database at once."""
+    return file_lock(BUILD_DIR / ".pytest-build.lock")
+
+
+def repo_scons(*args: str, timeout: float | None = None, locked: bool = False) -> subprocess.CompletedProcess:
+    """`scons ARGS` in the checkout (its build/), under build_lock() (`locked`: the caller holds it already);
+    output captured as text."""
+    with contextlib.nullcontext() if locked else build_lock():
+        return subprocess.run([*scons_command(), *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=timeout)
+
+
+def shared_dir(tmp_path_factory, name: str) -> Path:
+    """A directory of this test run that every xdist worker sees (the run's base temp dir, the parent of each
+    worker's own), or the session's base temp dir without xdist; removed with it when the run passes. What
+    goes in it is made under file_lock() by the first worker that needs it and reused by the others."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    path = base / f"shared-{name}"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def host_build() -> HostBuild:
-    """The default build (`scons`), brought up to date once per session."""
-    proc = subprocess.run([*scons_command(), "-Q", f"-j{os.cpu_count() or 2}"], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
+    """The default build (`scons`), brought up to date once per session (a second xdist worker waits for the
+    first one's build and finds it up to date)."""
+    proc = repo_scons("-Q", f"-j{os.cpu_count() or 2}")
     assert proc.returncode == 0, f"scons failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return HostBuild(BUILD_DIR / VARIANT)
 
@@ -87,20 +129,31 @@ def torch():
     return pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[torch]')")
 
 
-@pytest.fixture(scope="session")
-def export_example(torch, tmp_path_factory):
-    """export_example(name, weights) -> (pt2 path, module, example inputs); each exported once per session."""
-    from toolchain import examples
+def shared_export(pt2: Path, module, inputs, **kwargs) -> Path:
+    """`pt2` exported from (module, inputs) unless another worker already did (under a lock beside it):
+    export writes the package atomically, so an existing one is complete."""
     from toolchain.export import export
 
+    with file_lock(pt2.with_name(pt2.name + ".lock")):
+        if not pt2.is_file():
+            export(module, inputs, pt2, build_dir=BUILD_DIR, **kwargs)
+    return pt2
+
+
+@pytest.fixture(scope="session")
+def export_example(torch, tmp_path_factory):
+    """export_example(name, weights) -> (pt2 path, module, example inputs); each exported once per test run,
+    by the first xdist worker that needs it (the examples are seeded: every worker's module is the same)."""
+    from toolchain import examples
+
     cache: dict[tuple[str, str], tuple[Path, object, tuple]] = {}
-    root = tmp_path_factory.mktemp("plugins")
+    root = shared_dir(tmp_path_factory, "plugins")
 
     def get(name: str, weights: str = "embedded"):
         key = (name, weights)
         if key not in cache:
             module, inputs = examples.get(name)
-            pt2 = export(module, inputs, root / f"{name}-{weights}.pt2", weights=weights, build_dir=BUILD_DIR)
+            pt2 = shared_export(root / f"{name}-{weights}.pt2", module, inputs, weights=weights)
             cache[key] = (pt2, module, inputs)
         return cache[key]
 
@@ -111,14 +164,13 @@ def export_example(torch, tmp_path_factory):
 def missing_op_package(torch, tmp_path_factory):
     """(pt2, inputs): a plain-torch package calling an ATen fallback op the host does not implement: 3-d grid
     sampling, which torch 2.13 keeps as a fallback (aten.grid_sampler_3d.default, aoti_torch_cpu_grid_sampler_3d)."""
-    from toolchain.export import export
 
     class Warp(torch.nn.Module):
         def forward(self, vol, grid):
             return torch.nn.functional.grid_sample(vol, grid, align_corners=False)
 
     inputs = (torch.randn(1, 2, 4, 5, 6), torch.rand(1, 3, 3, 3, 3) * 2 - 1)
-    pt2 = export(Warp(), inputs, tmp_path_factory.mktemp("missing-op") / "warp3d.pt2", build_dir=BUILD_DIR)
+    pt2 = shared_export(shared_dir(tmp_path_factory, "missing-op") / "warp3d.pt2", Warp(), inputs)
     return pt2, inputs
 
 

@@ -144,22 +144,25 @@ def probe_vec_isa(build_dir: Path) -> tuple[str, int] | None:
     root = (build_dir / "torch" / "isa-probe").resolve()
     root.mkdir(parents=True, exist_ok=True)
     cxx = get_cpp_compiler()
-    src = root / "probe.cpp"
-    src.write_text(cpu_vec_isa.VecISA._avx_code)
     for isa in candidates:
         tag = f"{str(isa).replace(' ', '-')}-torch{torch.__version__}-{Path(cxx).name}"
         ok, bad = root / f"{tag}.ok", root / f"{tag}.failed"
         if bad.exists():
             continue
         if not ok.exists():
-            so = root / f"{tag}.so"
-            cmd = [cxx, "-shared", "-fPIC", "-O1", "-std=c++17", *isa.build_arch_flags().split(),
-                   *[f"-D{m}" for m in isa.build_macro()], *[f"-I{p}" for p in include_paths()],
-                   str(src), "-o", str(so), "-lsleef"]
-            built = subprocess.run(cmd, capture_output=True, text=True)
-            loads = built.returncode == 0 and subprocess.run(
-                [sys.executable, "-c", _PROBE_LOAD, str(so)], capture_output=True).returncode == 0
-            (ok if loads else bad).write_text(" ".join(cmd) + "\n" + built.stderr[-2000:])
+            # Source and library in a private directory, the verdict written atomically: exports running at
+            # once (parallel tests, two shells) never compile a file another one is rewriting, so a race
+            # can't record a working ISA as failed.
+            with tempfile.TemporaryDirectory(prefix="probe-", dir=root) as scratch:
+                src, so = Path(scratch) / "probe.cpp", Path(scratch) / f"{tag}.so"
+                src.write_text(cpu_vec_isa.VecISA._avx_code)
+                cmd = [cxx, "-shared", "-fPIC", "-O1", "-std=c++17", *isa.build_arch_flags().split(),
+                       *[f"-D{m}" for m in isa.build_macro()], *[f"-I{p}" for p in include_paths()],
+                       str(src), "-o", str(so), "-lsleef"]
+                built = subprocess.run(cmd, capture_output=True, text=True)
+                loads = built.returncode == 0 and subprocess.run(
+                    [sys.executable, "-c", _PROBE_LOAD, str(so)], capture_output=True).returncode == 0
+            write_text(ok if loads else bad, " ".join(cmd) + "\n" + built.stderr[-2000:])
             if not loads:
                 continue
         return str(isa), isa.bit_width()

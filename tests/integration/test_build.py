@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, scons_command
+from tests.conftest import REPO_ROOT, build_lock, scons_command
 
 
 def scons(*args, cwd=REPO_ROOT, check=False):
-    proc = subprocess.run([*scons_command(), *map(str, args)], cwd=cwd, capture_output=True, text=True)
+    with build_lock() if cwd == REPO_ROOT else contextlib.nullcontext():  # the checkout's build/: one at a time
+        proc = subprocess.run([*scons_command(), *map(str, args)], cwd=cwd, capture_output=True, text=True)
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import BUILD_DIR, REPO_ROOT, scons_command
+from tests.conftest import BUILD_DIR, build_lock, repo_scons
 from toolchain.elf.config_records import find_conflicts, read_config_records
 
 pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
@@ -45,8 +45,7 @@ def _needed(path: Path) -> list[str]:
 def libcxx_host() -> Path:
     if not _has_libcxx():
         pytest.skip("clang++ with libc++ is not installed (bash .ci/setup installs clang, libc++-dev, libc++abi-dev)")
-    proc = subprocess.run([*scons_command(), "-Q", f"-j{os.cpu_count() or 2}", "cxx=clang++", "stdlib=libc++"],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
+    proc = repo_scons("-Q", f"-j{os.cpu_count() or 2}", "cxx=clang++", "stdlib=libc++")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return BUILD_DIR / LIBCXX_VARIANT
 
@@ -109,12 +108,14 @@ def test_clang_libcxx_host_preloads_libstdcxx_for_a_plugin_that_does_not_list_it
 def test_native_tests_of_every_built_cpu_variant(host_build, variant):
     """The native tests and the link test of each CPU variant present in build/ (nox -s build makes them)."""
     tests = BUILD_DIR / variant / "tests"
-    exes = sorted(p for p in tests.glob("test_*") if p.is_file() and os.access(p, os.X_OK))
-    assert exes, f"{tests}: no native tests built"
-    for exe in exes:
-        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, (exe.name, proc.stdout[-2000:], proc.stderr[-2000:])
-    link = subprocess.run([str(tests / "link_test"), str(tests / "link_test_plugin.so")], capture_output=True, text=True)
+    with build_lock():  # no SCons run of another worker rewrites them meanwhile
+        exes = sorted(p for p in tests.glob("test_*") if p.is_file() and os.access(p, os.X_OK))
+        assert exes, f"{tests}: no native tests built"
+        for exe in exes:
+            proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, (exe.name, proc.stdout[-2000:], proc.stderr[-2000:])
+        link = subprocess.run([str(tests / "link_test"), str(tests / "link_test_plugin.so")], capture_output=True,
+                              text=True)
     assert link.returncode == 0 and "fake plugin bound with RTLD_NOW" in link.stdout, link.stderr
 
 
@@ -126,11 +127,13 @@ E2E_CASES = [("mlp", "embedded"), ("mlp", "blob"), ("convnet", "embedded"), ("tw
 def test_e2e_real_plugins_through_every_built_host(host_build, export_example, tmp_path, name, weights):
     pt2, module, inputs = export_example(name, weights)
     expected = _eager(module, inputs)
-    variants = _built_cpu_variants()
-    assert variants
+    with build_lock():  # no variant half-built by another worker's SCons run (test_sanitize.py's ASan build)
+        variants = _built_cpu_variants()
+        assert variants
+        procs = {v: _run_aoti(v / "dist" / "bin" / "aoti-run", pt2, inputs, tmp_path / v.name) for v in variants}
     for variant in variants:
         out = tmp_path / variant.name
-        proc = _run_aoti(variant / "dist" / "bin" / "aoti-run", pt2, inputs, out)
+        proc = procs[variant]
         assert proc.returncode == 0, (variant.name, proc.stderr[-2000:])
         for k, e in enumerate(expected):
             np.testing.assert_allclose(np.load(out / f"output_{k}.npy"), e, rtol=1e-5, atol=1e-5,

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import repo_scons
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN_FUZZ = ROOT / "runtime" / "fuzz" / "run_fuzz.py"
 # every target the sources define (runtime/fuzz/<name>_target.cpp), so a new one cannot go untested
@@ -48,6 +50,10 @@ def fuzz_results(libfuzzer, host_build, mlp_package, tmp_path_factory) -> dict[s
     seeded with a real export too, the ELF scan with the build's test plugin."""
     work = tmp_path_factory.mktemp("fuzz-work")
     out = work / "results.json"
+    # the fuzz variant built under the build lock (no other worker's SCons run or reader of build/ meanwhile);
+    # run_fuzz.py's own build of it is then a null build
+    built = repo_scons("-Q", f"-j{os.cpu_count() or 2}", "sanitize=fuzzer", "cxx=clang++")
+    assert built.returncode == 0, f"scons sanitize=fuzzer failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
     so = host_build.tests_dir / "link_test_plugin.so"
     proc = subprocess.run([sys.executable, str(RUN_FUZZ), "--seconds", str(SECONDS), "--work", str(work),
                            "--json", str(out), "--pt2", str(mlp_package), *(["--so", str(so)] if so.exists() else [])],

@@ -98,6 +98,7 @@ def assert_steady(before: dict, mid: dict, after: dict, cycles: int) -> None:
         "each load must reuse the one mapping of the plugin (content-addressed extraction)", before, after)
 
 
+@pytest.mark.long  # 1,100 load/free cycles per case (a minute on 2 cores in all): `--long`, CI runs it
 @pytest.mark.parametrize("model,weights", [("mlp", "embedded"), ("mutated_buffer", "embedded"), ("mlp", "blob")])
 def test_load_free_1000_times(host_lib, export_example, model, weights):
     # blob: the weights are placed and handed over user-managed, which torch wraps in handles of its own
@@ -105,6 +106,7 @@ def test_load_free_1000_times(host_lib, export_example, model, weights):
     assert_steady(*loop(host_lib, pt2, session=(model == "mutated_buffer")), CYCLES)
 
 
+@pytest.mark.long  # an export of two methods and 1,100 load/free cycles
 def test_multi_method_load_free_1000_times(host_lib, torch, tmp_path_factory):
     from tests.conftest import BUILD_DIR
     from toolchain import examples

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import stat
-import subprocess
 
-from tests.conftest import REPO_ROOT, scons_command
+from tests.conftest import REPO_ROOT, build_lock, repo_scons
 from toolchain.atomic import current_umask
 
 
@@ -21,8 +20,8 @@ def test_exported_package_is_readable_like_any_new_file(export_example):
 
 def test_compile_commands_is_readable_like_any_new_file(host_build):
     db = host_build.variant_dir / "compile_commands.json"
-    db.unlink()
-    proc = subprocess.run([*scons_command(), "-Q", str(db.relative_to(REPO_ROOT))], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
+    with build_lock():  # the db is gone until the rebuild: no other worker's reader or SCons run meanwhile
+        db.unlink()
+        proc = repo_scons("-Q", str(db.relative_to(REPO_ROOT)), locked=True)
     assert proc.returncode == 0 and db.is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
     assert _mode(db) == 0o666 & ~current_umask()

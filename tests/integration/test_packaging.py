@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import toolchain
-from tests.conftest import scons_command
+from tests.conftest import build_lock, repo_scons, scons_command
 from toolchain.distpack import archive_stem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -32,15 +32,16 @@ STEM = archive_stem(VERSION, "cpu-gcc-release")
 def _backend(hook: str, out: Path, settings: dict | None = None) -> Path:
     code = ("import json, sys; sys.path.insert(0, 'build_backend'); import aoti_build as b; "
             f"print(b.{hook}(sys.argv[1], json.loads(sys.argv[2])))")
-    proc = subprocess.run([sys.executable, "-c", code, str(out), json.dumps(settings or {})], capture_output=True,
-                          text=True, cwd=REPO_ROOT)
+    with build_lock():  # the wheel hooks run SCons in build/
+        proc = subprocess.run([sys.executable, "-c", code, str(out), json.dumps(settings or {})], capture_output=True,
+                              text=True, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / proc.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
 def dist_archive(host_build) -> Path:
-    proc = subprocess.run([*scons_command(), "-Q", "dist"], capture_output=True, text=True, cwd=REPO_ROOT)
+    proc = repo_scons("-Q", "dist")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     archive = host_build.variant_dir / f"{STEM}.tar.gz"
     assert archive.is_file()
@@ -114,7 +115,7 @@ def test_scons_dist_archive_and_manifest(dist_archive, tmp_path):
     # reproducible: packing the same build again gives the same bytes
     first = dist_archive.read_bytes()
     dist_archive.unlink()
-    subprocess.run([*scons_command(), "-Q", "dist"], capture_output=True, cwd=REPO_ROOT, check=True)
+    assert repo_scons("-Q", "dist").returncode == 0
     assert dist_archive.read_bytes() == first
 
 

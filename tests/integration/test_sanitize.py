@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import BUILD_DIR, REPO_ROOT, scons_command
+from tests.conftest import BUILD_DIR, REPO_ROOT, repo_scons
 
 sys.path.insert(0, str(REPO_ROOT / "runtime" / "fuzz"))
 import make_seeds  # noqa: E402
@@ -52,8 +52,7 @@ def asan_run() -> Path:
         reason = f"g++ -fsanitize=address,undefined does not link here (libasan/libubsan missing): {probe.stderr[-300:]}"
         print(f"\nskipping the ASan tests: {reason}")
         pytest.skip(reason)
-    proc = subprocess.run([*scons_command(), "-Q", f"-j{os.cpu_count() or 2}", "sanitize=address"], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
+    proc = repo_scons("-Q", f"-j{os.cpu_count() or 2}", "sanitize=address")
     assert proc.returncode == 0, f"scons sanitize=address failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     exe = BUILD_DIR / ASAN_VARIANT / "dist" / "bin" / "aoti-run"
     assert exe.exists()
@@ -180,7 +179,7 @@ def test_asan_aoti_run_reports_a_real_memory_error(asan_run, tmp_path):
 
 
 def _scons(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*scons_command(), *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    return repo_scons(*args, timeout=300)
 
 
 def test_sanitize_is_part_of_the_variant_and_reaches_every_compile_and_link(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import BUILD_DIR
+from tests.conftest import BUILD_DIR, repo_scons
 
 th = pytest.importorskip("tritonclient.http", reason="tritonclient is not installed (pip install -e '.[serve]')")
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e '.[serve]')")
@@ -349,15 +349,12 @@ def _triton_include() -> Path | None:
 
 
 def test_triton_backend_runs_the_lifecycle_and_answers_bad_requests_with_errors(host_build, dyn_mlp, tmp_path):
-    from tests.conftest import REPO_ROOT, scons_command
-
     include = _triton_include()
     if include is None:
         pytest.skip("Triton's headers are not here: set AOTI_TRITON_INCLUDE to the include/ directory of "
                     "github.com/triton-inference-server/core (or put them in build/triton-include)")
     pt2, eager = dyn_mlp
-    proc = subprocess.run([*scons_command(), "-Q", "-j2", f"triton_include={include}", "triton"], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
+    proc = repo_scons("-Q", "-j2", f"triton_include={include}", "triton")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     backend_dir = host_build.lib.parent.parent / "triton" / "aoti_toolchain"
     backend = backend_dir / "libtriton_aoti_toolchain.so"
