@@ -185,11 +185,29 @@ std::shared_ptr<Plugin> open_plugin(const std::string& load_path, const std::str
                 AOTI_HOST_INVALID_PROGRAM);
   }
   // Each missing shim named with the ATen op it calls where it is one of torch's fallback ops.
+  // ATen ops without a C shim go through torch's proxy executor, which lives in libtorch: no shim of ours
+  // can stand in for it.
+  static const std::string kProxyExecutor = "aoti_torch_proxy_executor_call_function";
   std::vector<std::string> missing_shims;
+  bool proxy = false;
   for (const auto& s : imports.undefined) {
     if (!starts_with(s, "aoti_torch_") || in_global_scope(s)) continue;
+    if (s == kProxyExecutor) {
+      proxy = true;
+      continue;
+    }
     const char* op = fallback_ops::op_of(s.c_str());
     missing_shims.push_back(op != nullptr ? s + " (ATen op " + op + ")" : s);
+  }
+  if (proxy) {
+    std::string msg = path + ": runs ATen ops that have no C shim through torch's proxy executor (" +
+                      kProxyExecutor + "), which only a host that links libtorch provides";
+    if (!missing_shims.empty())
+      msg += "; it also imports " + std::to_string(missing_shims.size()) + " shim(s) this host does not provide: " +
+             join(missing_shims, 32);
+    throw Error(msg + ". fix: re-export the model without those ops (`aoti-toolchain verify` on the package names "
+                      "them), expressing them with ops that inductor generates code for or that have a fallback shim",
+                AOTI_HOST_LOAD_FAILED);
   }
   if (!missing_shims.empty()) {
     throw Error(path + ": imports " + std::to_string(missing_shims.size()) +

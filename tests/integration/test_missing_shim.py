@@ -75,3 +75,36 @@ def test_loading_fails_naming_op_and_shim(missing_op_package, host_build, tmp_pa
     assert r.returncode == exit_code("load_failed"), r.stderr
     assert f"{SHIM} (ATen op {OP})" in r.stderr
     assert not list((tmp_path / "kept").iterdir())
+
+
+@pytest.fixture(scope="module")
+def proxy_op_package(torch, tmp_path_factory):
+    """(pt2, inputs): a plain-torch package with an ATen op that has no C shim (bincount), which torch's
+    plugin then runs through its proxy executor (aoti_torch_proxy_executor_call_function, inside libtorch)."""
+    from tests.conftest import shared_dir, shared_export
+
+    class Counts(torch.nn.Module):
+        def forward(self, ids, x):
+            return torch.bincount(ids, minlength=10), x * 2
+
+    inputs = (torch.randint(0, 10, (30,)), torch.randn(5, 6))
+    return shared_export(shared_dir(tmp_path_factory, "proxy-op") / "counts.pt2", Counts(), inputs), inputs
+
+
+@pytest.mark.long
+def test_proxy_executor_ops_are_named_by_verify_and_refused_at_load(proxy_op_package, host_build, tmp_path):
+    pt2, inputs = proxy_op_package
+    r = cli("verify", "--format", "json", pt2)
+    assert r.returncode == exit_code("failed"), r.stdout + r.stderr
+    (f,) = [x for x in json.loads(r.stdout)["findings"] if x["rule"] == "missing-shim"]
+    assert f["symbol"] == "aoti_torch_proxy_executor_call_function" and "aten::bincount" in f["message"]
+    assert "libtorch" in f["message"] and "aten::bincount" in f["fix"]
+    with pytest.raises(LoadError, match="proxy executor") as info:
+        runtime.load(pt2, library_path=host_build.lib)
+    assert "libtorch" in str(info.value) and "does not provide" not in str(info.value)
+    args = [str(host_build.aoti_run), str(pt2)]
+    for i, x in enumerate(inputs):
+        np.save(tmp_path / f"in{i}.npy", x.numpy())
+        args += ["-i", str(tmp_path / f"in{i}.npy")]
+    proc = subprocess.run([*args, "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == exit_code("load_failed") and "proxy executor" in proc.stderr, proc.stderr

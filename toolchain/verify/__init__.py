@@ -96,6 +96,32 @@ def _pt2_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
         return [(str(path), _PackageMalformed(exc.args[0], fix=exc.fix or "re-export the package"))]
 
 
+def _proxy_ops(path: Path) -> dict[str, tuple[str, ...]]:
+    """Per .so member label, the ATen ops its plugin calls through torch's proxy executor, as the package's
+    <stem>.json (torch's serialized extern nodes) names them; {} where there is none or it is unreadable
+    (the missing-shim finding then says so without names)."""
+    import json
+
+    from toolchain.pt2 import PackageError, open_package
+
+    out: dict[str, tuple[str, ...]] = {}
+    try:
+        with open_package(path) as pkg:
+            for n in (m for m in pkg.members if m.endswith(".so")):
+                sidecar = n[:-3] + ".json"
+                if sidecar not in pkg.members:
+                    continue
+                try:
+                    doc = json.loads(pkg.read(sidecar))
+                    targets = [str(node["node"]["target"]) for node in doc.get("nodes", [])]
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    continue
+                out[f"{path}!{n}"] = tuple(dict.fromkeys(t for t in targets if t))
+    except PackageError:
+        return {}
+    return out
+
+
 _SPEC_CACHE: dict[tuple, object] = {}
 
 
@@ -139,6 +165,7 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
         in_package = _is_zip(path) and any(label.startswith(f"{path}!") for label, _ in members)
         if in_package:
             report.files.append(_check_package(path))
+            ctx.proxy_ops.update(_proxy_ops(path))
         for label, elf in members:
             if isinstance(elf, ElfError):
                 report.files.append(_unreadable(label, elf))

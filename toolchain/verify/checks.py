@@ -7,7 +7,7 @@ import fnmatch
 import functools
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toolchain.elf.reader import ElfFile, Symbol
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
@@ -39,6 +39,9 @@ class Context:
     expected_config: dict[str, str] | None = None  # the variant's feature defines (mixed-config)
     variant: str | None = None
     build_runpath: frozenset[str] = frozenset()  # RUNPATH entries the build set: allowed in the build tree
+    # Per package member: the ATen ops its plugin runs through torch's proxy executor (the <stem>.json
+    # beside the .so in the package)
+    proxy_ops: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def shim_names(self) -> set[str]:
@@ -333,12 +336,23 @@ def _defines(r: Resolver, lib_path: str, sym: Symbol) -> bool:
     return lib is not None and r.lookup(sym, [Loaded(lib_path, lib, None)]) is not None
 
 
+# What a plugin imports to run an ATen op that has no C shim (torch's ProxyExecutor, inside libtorch).
+PROXY_EXECUTOR = "aoti_torch_proxy_executor_call_function"
+
+
 def _unresolved_shim(sym: Symbol, res: FileResult, ctx: Context) -> None:
     """An aoti_torch_* import nothing in the host's scope defines: missing-shim for a fallback op's shim (named
     with its ATen op, toolchain/torch_ops.json), unresolved-symbol for the rest of the shim ABI. Checked
     standalone (no host), a shim counts as provided when shims.toml lists it."""
     from toolchain.torch_ops import op_of  # torch's fallback ops: read only for a shim that does not bind
 
+    if sym.name == PROXY_EXECUTOR:
+        ops = ctx.proxy_ops.get(res.path, ())
+        named = ", ".join(ops) if ops else "ATen ops that have no C shim"
+        res.add("missing-shim", f"calls {named} through torch's proxy executor ({sym.name}), which only a host "
+                "that links libtorch provides: the plugin fails to load", fix_variant="proxy-executor",
+                fix_args={"op": named, "shim": sym.name}, symbol=sym.name)
+        return
     known = op_of(sym.name)
     if known is not None:
         _missing_shim(sym, known[0], known[1], res, ctx)
