@@ -1173,13 +1173,7 @@ __global__ void pool_kernel(const T* in, T* out, int64_t* indices, PoolSpec sp) 
       } else {
         sum += static_cast<double>(a);
       }
-      int d = w.nd - 1;
-      for (; d >= 0; --d) {
-        sp_pos[d] += r[d].step;
-        if (sp_pos[d] < r[d].hi) break;
-        sp_pos[d] = r[d].lo;
-      }
-      if (d < 0) break;
+      if (!ops::pool_next(w, r, sp_pos)) break;
     }
     if (max) {
       out[out_off] = best;  // (a window is never empty for arguments the plan accepts)

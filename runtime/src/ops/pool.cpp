@@ -152,13 +152,7 @@ void for_each_in(const Tensor& self, const PoolWindows& w, int64_t p, const Pool
     int64_t flat = 0;
     for (int d = 0; d < w.nd; ++d) flat = flat * w.in_sp[d] + sp[d];
     f(at(self.sizes(), self.strides(), w.nd, p, sp), flat);
-    int d = w.nd - 1;
-    for (; d >= 0; --d) {
-      sp[d] += r[d].step;
-      if (sp[d] < r[d].hi) break;
-      sp[d] = r[d].lo;
-    }
-    if (d < 0) return;
+    if (!pool_next(w, r, sp)) return;
   }
 }
 

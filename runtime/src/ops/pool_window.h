@@ -66,6 +66,17 @@ AOTI_POOL_FN PoolRange pool_range(const PoolWindows& w, int d, int64_t pos) {
   return r;
 }
 
+// Steps pos (one index per dim, starting at each range's lo) to the next input position the ranges cover,
+// last dim fastest; false once they are all visited.
+AOTI_POOL_FN bool pool_next(const PoolWindows& w, const PoolRange* r, int64_t* pos) {
+  for (int d = w.nd - 1; d >= 0; --d) {
+    pos[d] += r[d].step;
+    if (pos[d] < r[d].hi) return true;
+    pos[d] = r[d].lo;
+  }
+  return false;
+}
+
 // avg_pool's divisor for a window whose ranges are r[0..nd): divisor_override, else the window's size
 // counting padding or not; 0 when the window holds no input element (the output is then 0).
 AOTI_POOL_FN int64_t avg_divisor(const PoolWindows& w, const PoolRange* r) {
