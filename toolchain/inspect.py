@@ -102,10 +102,19 @@ def ops_text(ops: list[dict]) -> list[str]:
     if not ops:
         return []
     lacking = sum(1 for o in ops if not o["implemented"])
+    proxy = any(o["device"] == "proxy executor" for o in ops)
     lines = [f"  ops:          {len(ops)} called through fallback shims"
+             + (" or torch's proxy executor" if proxy else "")
              + (f", {lacking} NOT implemented by this runtime" if lacking else ", all implemented by this runtime")]
     width = max(len(o["op"]) for o in ops)
-    lines += [f"    {o['op']:{width}s}  {o['shim']}" + ("" if o["implemented"] else "  (NOT implemented)") for o in ops]
+
+    def note(o: dict) -> str:
+        if o["implemented"]:
+            return ""
+        return "  (NOT implemented: only a libtorch host runs it)" if o["device"] == "proxy executor" else \
+            "  (NOT implemented)"
+
+    lines += [f"    {o['op']:{width}s}  {o['shim']}{note(o)}" for o in ops]
     return lines
 
 
@@ -207,12 +216,29 @@ def inspect_path(path: Path) -> list[dict]:
         else:
             out.append(describe(label, elf))
             _add_target(out[-1], path, label)
+    _add_proxy_ops(path, out)
     plugins = [i for i in out if i["kind"] == "plugin"]
     if len(plugins) == 1:  # a .pt2 of one model, or a bare plugin
         facts = model_facts(path, plugins[0])
         if facts is not None:
             plugins[0]["model"] = facts
     return out
+
+
+def _add_proxy_ops(path: Path, infos: list[dict]) -> None:
+    """The ops a plugin runs through torch's proxy executor (no C shim; only a libtorch host runs them): named
+    from the package's <stem>.json, or one unnamed entry for a bare plugin."""
+    from toolchain.verify import proxy_ops
+    from toolchain.verify.checks import PROXY_EXECUTOR
+
+    users = [i for i in infos if i.get("kind") == "plugin" and PROXY_EXECUTOR in i["shims"]["imported"]]
+    if not users:
+        return
+    named = proxy_ops(path) if "!" in users[0]["file"] else {}
+    for info in users:
+        for op in named.get(info["file"]) or ("(ops without a C shim: inspect the .pt2 to name them)",):
+            info["ops"].append({"op": op, "shim": PROXY_EXECUTOR, "device": "proxy executor", "since": None,
+                                "implemented": False})
 
 
 def _add_target(info: dict, path: Path, label: str) -> None:

@@ -99,6 +99,11 @@ def test_proxy_executor_ops_are_named_by_verify_and_refused_at_load(proxy_op_pac
     (f,) = [x for x in json.loads(r.stdout)["findings"] if x["rule"] == "missing-shim"]
     assert f["symbol"] == "aoti_torch_proxy_executor_call_function" and "aten::bincount" in f["message"]
     assert "libtorch" in f["message"] and "aten::bincount" in f["fix"]
+    r = cli("inspect", "--json", pt2)
+    (info,) = [i for i in json.loads(r.stdout)["files"] if i["kind"] == "plugin"]
+    assert {"op": "aten::bincount", "shim": "aoti_torch_proxy_executor_call_function", "device": "proxy executor",
+            "since": None, "implemented": False} in info["ops"]
+    assert "aten::bincount" in cli("inspect", pt2).stdout
     with pytest.raises(LoadError, match="proxy executor") as info:
         runtime.load(pt2, library_path=host_build.lib)
     assert "libtorch" in str(info.value) and "does not provide" not in str(info.value)

@@ -96,7 +96,7 @@ def _pt2_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
         return [(str(path), _PackageMalformed(exc.args[0], fix=exc.fix or "re-export the package"))]
 
 
-def _proxy_ops(path: Path) -> dict[str, tuple[str, ...]]:
+def proxy_ops(path: Path) -> dict[str, tuple[str, ...]]:
     """Per .so member label, the ATen ops its plugin calls through torch's proxy executor, as the package's
     <stem>.json (torch's serialized extern nodes) names them; {} where there is none or it is unreadable
     (the missing-shim finding then says so without names)."""
@@ -165,7 +165,7 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
         in_package = _is_zip(path) and any(label.startswith(f"{path}!") for label, _ in members)
         if in_package:
             report.files.append(_check_package(path))
-            ctx.proxy_ops.update(_proxy_ops(path))
+            ctx.proxy_ops.update(proxy_ops(path))
         for label, elf in members:
             if isinstance(elf, ElfError):
                 report.files.append(_unreadable(label, elf))
