@@ -224,12 +224,23 @@ void test_errors() {
   EXPECT(aoti_torch_get_dim(nullptr, &v) == AOTI_TORCH_FAILURE);
   EXPECT(contains(aoti_host::last_error(), "null"));
 
-  // complex dtypes store but do not compute.
-  AtenTensorHandle a = nullptr, b = nullptr;
+  // complex dtypes store and convert (to a real dtype: the real part, as ATen's copy_), but a dtype the
+  // runtime does not compute with is refused, naming it.
+  AtenTensorHandle a = nullptr, b = nullptr, u16 = nullptr;
   EXPECT_OK(aoti_torch_empty_strided(1, sizes, strides, 9, 0, 0, &a));
   EXPECT_OK(aoti_torch_empty_strided(1, sizes, strides, 6, 0, 0, &b));
-  EXPECT(aoti_torch_copy_(b, a, 0) == AOTI_TORCH_FAILURE);
-  EXPECT(contains(aoti_host::last_error(), "complex64"));
+  void* ap = nullptr;
+  EXPECT_OK(aoti_torch_get_data_ptr(a, &ap));
+  const float pairs[4] = {1.5f, -2.0f, -3.25f, 4.0f};
+  std::memcpy(ap, pairs, sizeof pairs);
+  EXPECT_OK(aoti_torch_copy_(b, a, 0));
+  void* bp = nullptr;
+  EXPECT_OK(aoti_torch_get_data_ptr(b, &bp));
+  EXPECT(static_cast<float*>(bp)[0] == 1.5f && static_cast<float*>(bp)[1] == -3.25f);
+  EXPECT_OK(aoti_torch_empty_strided(1, sizes, strides, 27, 0, 0, &u16));
+  EXPECT(aoti_torch_copy_(u16, a, 0) == AOTI_TORCH_FAILURE);
+  EXPECT(contains(aoti_host::last_error(), "uint16"));
+  EXPECT_OK(aoti_torch_delete_tensor_object(u16));
   AtenTensorHandle a2 = nullptr;
   EXPECT_OK(aoti_torch_empty_strided(1, sizes, strides, 9, 0, 0, &a2));
   EXPECT_OK(aoti_torch_copy_(a2, a, 0));  // same dtype: a byte copy
