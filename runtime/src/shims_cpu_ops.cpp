@@ -35,6 +35,27 @@ void ret2(Tensor* a, Tensor* b, AtenTensorHandle* r0, AtenTensorHandle* r1) {
   *r1 = to_handle(b);
 }
 
+AOTITorchError adaptive_max_shim(const char* name, int nd, AtenTensorHandle self, const int64_t* output_size,
+                                 int64_t output_size_len_, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded(name, [&] {
+    need(ret0, "ret0");
+    need(ret1, "ret1");
+    Tensor *v = nullptr, *i = nullptr;
+    ops::adaptive_max_pool(nd, tensor_arg(self, "self"), int_list(output_size, output_size_len_, "output_size"), &v,
+                           &i);
+    ret2(v, i, ret0, ret1);
+  });
+}
+
+AOTITorchError adaptive_avg_shim(const char* name, int nd, AtenTensorHandle self, const int64_t* output_size,
+                                 int64_t output_size_len_, AtenTensorHandle* ret0) {
+  return guarded(name, [&] {
+    need(ret0, "ret0");
+    *ret0 = to_handle(
+        ops::adaptive_avg_pool(nd, tensor_arg(self, "self"), int_list(output_size, output_size_len_, "output_size")));
+  });
+}
+
 std::string cstr(const char* s, const char* name) {
   if (s == nullptr) throw Error(std::string(name) + " is a null string");
   return s;
@@ -282,22 +303,23 @@ AOTI_HOST_API AOTITorchError aoti_torch_cpu_max_pool2d_with_indices(
 AOTI_HOST_API AOTITorchError aoti_torch_cpu_adaptive_max_pool2d(AtenTensorHandle self, const int64_t* output_size,
                                                                 int64_t output_size_len_, AtenTensorHandle* ret0,
                                                                 AtenTensorHandle* ret1) {
-  return guarded("aoti_torch_cpu_adaptive_max_pool2d", [&] {
-    need(ret0, "ret0");
-    need(ret1, "ret1");
-    Tensor *v = nullptr, *i = nullptr;
-    ops::adaptive_max_pool2d(tensor_arg(self, "self"), int_list(output_size, output_size_len_, "output_size"), &v, &i);
-    ret2(v, i, ret0, ret1);
-  });
+  return adaptive_max_shim("aoti_torch_cpu_adaptive_max_pool2d", 2, self, output_size, output_size_len_, ret0, ret1);
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu_adaptive_max_pool3d(AtenTensorHandle self, const int64_t* output_size,
+                                                                int64_t output_size_len_, AtenTensorHandle* ret0,
+                                                                AtenTensorHandle* ret1) {
+  return adaptive_max_shim("aoti_torch_cpu_adaptive_max_pool3d", 3, self, output_size, output_size_len_, ret0, ret1);
 }
 
 AOTI_HOST_API AOTITorchError aoti_torch_cpu__adaptive_avg_pool2d(AtenTensorHandle self, const int64_t* output_size,
                                                                  int64_t output_size_len_, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cpu__adaptive_avg_pool2d", [&] {
-    need(ret0, "ret0");
-    *ret0 = to_handle(
-        ops::adaptive_avg_pool2d(tensor_arg(self, "self"), int_list(output_size, output_size_len_, "output_size")));
-  });
+  return adaptive_avg_shim("aoti_torch_cpu__adaptive_avg_pool2d", 2, self, output_size, output_size_len_, ret0);
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cpu__adaptive_avg_pool3d(AtenTensorHandle self, const int64_t* output_size,
+                                                                 int64_t output_size_len_, AtenTensorHandle* ret0) {
+  return adaptive_avg_shim("aoti_torch_cpu__adaptive_avg_pool3d", 3, self, output_size, output_size_len_, ret0);
 }
 
 AOTI_HOST_API AOTITorchError aoti_torch_cpu_avg_pool2d(AtenTensorHandle self, const int64_t* kernel_size,

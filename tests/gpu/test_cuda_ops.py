@@ -63,6 +63,8 @@ SIGS = {
     "max_pool2d_with_indices": [T, "ints", "ints", "ints", "ints", I32, R, R],
     "adaptive_max_pool2d": [T, "ints", R, R],
     "_adaptive_avg_pool2d": [T, "ints", R],
+    "adaptive_max_pool3d": [T, "ints", R, R],
+    "_adaptive_avg_pool3d": [T, "ints", R],
     "avg_pool2d": [T, "ints", "ints", "ints", I32, I32, "optional int64", R],
     "avg_pool3d": [T, "ints", "ints", "ints", I32, I32, "optional int64", R],
     "_weight_int8pack_mm": [T, T, T, R],
@@ -894,6 +896,19 @@ def test_adaptive_pools(host, dtype, layout, out_size):
     x3 = rand((3, 9, 7), dtype, "contiguous", gen(32))
     same(host("_adaptive_avg_pool2d", x3, out_size), torch.ops.aten._adaptive_avg_pool2d(x3, out_size),
          rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("out_size", [[2, 3, 3], [7, 1, 5]])
+def test_adaptive_pools_3d(host, dtype, out_size):
+    x = rand((2, 3, 7, 9, 8), dtype, "stepped", gen(37))
+    v, i = host("adaptive_max_pool3d", x, out_size)
+    ev, ei = torch.ops.aten.adaptive_max_pool3d(x, out_size)
+    same(v, ev)
+    same(i, ei)
+    rtol, atol = TOL[dtype]
+    same(host("_adaptive_avg_pool3d", x, out_size), torch.ops.aten._adaptive_avg_pool3d(x, out_size), rtol=rtol,
+         atol=atol)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

@@ -51,6 +51,8 @@ SIGS = {
     "max_pool2d_with_indices": [T, "ints", "ints", "ints", "ints", I32, R, R],
     "adaptive_max_pool2d": [T, "ints", R, R],
     "_adaptive_avg_pool2d": [T, "ints", R],
+    "adaptive_max_pool3d": [T, "ints", R, R],
+    "_adaptive_avg_pool3d": [T, "ints", R],
     "avg_pool2d": [T, "ints", "ints", "ints", I32, I32, OI64, R],
     "avg_pool3d": [T, "ints", "ints", "ints", I32, I32, OI64, R],
     "mkldnn_rnn_layer": [T, T, T, T, T, T, T, I32, "ints", I64, I64, I64, I32, I32, I32, I32, R, R, R, R],
@@ -445,6 +447,30 @@ def test_adaptive_pools(ops, dtype, layout, out_size):
     x3 = data(g, (3, 9, 7), dtype)
     same(ops("_adaptive_avg_pool2d", x3, out_size), torch.ops.aten._adaptive_avg_pool2d(x3, out_size),
          rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last_3d", "stepped"])
+@pytest.mark.parametrize("out_size", [[2, 3, 3], [3, 2, 2], [7, 1, 5]])
+def test_adaptive_pools_3d(ops, dtype, layout, out_size):
+    g = torch.Generator().manual_seed(49)
+    if layout == "channels_last_3d":
+        x = data(g, (2, 3, 7, 9, 8), dtype).contiguous(memory_format=torch.channels_last_3d)
+    else:
+        x = data(g, (2, 3, 7, 9, 8), dtype, layout)
+    x[1, 2, 3, 4, 5] = float("nan")
+    v, i = ops("adaptive_max_pool3d", x, out_size)
+    ev, ei = torch.ops.aten.adaptive_max_pool3d(x, out_size)
+    same(v, ev)
+    same(i, ei)
+    rtol, atol = TOL[dtype]
+    same(ops("_adaptive_avg_pool3d", x, out_size), torch.ops.aten._adaptive_avg_pool3d(x, out_size), rtol=rtol,
+         atol=atol)
+    x4 = data(g, (3, 5, 6, 4), dtype)  # [C, T, H, W]
+    same(ops("_adaptive_avg_pool3d", x4, out_size), torch.ops.aten._adaptive_avg_pool3d(x4, out_size), rtol=rtol,
+         atol=atol)
+    with pytest.raises(RuntimeError, match="must have 3 values"):
+        ops("_adaptive_avg_pool3d", x, [2, 2])
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

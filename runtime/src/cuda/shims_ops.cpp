@@ -990,6 +990,23 @@ Tensor* weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor&
   return out.release();
 }
 
+AOTITorchError adaptive_pool_shim(const char* name, int nd, bool max, AtenTensorHandle self,
+                                  const int64_t* output_size, int64_t output_size_len_, AtenTensorHandle* ret0,
+                                  AtenTensorHandle* ret1) {
+  return guarded(name, [&] {
+    need(ret0, "ret0");
+    if (max) need(ret1, "ret1");
+    const Tensor& self_t = cuda_self(self);
+    Tensor *v = nullptr, *i = nullptr;
+    run_pool(self_t,
+             aoti_host::ops::plan_adaptive_pool(
+                 nd, self_t, aoti_host::shim::int_list(output_size, output_size_len_, "output_size"), max),
+             &v, max ? &i : nullptr);
+    *ret0 = to_handle(v);
+    if (max) *ret1 = to_handle(i);
+  });
+}
+
 AOTITorchError avg_pool_shim(const char* name, int nd, AtenTensorHandle self, const int64_t* kernel_size,
                              int64_t kernel_size_len_, const int64_t* stride, int64_t stride_len_,
                              const int64_t* padding, int64_t padding_len_, int32_t ceil_mode,
@@ -1334,30 +1351,27 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_max_pool2d_with_indices(
 AOTI_HOST_API AOTITorchError aoti_torch_cuda_adaptive_max_pool2d(AtenTensorHandle self, const int64_t* output_size,
                                                                  int64_t output_size_len_, AtenTensorHandle* ret0,
                                                                  AtenTensorHandle* ret1) {
-  return guarded("aoti_torch_cuda_adaptive_max_pool2d", [&] {
-    need(ret0, "ret0"), need(ret1, "ret1");
-    const Tensor& self_t = cuda_self(self);
-    Tensor *v = nullptr, *i = nullptr;
-    run_pool(self_t,
-             aoti_host::ops::plan_adaptive_pool2d(
-                 self_t, aoti_host::shim::int_list(output_size, output_size_len_, "output_size"), true),
-             &v, &i);
-    *ret0 = to_handle(v), *ret1 = to_handle(i);
-  });
+  return adaptive_pool_shim("aoti_torch_cuda_adaptive_max_pool2d", 2, true, self, output_size, output_size_len_, ret0,
+                            ret1);
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda_adaptive_max_pool3d(AtenTensorHandle self, const int64_t* output_size,
+                                                                 int64_t output_size_len_, AtenTensorHandle* ret0,
+                                                                 AtenTensorHandle* ret1) {
+  return adaptive_pool_shim("aoti_torch_cuda_adaptive_max_pool3d", 3, true, self, output_size, output_size_len_, ret0,
+                            ret1);
 }
 
 AOTI_HOST_API AOTITorchError aoti_torch_cuda__adaptive_avg_pool2d(AtenTensorHandle self, const int64_t* output_size,
                                                                   int64_t output_size_len_, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda__adaptive_avg_pool2d", [&] {
-    need(ret0, "ret0");
-    const Tensor& self_t = cuda_self(self);
-    Tensor* v = nullptr;
-    run_pool(self_t,
-             aoti_host::ops::plan_adaptive_pool2d(
-                 self_t, aoti_host::shim::int_list(output_size, output_size_len_, "output_size"), false),
-             &v, nullptr);
-    *ret0 = to_handle(v);
-  });
+  return adaptive_pool_shim("aoti_torch_cuda__adaptive_avg_pool2d", 2, false, self, output_size, output_size_len_,
+                            ret0, nullptr);
+}
+
+AOTI_HOST_API AOTITorchError aoti_torch_cuda__adaptive_avg_pool3d(AtenTensorHandle self, const int64_t* output_size,
+                                                                  int64_t output_size_len_, AtenTensorHandle* ret0) {
+  return adaptive_pool_shim("aoti_torch_cuda__adaptive_avg_pool3d", 3, false, self, output_size, output_size_len_,
+                            ret0, nullptr);
 }
 
 AOTI_HOST_API AOTITorchError aoti_torch_cuda_avg_pool2d(AtenTensorHandle self, const int64_t* kernel_size,

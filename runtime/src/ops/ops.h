@@ -59,15 +59,18 @@ struct PoolPlan {
 };
 PoolPlan plan_max_pool2d(const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                          const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode);
-PoolPlan plan_adaptive_pool2d(const Tensor& self, const std::vector<int64_t>& output_size, bool max);
+// nd = 2 or 3.
+PoolPlan plan_adaptive_pool(int nd, const Tensor& self, const std::vector<int64_t>& output_size, bool max);
 PoolPlan plan_avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& kernel,
                        const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, bool ceil_mode,
                        bool count_include_pad, const int64_t* divisor_override);
 void max_pool2d_with_indices(const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                              const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode,
                              Tensor** out, Tensor** indices);
-void adaptive_max_pool2d(const Tensor& self, const std::vector<int64_t>& output_size, Tensor** out, Tensor** indices);
-Tensor* adaptive_avg_pool2d(const Tensor& self, const std::vector<int64_t>& output_size);
+// nd = 2 or 3 (adaptive_max_pool2d/3d, _adaptive_avg_pool2d/3d).
+void adaptive_max_pool(int nd, const Tensor& self, const std::vector<int64_t>& output_size, Tensor** out,
+                       Tensor** indices);
+Tensor* adaptive_avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& output_size);
 // nd = 2 or 3.
 Tensor* avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                  const std::vector<int64_t>& padding, bool ceil_mode, bool count_include_pad,

@@ -1,4 +1,4 @@
-// aten::max_pool2d_with_indices, adaptive_max_pool2d, _adaptive_avg_pool2d, avg_pool2d/3d on [C, *] or
+// aten::max_pool2d_with_indices, adaptive_max_pool2d/3d, _adaptive_avg_pool2d/3d, avg_pool2d/3d on [C, *] or
 // [N, C, *] inputs. The windows are pool_window.h's (shared with the CUDA kernels); NaN handling (a NaN
 // wins a max window), index encoding (flat position in the input plane) and output memory format
 // (channels-last in, channels-last out) follow ATen's CPU kernels; sums in double.
@@ -207,14 +207,15 @@ PoolPlan plan_max_pool2d(const Tensor& self, const Shape& kernel_in, const Shape
   return finish(self, w);
 }
 
-PoolPlan plan_adaptive_pool2d(const Tensor& self, const Shape& output_size, bool max) {
-  if (output_size.size() != 2) throw Error("output_size " + str(output_size) + " must have 2 values");
+PoolPlan plan_adaptive_pool(int nd, const Tensor& self, const Shape& output_size, bool max) {
+  if (output_size.size() != static_cast<size_t>(nd))
+    throw Error("output_size " + str(output_size) + " must have " + std::to_string(nd) + " values");
   for (int64_t x : output_size) {
     if (x < 0) throw Error("output_size " + str(output_size) + " must be non-negative");
   }
   PoolWindows w{};
   w.kind = max ? PoolKind::kAdaptiveMax : PoolKind::kAdaptiveAvg;
-  w.nd = 2;
+  w.nd = nd;
   copy_to(w.out_sp, output_size);
   return finish(self, w);
 }
@@ -248,23 +249,24 @@ void max_pool2d_with_indices(const Tensor& self, const Shape& kernel, const Shap
   max_kernel(self, plan_max_pool2d(self, kernel, stride, padding, dilation, ceil_mode), out, indices);
 }
 
-void adaptive_max_pool2d(const Tensor& self, const Shape& output_size, Tensor** out, Tensor** indices) {
+void adaptive_max_pool(int nd, const Tensor& self, const Shape& output_size, Tensor** out, Tensor** indices) {
   check_max_dtype(self);
-  max_kernel(self, plan_adaptive_pool2d(self, output_size, true), out, indices);
+  max_kernel(self, plan_adaptive_pool(nd, self, output_size, true), out, indices);
 }
 
-Tensor* adaptive_avg_pool2d(const Tensor& self, const Shape& output_size) {
+Tensor* adaptive_avg_pool(int nd, const Tensor& self, const Shape& output_size) {
   check_cpu(self, "self");
   if (!is_floating(self.dtype())) {
     throw Error(std::string("self has dtype ") + dtype_name(self.dtype()) + "; expected a floating dtype");
   }
-  const PoolPlan plan = plan_adaptive_pool2d(self, output_size, false);
+  const PoolPlan plan = plan_adaptive_pool(nd, self, output_size, false);
   std::unique_ptr<Tensor> o(new_strided(self.dtype(), plan.out_sizes, plan.out_strides));
   for_each_out(plan, [&](int64_t p, const int64_t* pos, const PoolRange* r) {
     double sum = 0.0;
     for_each_in(self, plan.w, p, r, [&](int64_t off, int64_t) { sum += load_f(self.data_ptr(), self.dtype(), off); });
-    const double n = static_cast<double>((r[0].hi - r[0].lo) * (r[1].hi - r[1].lo));
-    store_f(o->data_ptr(), o->dtype(), at(plan.out_sizes, plan.out_strides, 2, p, pos), sum / n);
+    int64_t n = 1;
+    for (int d = 0; d < nd; ++d) n *= r[d].hi - r[d].lo;
+    store_f(o->data_ptr(), o->dtype(), at(plan.out_sizes, plan.out_strides, nd, p, pos), sum / static_cast<double>(n));
   });
   return o.release();
 }
