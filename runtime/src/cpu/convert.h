@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -115,6 +116,28 @@ void store(char* p, int32_t dt, Acc v) {
     default: break;
   }
   throw Error(std::string("cannot compute on dtype ") + dtype_name(dt));
+}
+
+inline bool is_complex(int32_t dt) { return dt == kComplex64 || dt == kComplex128; }
+
+// One element as a complex number: complex64/complex128 as stored, a computed real dtype as (x, 0).
+inline std::complex<double> load_complex(const char* p, int32_t dt) {
+  if (dt == kComplex64) return {rd<float>(p), rd<float>(p + sizeof(float))};
+  if (dt == kComplex128) return {rd<double>(p), rd<double>(p + sizeof(double))};
+  return {load<double>(p, dt), 0.0};
+}
+
+// Stores v: both parts into complex64/complex128, the real part into a real dtype (as ATen's copy_).
+inline void store_complex(char* p, int32_t dt, std::complex<double> v) {
+  if (dt == kComplex64) {
+    wr<float>(p, static_cast<float>(v.real()));
+    wr<float>(p + sizeof(float), static_cast<float>(v.imag()));
+  } else if (dt == kComplex128) {
+    wr<double>(p, v.real());
+    wr<double>(p + sizeof(double), v.imag());
+  } else {
+    store<double>(p, dt, v.real());
+  }
 }
 
 inline void require_supported(const Tensor& t, const char* arg) {

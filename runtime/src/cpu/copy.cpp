@@ -41,49 +41,19 @@ void copy_rows(Tensor& dst, const Tensor& src, const std::vector<int64_t>& sst) 
   }
 }
 
-bool is_complex(int32_t dt) { return dt == dtype_code::kComplex64 || dt == dtype_code::kComplex128; }
-
-// A conversion where either side is complex64/complex128.
+// A conversion where either side is complex64/complex128, staged so overlapping src/dst stay correct.
 void copy_complex(Tensor& dst, const Tensor& src, const std::vector<int64_t>& sst) {
-  using Cd = std::complex<double>;
-  for (const Tensor* t : {&src, static_cast<const Tensor*>(&dst)}) {
-    if (!is_complex(t->dtype())) require_supported(*t, t == &src ? "src" : "self");
-  }
-  std::vector<Cd> v(static_cast<size_t>(dst.numel()));
-  if (is_complex(src.dtype())) {
-    const bool single = src.dtype() == dtype_code::kComplex64;
-    const char* base = static_cast<const char*>(src.data_ptr());
-    for_each_offset(dst.sizes(), sst, [&](int64_t i, int64_t off) {
-      if (single) {
-        const float* p = reinterpret_cast<const float*>(base) + 2 * off;
-        v[static_cast<size_t>(i)] = Cd(p[0], p[1]);
-      } else {
-        const double* p = reinterpret_cast<const double*>(base) + 2 * off;
-        v[static_cast<size_t>(i)] = Cd(p[0], p[1]);
-      }
-    });
-  } else {
-    const std::vector<double> re = gather<double>(src, dst.sizes(), sst);
-    for (size_t i = 0; i < re.size(); ++i) v[i] = Cd(re[i], 0.0);
-  }
-  if (!is_complex(dst.dtype())) {
-    std::vector<double> re(v.size());
-    for (size_t i = 0; i < v.size(); ++i) re[i] = v[i].real();
-    scatter<double>(dst, re);
-    return;
-  }
-  const bool single = dst.dtype() == dtype_code::kComplex64;
-  char* base = static_cast<char*>(dst.data_ptr());
-  for_each_offset(dst.sizes(), dst.strides(), [&](int64_t i, int64_t off) {
-    const Cd c = v[static_cast<size_t>(i)];
-    if (single) {
-      float* p = reinterpret_cast<float*>(base) + 2 * off;
-      p[0] = static_cast<float>(c.real()), p[1] = static_cast<float>(c.imag());
-    } else {
-      double* p = reinterpret_cast<double*>(base) + 2 * off;
-      p[0] = c.real(), p[1] = c.imag();
-    }
-  });
+  if (!is_complex(src.dtype())) require_supported(src, "src");
+  if (!is_complex(dst.dtype())) require_supported(dst, "self");
+  std::vector<std::complex<double>> v(static_cast<size_t>(dst.numel()));
+  const char* sb = static_cast<const char*>(src.data_ptr());
+  const auto si = static_cast<int64_t>(src.itemsize());
+  for_each_offset(dst.sizes(), sst,
+                  [&](int64_t i, int64_t off) { v[static_cast<size_t>(i)] = load_complex(sb + off * si, src.dtype()); });
+  char* db = static_cast<char*>(dst.data_ptr());
+  const auto di = static_cast<int64_t>(dst.itemsize());
+  for_each_offset(dst.sizes(), dst.strides(),
+                  [&](int64_t i, int64_t off) { store_complex(db + off * di, dst.dtype(), v[static_cast<size_t>(i)]); });
 }
 
 }  // namespace

@@ -24,6 +24,10 @@ using cpu::detail::bf16_to_float;
 using cpu::detail::float_to_bf16;
 using cpu::detail::float_to_half;
 using cpu::detail::half_to_float;
+// complex64/complex128 elements as std::complex<double> (cpu/convert.h).
+using cpu::detail::is_complex;
+using cpu::detail::load_complex;
+using cpu::detail::store_complex;
 
 bool is_floating(int32_t dt);  // float16, bfloat16, float32, float64
 bool is_integral(int32_t dt);  // uint8, int8, int16, int32, int64 (bool excluded)

@@ -21,31 +21,15 @@ namespace {
 using Cd = std::complex<double>;
 constexpr double kPi = 3.14159265358979323846;
 
-bool is_complex(int32_t dt) { return dt == kComplex64 || dt == kComplex128; }
-
 Cd load_c(const Tensor& t, int64_t off) {
-  if (t.dtype() == kComplex64) {
-    const float* p = static_cast<const float*>(t.data_ptr()) + 2 * off;
-    return {p[0], p[1]};
-  }
-  if (t.dtype() == kComplex128) {
-    const double* p = static_cast<const double*>(t.data_ptr()) + 2 * off;
-    return {p[0], p[1]};
-  }
-  return {load_f(t.data_ptr(), t.dtype(), off), 0.0};
+  return load_complex(static_cast<const char*>(t.data_ptr()) + off * static_cast<int64_t>(t.itemsize()), t.dtype());
 }
 
 // Adding +0.0 turns a -0.0 into +0.0 (and changes nothing else): the exactly-real bins of a real
 // signal (DC, Nyquist) then carry +0.0 imaginary parts as MKL's do, so angle() gives 0 or pi, not -pi.
 void store_c(Tensor& t, int64_t off, Cd v) {
-  v = Cd(v.real() + 0.0, v.imag() + 0.0);
-  if (t.dtype() == kComplex64) {
-    float* p = static_cast<float*>(t.data_ptr()) + 2 * off;
-    p[0] = static_cast<float>(v.real()), p[1] = static_cast<float>(v.imag());
-  } else {
-    double* p = static_cast<double*>(t.data_ptr()) + 2 * off;
-    p[0] = v.real(), p[1] = v.imag();
-  }
+  store_complex(static_cast<char*>(t.data_ptr()) + off * static_cast<int64_t>(t.itemsize()), t.dtype(),
+                Cd(v.real() + 0.0, v.imag() + 0.0));
 }
 
 // In-place radix-2 transform of a power-of-two length; sign -1: forward (e^{-2 pi i jk / n}).
