@@ -113,6 +113,17 @@ int64_t offset_of(int64_t linear, const Shape& sizes, const Shape& strides) {
   return off;
 }
 
+bool broadcast_into(Shape& shape, const Shape& sizes) {
+  if (sizes.size() > shape.size()) shape.insert(shape.begin(), sizes.size() - shape.size(), 1);
+  const size_t off = shape.size() - sizes.size();
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] == 1) continue;
+    if (shape[off + k] != 1 && shape[off + k] != sizes[k]) return false;
+    shape[off + k] = sizes[k];
+  }
+  return true;
+}
+
 int64_t numel_of(const Shape& sizes) {
   int64_t n = 1;
   for (int64_t s : sizes) n *= s;

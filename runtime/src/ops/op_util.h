@@ -57,6 +57,9 @@ double round_to(int32_t dt, double v);
 // Linear index -> element offset of a strided view.
 int64_t offset_of(int64_t linear, const Shape& sizes, const Shape& strides);
 int64_t numel_of(const Shape& sizes);
+// numpy broadcasting of `sizes` into `shape`, right-aligned (shape grows to the longer rank); false, shape
+// unspecified, when a dimension disagrees (neither is 1).
+bool broadcast_into(Shape& shape, const Shape& sizes);
 // A tensor's elements in row-major order, as double.
 std::vector<double> to_doubles(const Tensor& t);
 

@@ -316,15 +316,9 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_
     if (t == nullptr) continue;
     if (first < 0) first = d;
     last = d;
-    const Shape& s = t->sizes();
-    if (s.size() > bshape.size()) bshape.insert(bshape.begin(), s.size() - bshape.size(), 1);
-    const size_t off = bshape.size() - s.size();
-    for (size_t k = 0; k < s.size(); ++k) {
-      if (s[k] == 1) continue;
-      if (bshape[off + k] != 1 && bshape[off + k] != s[k]) {
-        throw Error("index shapes " + str(s) + " and " + str(bshape) + " do not broadcast");
-      }
-      bshape[off + k] = s[k];
+    const Shape before = bshape;
+    if (!broadcast_into(bshape, t->sizes())) {
+      throw Error("index shapes " + str(t->sizes()) + " and " + str(before) + " do not broadcast");
     }
   }
   std::unique_ptr<Tensor> out(new_strided(self.dtype(), self.sizes(), empty_like_strides(self)));

@@ -252,23 +252,13 @@ Tensor* masked_select(const Tensor& self, const Tensor& mask) {
     throw Error(std::string("mask has dtype ") + dtype_name(mask.dtype()) + "; masked_select expects a bool mask");
   }
   // Broadcast self and mask to a common shape (right-aligned; size-1 dimensions stretch).
-  const size_t nd = std::max(self.sizes().size(), mask.sizes().size());
-  Shape shape(nd, 1), sst(nd, 0), mst(nd, 0);
-  for (int k = 0; k < 2; ++k) {
-    const Tensor& t = k == 0 ? self : mask;
-    const size_t off = nd - t.sizes().size();
-    for (size_t d = 0; d < t.sizes().size(); ++d) {
-      const int64_t s = t.sizes()[d];
-      if (s != 1) {
-        if (shape[off + d] != 1 && shape[off + d] != s) {
-          throw Error("self with sizes " + str(self.sizes()) + " and mask with sizes " + str(mask.sizes()) +
-                      " do not broadcast");
-        }
-        shape[off + d] = s;
-      }
-      (k == 0 ? sst : mst)[off + d] = s == 1 ? 0 : t.strides()[d];
-    }
+  Shape shape = self.sizes();
+  if (!broadcast_into(shape, mask.sizes())) {
+    throw Error("self with sizes " + str(self.sizes()) + " and mask with sizes " + str(mask.sizes()) +
+                " do not broadcast");
   }
+  const Shape sst = cpu::detail::broadcast_strides(self, shape, "self");
+  const Shape mst = cpu::detail::broadcast_strides(mask, shape, "mask");
   const int64_t total = numel_of(shape);
   std::vector<int64_t> picks;
   for (int64_t i = 0; i < total; ++i) {

@@ -107,16 +107,10 @@ Tensor* cdist(const Tensor& x1, const Tensor& x2, double p) {
     throw Error("x1 " + str(x1.sizes()) + " and x2 " + str(x2.sizes()) + " must have the same last dimension");
   if (!(p >= 0)) throw Error("p " + std::to_string(p) + " must be non-negative");
   // Batch dimensions broadcast (numpy rules).
-  const Shape b1(x1.sizes().begin(), x1.sizes().end() - 2), b2(x2.sizes().begin(), x2.sizes().end() - 2);
-  const size_t nb = std::max(b1.size(), b2.size());
-  Shape batch(nb);
-  for (size_t i = 0; i < nb; ++i) {
-    const int64_t a = i < nb - b1.size() ? 1 : b1[i - (nb - b1.size())];
-    const int64_t b = i < nb - b2.size() ? 1 : b2[i - (nb - b2.size())];
-    if (a != b && a != 1 && b != 1)
-      throw Error("the batch dimensions of x1 " + str(x1.sizes()) + " and x2 " + str(x2.sizes()) + " do not broadcast");
-    batch[i] = a == 1 ? b : a;
-  }
+  Shape batch(x1.sizes().begin(), x1.sizes().end() - 2);
+  if (!broadcast_into(batch, Shape(x2.sizes().begin(), x2.sizes().end() - 2)))
+    throw Error("the batch dimensions of x1 " + str(x1.sizes()) + " and x2 " + str(x2.sizes()) + " do not broadcast");
+  const size_t nb = batch.size();
   Shape out_sizes = batch;
   out_sizes.push_back(P);
   out_sizes.push_back(R);
