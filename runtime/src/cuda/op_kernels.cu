@@ -1141,12 +1141,7 @@ __global__ void pool_kernel(const T* in, T* out, int64_t* indices, PoolSpec sp) 
       out_off += c * sp.out_lead_st[l];
     }
     const bool max = w.kind == ops::PoolKind::kMax || w.kind == ops::PoolKind::kAdaptiveMax;
-    int64_t div = 1;
-    if (w.kind == ops::PoolKind::kAvg) {
-      div = ops::avg_divisor(w, r);
-    } else if (w.kind == ops::PoolKind::kAdaptiveAvg) {
-      for (int d = 0; d < w.nd; ++d) div *= r[d].hi - r[d].lo;
-    }
+    const int64_t div = max ? 1 : ops::avg_divisor(w, r);
     bool any = true;
     int64_t sp_pos[ops::kPoolMaxDims], best_i = 0;
     for (int d = 0; d < w.nd; ++d) {

@@ -264,9 +264,8 @@ Tensor* adaptive_avg_pool(int nd, const Tensor& self, const Shape& output_size) 
   for_each_out(plan, [&](int64_t p, const int64_t* pos, const PoolRange* r) {
     double sum = 0.0;
     for_each_in(self, plan.w, p, r, [&](int64_t off, int64_t) { sum += load_f(self.data_ptr(), self.dtype(), off); });
-    int64_t n = 1;
-    for (int d = 0; d < nd; ++d) n *= r[d].hi - r[d].lo;
-    store_f(o->data_ptr(), o->dtype(), at(plan.out_sizes, plan.out_strides, nd, p, pos), sum / static_cast<double>(n));
+    store_f(o->data_ptr(), o->dtype(), at(plan.out_sizes, plan.out_strides, nd, p, pos),
+            sum / static_cast<double>(avg_divisor(plan.w, r)));
   });
   return o.release();
 }

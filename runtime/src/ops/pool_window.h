@@ -1,6 +1,6 @@
 // ATen's pooling windows, one definition for the CPU kernels (pool.cpp) and the CUDA ones
 // (cuda/op_kernels.cu): which input positions each output position of max_pool2d_with_indices,
-// adaptive_max_pool2d, _adaptive_avg_pool2d and avg_pool2d/3d reads, and avg_pool's divisor. Plain data
+// adaptive_max_pool2d/3d, _adaptive_avg_pool2d/3d and avg_pool2d/3d reads, and the averages' divisor. Plain data
 // and inline functions only, so nvcc compiles the same code for the device.
 #pragma once
 
@@ -77,8 +77,9 @@ AOTI_POOL_FN bool pool_next(const PoolWindows& w, const PoolRange* r, int64_t* p
   return false;
 }
 
-// avg_pool's divisor for a window whose ranges are r[0..nd): divisor_override, else the window's size
-// counting padding or not; 0 when the window holds no input element (the output is then 0).
+// The divisor of an averaging window whose ranges are r[0..nd): avg_pool's divisor_override, else the
+// window's size counting padding or not; an adaptive window's element count (it has neither override nor
+// padding); 0 when the window holds no input element (the output is then 0).
 AOTI_POOL_FN int64_t avg_divisor(const PoolWindows& w, const PoolRange* r) {
   int64_t span = 1, real = 1;
   for (int d = 0; d < w.nd; ++d) {
