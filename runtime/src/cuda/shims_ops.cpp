@@ -962,11 +962,7 @@ cu::MatmulSpec matmul_spec(const Tensor& a, const Tensor& b, const Tensor& out) 
 void int_mm(Tensor& out, const Tensor& self, const Tensor& mat2) {
   const int device = self.device_index();
   require_cuda(self, "self", device), require_cuda(mat2, "mat2", device), require_cuda(out, "out", device);
-  require_dtype(self, dc::kInt8, "self"), require_dtype(mat2, dc::kInt8, "mat2"), require_dtype(out, dc::kInt32, "out");
-  if (self.dim() != 2 || mat2.dim() != 2 || self.sizes()[1] != mat2.sizes()[0])
-    throw Error("expected self [M, K] and mat2 [K, N]; got " + list_str(self.sizes()) + " and " + list_str(mat2.sizes()));
-  const Shape want{self.sizes()[0], mat2.sizes()[1]};
-  if (out.sizes() != want) throw Error("out has sizes " + list_str(out.sizes()) + "; expected " + list_str(want));
+  aoti_host::ops::check_int_mm(out, self, mat2);
   cu::launch_int_mm(static_cast<const int8_t*>(self.data_ptr()), static_cast<const int8_t*>(mat2.data_ptr()),
                     static_cast<int32_t*>(out.data_ptr()), matmul_spec(self, mat2, out), cu::stream_of(device));
 }
@@ -974,14 +970,8 @@ void int_mm(Tensor& out, const Tensor& self, const Tensor& mat2) {
 Tensor* weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales) {
   const int device = self.device_index();
   require_cuda(self, "self", device), require_cuda(mat2, "mat2", device), require_cuda(scales, "scales", device);
+  aoti_host::ops::check_weight_int8pack_mm(self, mat2, scales);
   const int32_t dt = self.dtype();
-  if (dt != dc::kFloat32 && dt != dc::kFloat16 && dt != dc::kBFloat16)
-    throw Error(std::string("self has dtype ") + aoti_host::dtype_name(dt) + "; expected float32, float16 or bfloat16");
-  require_dtype(mat2, dc::kInt8, "mat2"), require_dtype(scales, dt, "scales");
-  if (self.dim() != 2 || mat2.dim() != 2 || scales.dim() != 1 || mat2.sizes()[1] != self.sizes()[1] ||
-      scales.sizes()[0] != mat2.sizes()[0])
-    throw Error("expected self [M, K], mat2 [N, K] and scales [N]; got " + list_str(self.sizes()) + ", " +
-                list_str(mat2.sizes()) + " and " + list_str(scales.sizes()));
   Owned out(new_cuda(dt, {self.sizes()[0], mat2.sizes()[0]}, device));
   cu::MatmulSpec s = matmul_spec(self, mat2, *out);
   s.scale_step = scales.strides()[0];

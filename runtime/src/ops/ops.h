@@ -97,7 +97,9 @@ void kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim, Tensor**
 Tensor* median(const Tensor& self);
 Tensor* cdist(const Tensor& x1, const Tensor& x2, double p);
 
-// quant.cpp
+// quant.cpp. The check_* functions are the ops' device-agnostic argument checks (the CUDA shims use them).
+void check_weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales);
+void check_int_mm(const Tensor& out, const Tensor& self, const Tensor& mat2);
 Tensor* weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales);
 void int_mm(Tensor& out, const Tensor& self, const Tensor& mat2);
 
