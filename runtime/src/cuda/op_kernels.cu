@@ -1140,7 +1140,7 @@ __global__ void pool_kernel(const T* in, T* out, int64_t* indices, PoolSpec sp) 
       in_off += c * sp.in_lead_st[l];
       out_off += c * sp.out_lead_st[l];
     }
-    const bool max = w.kind == ops::PoolKind::kMax || w.kind == ops::PoolKind::kAdaptiveMax;
+    const bool max = ops::pool_is_max(w);
     const int64_t div = max ? 1 : ops::avg_divisor(w, r);
     bool any = true;
     int64_t sp_pos[ops::kPoolMaxDims], best_i = 0;
@@ -1223,7 +1223,7 @@ dim3 mm_grid(const MatmulSpec& s) {
 void launch_pool(int32_t dtype, const void* in, void* out, int64_t* indices, const PoolSpec& spec,
                  cudaStream_t stream) {
   if (spec.total == 0) return;
-  const bool max = spec.w.kind == ops::PoolKind::kMax || spec.w.kind == ops::PoolKind::kAdaptiveMax;
+  const bool max = ops::pool_is_max(spec.w);
   auto go = [&](auto tag) {
     using T = decltype(tag);
     pool_kernel<T><<<grid_for(spec.total, 256), 256, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out),

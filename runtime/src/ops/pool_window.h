@@ -30,6 +30,10 @@ struct PoolWindows {
   int64_t divisor;
 };
 
+AOTI_POOL_FN bool pool_is_max(const PoolWindows& w) {
+  return w.kind == PoolKind::kMax || w.kind == PoolKind::kAdaptiveMax;
+}
+
 // The input positions lo, lo + step, ... < hi that output position `pos` of dimension d reads, and for
 // avg_pool the window's length counting padding (span).
 struct PoolRange {
