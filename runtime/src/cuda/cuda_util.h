@@ -31,6 +31,11 @@ struct StridedSpec {
 void launch_strided_copy(void* dst, const void* src, const StridedSpec& spec, int64_t numel, size_t itemsize,
                          cudaStream_t stream);
 
+// The same with each element converted from src_dtype to dst_dtype as ATen's copy_ converts (bool, integer,
+// floating and complex dtypes; others are refused by name).
+void launch_convert_copy(void* dst, int32_t dst_dtype, const void* src, int32_t src_dtype, const StridedSpec& spec,
+                         int64_t numel, cudaStream_t stream);
+
 // transposed: weight is [c_in, c_out / groups, k...] and the input is scattered into the output
 // (ATen's conv_transpose); in/out sizes are the given input and the computed output.
 struct ConvSpec {

@@ -193,13 +193,30 @@ void* allocate_for_tensor(size_t nbytes, int device, void (**deleter)(void*), vo
 }
 
 void copy(Tensor& dst, const Tensor& src) {
-  if (dst.dtype() != src.dtype())
-    throw Error(std::string("copy_ involving a cuda tensor from ") + dtype_name(src.dtype()) + " to " +
-                dtype_name(dst.dtype()) + " is not supported (same dtype only)");
   const bool dst_dev = dst.device_type() == device_code::kCUDA;
   const bool src_dev = src.device_type() == device_code::kCUDA;
   const int device = dst_dev ? dst.device_index() : src.device_index();
   cudaStream_t stream = stream_of(device);
+  if (dst.dtype() != src.dtype()) {  // converted on the device; a host side first goes to or comes from it
+    if (dst_dev && src_dev) {
+      if (dst.device_index() != src.device_index())
+        throw Error("copy_ between cuda devices " + std::to_string(src.device_index()) + " and " +
+                    std::to_string(dst.device_index()) + " is not supported");
+      launch_convert_copy(dst.data_ptr(), dst.dtype(), src.data_ptr(), src.dtype(), make_spec(dst, src), dst.numel(),
+                          stream);
+    } else if (dst_dev) {
+      std::unique_ptr<Tensor> up(
+          Tensor::empty_strided(src.dtype(), src.sizes(), contiguous(src.sizes()), device_code::kCUDA, device));
+      copy(*up, src);
+      copy(dst, *up);
+    } else {
+      std::unique_ptr<Tensor> conv(
+          Tensor::empty_strided(dst.dtype(), src.sizes(), contiguous(src.sizes()), device_code::kCUDA, device));
+      copy(*conv, src);
+      copy(dst, *conv);
+    }
+    return;
+  }
   if (dst_dev && src_dev) {
     if (dst.device_index() != src.device_index())
       throw Error("copy_ between cuda devices " + std::to_string(src.device_index()) + " and " +

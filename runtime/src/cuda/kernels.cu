@@ -1,5 +1,5 @@
-// Device kernels of the runtime itself (the plugin brings its own): strided copies for copy_/clone
-// and a direct (and transposed) convolution for aoti_torch_cuda_convolution.
+// Device kernels of the runtime itself (the plugin brings its own): strided copies (with dtype conversion)
+// for copy_/clone and a direct (and transposed) convolution for aoti_torch_cuda_convolution.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -25,6 +25,112 @@ __global__ void strided_copy_kernel(T* dst, const T* src, StridedSpec spec, int6
       s_off += idx * spec.src_strides[d];
     }
     dst[d_off] = src[s_off];
+  }
+}
+
+// One element of any dtype copy_ converts between: integers (bool, signed and unsigned) exactly as int64,
+// floating and complex values as a double pair.
+struct Value {
+  double re, im;
+  int64_t i;
+  bool is_int;
+};
+
+__device__ Value load_value(const char* p, int32_t dt) {
+  Value v{0.0, 0.0, 0, true};
+  switch (dt) {
+    case dtype_code::kBool: v.i = *reinterpret_cast<const uint8_t*>(p) != 0; break;
+    case dtype_code::kUInt8: v.i = *reinterpret_cast<const uint8_t*>(p); break;
+    case dtype_code::kInt8: v.i = *reinterpret_cast<const int8_t*>(p); break;
+    case dtype_code::kInt16: v.i = *reinterpret_cast<const int16_t*>(p); break;
+    case dtype_code::kUInt16: v.i = *reinterpret_cast<const uint16_t*>(p); break;
+    case dtype_code::kInt32: v.i = *reinterpret_cast<const int32_t*>(p); break;
+    case dtype_code::kUInt32: v.i = *reinterpret_cast<const uint32_t*>(p); break;
+    case dtype_code::kInt64: v.i = *reinterpret_cast<const int64_t*>(p); break;
+    case dtype_code::kUInt64: v.i = static_cast<int64_t>(*reinterpret_cast<const uint64_t*>(p)); break;
+    default:
+      v.is_int = false;
+      switch (dt) {
+        case dtype_code::kFloat16: v.re = __half2float(*reinterpret_cast<const __half*>(p)); break;
+        case dtype_code::kBFloat16: v.re = __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p)); break;
+        case dtype_code::kFloat32: v.re = *reinterpret_cast<const float*>(p); break;
+        case dtype_code::kFloat64: v.re = *reinterpret_cast<const double*>(p); break;
+        case dtype_code::kComplex64:
+          v.re = reinterpret_cast<const float*>(p)[0], v.im = reinterpret_cast<const float*>(p)[1];
+          break;
+        case dtype_code::kComplex128:
+          v.re = reinterpret_cast<const double*>(p)[0], v.im = reinterpret_cast<const double*>(p)[1];
+          break;
+        default: break;  // refused on the host before the launch
+      }
+  }
+  return v;
+}
+
+template <class T>
+__device__ void put_int(char* p, const Value& v) {
+  *reinterpret_cast<T*>(p) = static_cast<T>(v.is_int ? v.i : static_cast<int64_t>(v.re));
+}
+
+// ATen's conversions: complex to real keeps the real part, real to complex gets a zero imaginary part,
+// anything to bool is "non-zero", floating to integral truncates toward zero.
+__device__ void store_value(char* p, int32_t dt, const Value& v) {
+  const double re = v.is_int ? static_cast<double>(v.i) : v.re;
+  switch (dt) {
+    case dtype_code::kBool: *reinterpret_cast<uint8_t*>(p) = v.is_int ? v.i != 0 : (v.re != 0.0 || v.im != 0.0); break;
+    case dtype_code::kUInt8: put_int<uint8_t>(p, v); break;
+    case dtype_code::kInt8: put_int<int8_t>(p, v); break;
+    case dtype_code::kInt16: put_int<int16_t>(p, v); break;
+    case dtype_code::kUInt16: put_int<uint16_t>(p, v); break;
+    case dtype_code::kInt32: put_int<int32_t>(p, v); break;
+    case dtype_code::kUInt32: put_int<uint32_t>(p, v); break;
+    case dtype_code::kInt64: put_int<int64_t>(p, v); break;
+    case dtype_code::kUInt64: put_int<uint64_t>(p, v); break;
+    case dtype_code::kFloat16:
+      // through float, as c10::Half and c10::BFloat16 convert (a double rounds to float first)
+      *reinterpret_cast<__half*>(p) = __float2half(v.is_int ? static_cast<float>(v.i) : static_cast<float>(v.re));
+      break;
+    case dtype_code::kBFloat16:
+      *reinterpret_cast<__nv_bfloat16*>(p) =
+          __float2bfloat16(v.is_int ? static_cast<float>(v.i) : static_cast<float>(v.re));
+      break;
+    case dtype_code::kFloat32: *reinterpret_cast<float*>(p) = v.is_int ? static_cast<float>(v.i) : static_cast<float>(v.re); break;
+    case dtype_code::kFloat64: *reinterpret_cast<double*>(p) = re; break;
+    case dtype_code::kComplex64:
+      reinterpret_cast<float*>(p)[0] = v.is_int ? static_cast<float>(v.i) : static_cast<float>(v.re);
+      reinterpret_cast<float*>(p)[1] = static_cast<float>(v.im);
+      break;
+    case dtype_code::kComplex128:
+      reinterpret_cast<double*>(p)[0] = re;
+      reinterpret_cast<double*>(p)[1] = v.im;
+      break;
+    default: break;  // refused on the host before the launch
+  }
+}
+
+__global__ void convert_copy_kernel(char* dst, int32_t dst_dt, size_t dst_item, const char* src, int32_t src_dt,
+                                    size_t src_item, StridedSpec spec, int64_t numel) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rem = i, d_off = 0, s_off = 0;
+    for (int d = spec.ndim - 1; d >= 0; --d) {
+      const int64_t idx = rem % spec.sizes[d];
+      rem /= spec.sizes[d];
+      d_off += idx * spec.dst_strides[d];
+      s_off += idx * spec.src_strides[d];
+    }
+    store_value(dst + d_off * static_cast<int64_t>(dst_item), dst_dt,
+                load_value(src + s_off * static_cast<int64_t>(src_item), src_dt));
+  }
+}
+
+bool convertible(int32_t dt) {
+  switch (dt) {
+    case dtype_code::kBool: case dtype_code::kUInt8: case dtype_code::kInt8: case dtype_code::kInt16:
+    case dtype_code::kUInt16: case dtype_code::kInt32: case dtype_code::kUInt32: case dtype_code::kInt64:
+    case dtype_code::kUInt64: case dtype_code::kFloat16: case dtype_code::kBFloat16: case dtype_code::kFloat32:
+    case dtype_code::kFloat64: case dtype_code::kComplex64: case dtype_code::kComplex128: return true;
+    default: return false;
   }
 }
 
@@ -180,6 +286,20 @@ void launch_strided_copy(void* dst, const void* src, const StridedSpec& spec, in
     default:
       throw Error("device copy: element size " + std::to_string(itemsize) + " is not supported");
   }
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_convert_copy(void* dst, int32_t dst_dtype, const void* src, int32_t src_dtype, const StridedSpec& spec,
+                         int64_t numel, cudaStream_t stream) {
+  for (int32_t dt : {src_dtype, dst_dtype})
+    if (!convertible(dt))
+      throw Error(std::string("copy_ on cuda: converting ") + dtype_name(src_dtype) + " to " + dtype_name(dst_dtype) +
+                  " is not supported (" + dtype_name(dt) + " is not one of bool, the integer, floating and complex "
+                  "dtypes)");
+  if (numel == 0) return;
+  convert_copy_kernel<<<grid_for(numel, 256), 256, 0, stream>>>(
+      static_cast<char*>(dst), dst_dtype, element_size(dst_dtype), static_cast<const char*>(src), src_dtype,
+      element_size(src_dtype), spec, numel);
   AOTI_CUDA_CHECK(cudaGetLastError());
 }
 
