@@ -30,7 +30,8 @@ PH = ctypes.POINTER(H)
 I32, I64, F64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_double
 I64P = ctypes.POINTER(I64)
 CODES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
-         torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15, torch.uint64: 29}
+         torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
+         torch.bfloat16: 15, torch.uint64: 29}
 DTYPES = {v: k for k, v in CODES.items()}
 T, OT, R, RI = "tensor", "optional tensor", "return", "int64 return"
 
@@ -69,6 +70,13 @@ SIGS = {
     "avg_pool3d": [T, "ints", "ints", "ints", I32, I32, "optional int64", R],
     "_weight_int8pack_mm": [T, T, T, R],
     "_int_mm_out": [T, T, T],
+    "_fft_r2c": [T, "ints", I64, I32, R],
+    "_fft_c2c": [T, "ints", I64, I32, R],
+    "abs": [T, R],
+    "angle": [T, R],
+    "permute": [T, "ints", R],
+    "view_as_real": [T, R],
+    "view_as_complex": [T, R],
 }
 
 
@@ -875,10 +883,21 @@ def test_max_pool2d_with_indices(host, dtype, layout, k, s, p, d, ceil):
     if dtype.is_floating_point:
         x[0, 1, 4, 4] = float("nan")
     v, i = host("max_pool2d_with_indices", x, k, s, p, d, int(ceil))
-    ev, ei = torch.ops.aten.max_pool2d_with_indices(x, k, s, p, d, ceil)
-    same(v, ev)
-    if dtype.is_floating_point:  # integer windows have ties, where ATen's first-or-last choice is its own
+    if dtype.is_floating_point:
+        ev, ei = torch.ops.aten.max_pool2d_with_indices(x, k, s, p, d, ceil)
+        same(v, ev)
         same(i, ei)
+        return
+    # ATen's CUDA kernel takes floating dtypes only: integer values against its CPU kernel, the layout
+    # against its CUDA kernel's for the same input as float32 (integer windows have ties, where ATen's
+    # first-or-last choice of index is its own, so indices are checked to point at the maximum)
+    ev, _ = torch.ops.aten.max_pool2d_with_indices(x.cpu(), k, s, p, d, ceil)
+    same(v.cpu(), ev, layout=False)
+    fv, fi = torch.ops.aten.max_pool2d_with_indices(x.float(), k, s, p, d, ceil)
+    assert v.stride() == fv.stride() and i.stride() == fi.stride(), (v.stride(), fv.stride(), i.stride(), fi.stride())
+    planes = x.flatten(2)
+    picked = planes.gather(2, i.flatten(2).to(torch.int64)).view_as(v)
+    same(picked, v, layout=False)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -976,3 +995,173 @@ def test_int8_products_refuse_bad_arguments(host):
         host("_int_mm_out", torch.zeros(4, 4, dtype=torch.int64, device="cuda"), a, a.t().contiguous())
     with pytest.raises(ShimError, match="scales"):
         host("_weight_int8pack_mm", torch.randn(2, 8, device="cuda"), a, torch.ones(3, device="cuda"))
+
+
+# --- FFTs and complex views --------------------------------------------------------------------------
+
+def compile_time_layout(op, *args):
+    """The strides a plugin expects: ATen's kernel's on an input of the same sizes and strides whose data is
+    aligned as complex (torch's meta function, which the compiler records, does not model the kernel's copy
+    of an unaligned real input; torch 2.11's meta functions mis-stride multi-dim transforms, fixed by 2.13)."""
+    aligned = [torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+               if isinstance(a, torch.Tensor) else a for a in args]
+    return op(*aligned).stride()
+
+
+FFT_CASES = [  # input sizes, dims (as a plugin passes them), onesided
+    ((4, 12, 5), [2], True), ((4, 12, 5), [1], True), ((3, 8, 7), [2, 1], True), ((3, 8, 7), [0, 2], False),
+    ((2, 400), [1], True), ((6, 9, 16), [1, 2], True), ((5,), [0], False), ((3, 7, 6), [0, 1, 2], True),
+    ((3, 7, 6), [0, 1], True), ((2, 3, 4, 6), [0, 1, 2, 3], True), ((2, 3, 4, 6), [1, 2, 3, 0], False),
+    ((6, 1031), [1], True),  # a prime length (cuFFT's Bluestein path)
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "stepped"])
+@pytest.mark.parametrize(("shape", "dims", "onesided"), FFT_CASES)
+@pytest.mark.parametrize("norm", [0, 1, 2])
+def test_fft_r2c(host, dtype, layout, shape, dims, onesided, norm):
+    x = rand(shape, dtype, layout if len(shape) > 1 else "contiguous", gen(40))
+    got = host("_fft_r2c", x, dims, norm, int(onesided))
+    want = torch.ops.aten._fft_r2c(x, dims, norm, onesided)
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    # the layout against compile_time_layout (eager's differs for a stepped input not aligned as complex)
+    same(got, want, rtol=tol, atol=tol * max(1, math.prod(shape[d] for d in dims)) ** 0.5, layout=False)
+    assert got.stride() == compile_time_layout(torch.ops.aten._fft_r2c, x, dims, norm, onesided)
+
+
+def test_fft_r2c_of_unaligned_input_has_the_compile_time_layout(host):
+    # data 4 bytes past an 8-byte boundary: ATen's kernel copies it first (its result's layout then follows the
+    # copy), the meta function does not; the plugin reads the result with the meta function's strides
+    assert torch.randn(7, device="cuda")[1:].data_ptr() % 8 == 4
+    x = torch.randn(6 * 40 + 1, device="cuda")[1:].view(40, 6).t()
+    got = host("_fft_r2c", x, [1], 0, 1)
+    assert got.stride() == compile_time_layout(torch.ops.aten._fft_r2c, x, [1], 0, True)
+    torch.testing.assert_close(got.cpu(), torch.ops.aten._fft_r2c(x, [1], 0, True).cpu(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize(("shape", "dims"), [((4, 12, 5), [1]), ((3, 8, 7), [2, 0]), ((6, 10), [0, 1]), ((7,), [0]),
+                                             ((2, 3, 4, 5), [3, 1, 0, 2]), ((5, 6), [])])
+@pytest.mark.parametrize("forward", [True, False])
+@pytest.mark.parametrize("norm", [0, 2])
+def test_fft_c2c(host, dtype, shape, dims, forward, norm):
+    g = gen(41)
+    real = torch.float32 if dtype == torch.complex64 else torch.float64
+    x = torch.complex(torch.randn(shape, generator=g, device="cuda", dtype=real),
+                      torch.randn(shape, generator=g, device="cuda", dtype=real))
+    if len(shape) > 1:
+        x = x.transpose(0, 1).contiguous().transpose(0, 1)  # a transposed layout: the output follows its strides
+    got = host("_fft_c2c", x, dims, norm, int(forward))
+    want = torch.ops.aten._fft_c2c(x, dims, norm, forward)
+    tol = 1e-4 if dtype == torch.complex64 else 1e-10
+    same(got, want, rtol=tol, atol=tol * max(1, math.prod(shape[d] for d in dims)) ** 0.5)
+    assert got.stride() == compile_time_layout(torch.ops.aten._fft_c2c, x, dims, norm, forward)
+
+
+def test_fft_layouts_match_aten_on_random_cases(host):
+    """Random ranks, dim subsets and orders, and memory layouts (permuted, and with a size-2 or size-1 dim, where
+    the one-sided half is the whole): every output has ATen's sizes, strides and values."""
+    import random
+
+    rng = random.Random(45)
+    bad: list[str] = []
+    for case in range(150):
+        nd = rng.randint(1, 4)
+        shape = [rng.choice([1, 2, 3, 4, 5, 6, 8]) for _ in range(nd)]
+        perm = list(range(nd))
+        rng.shuffle(perm)
+        x = torch.randn([shape[p] for p in perm], device="cuda", dtype=torch.float64).permute(
+            [perm.index(d) for d in range(nd)])
+        dims = rng.sample(range(nd), rng.randint(1, nd))
+        onesided, norm = rng.random() < 0.7, rng.randint(0, 2)
+        what = f"case {case}: sizes {tuple(x.shape)} strides {x.stride()} dims {dims} onesided {onesided}"
+        c = torch.complex(x, x.flip(0))
+        for op, arg in (("_fft_r2c", x), ("_fft_c2c", c)):
+            got = host(op, arg, dims, norm, int(onesided))
+            want = getattr(torch.ops.aten, op)(arg, dims, norm, onesided)
+            same(got, want, rtol=1e-10, atol=1e-10, layout=False)
+            # the stride of a size-1 dim addresses nothing; where strides tie, ATen's kernel orders such a dim
+            # by its unstable std::partition, the meta function (what plugins record) and the runtime stably
+            strided = [(g, w) for g, w, n in zip(got.stride(), want.stride(), got.shape, strict=True) if n > 1]
+            if any(g != w for g, w in strided):
+                bad.append(f"{op} {what}: strides {got.stride()}, ATen's {want.stride()}")
+    assert not bad, "\n".join(bad)
+
+
+def test_fft_refuses_bad_arguments(host):
+    x = torch.randn(4, 6, device="cuda")
+    for args, message in [((x, [], 0, 1), "dim is empty"), ((x, [2], 0, 1), "out of range"),
+                          ((x, [1, 1], 0, 1), "repeats"), ((x, [1], 5, 1), "fft_norm_mode"),
+                          ((x.to(torch.int32), [1], 0, 1), "float32 or float64"),
+                          ((x.half(), [1], 0, 1), "half-precision"),
+                          ((torch.randn(4, 0, device="cuda"), [1], 0, 1), "at least one point")]:
+        with pytest.raises(ShimError, match=message):
+            host("_fft_r2c", *args)
+    with pytest.raises(ShimError, match="complex64 or complex128"):
+        host("_fft_c2c", x, [1], 0, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128, torch.float32], ids=str)
+def test_abs_and_angle(host, dtype):
+    g = gen(42)
+    x = torch.randn(5, 6, generator=g, device="cuda", dtype=torch.float64)
+    if dtype.is_complex:
+        x = torch.complex(x, torch.randn(5, 6, generator=g, device="cuda", dtype=torch.float64))
+    x = x.to(dtype)
+    x[0, 0] = x[0, 0] * 0  # a zero, and a negative real with a +0 imaginary part
+    x[1, 1] = -2.0
+    xt = x.t()
+    for op in ("abs", "angle"):
+        got, want = host(op, xt), getattr(torch, op)(xt)
+        torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-6, atol=1e-6)
+        # torch's fake tensors give the layout the plugin reads with (eager's complex angle returns contiguous,
+        # its meta kernel keeps self's layout)
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode() as mode:
+            recorded = getattr(torch, op)(mode.from_tensor(xt)).stride()
+        assert got.dtype == want.dtype and got.stride() == recorded, (op, got.stride(), recorded)
+
+
+def test_permute_and_complex_views(host):
+    base = torch.randn(3, 4, 2, 6, device="cuda")[..., 1:5:2]  # [3, 4, 2, 2], stepped
+    c = torch.view_as_complex(base[..., 0, :].contiguous())  # [3, 4] complex64
+    same(host("permute", base, [2, 0, 3, 1]), base.permute(2, 0, 3, 1))
+    same(host("view_as_real", c.t()), torch.view_as_real(c.t()))
+    same(host("view_as_complex", torch.view_as_real(c)), c)
+    with pytest.raises(ShimError, match="last dimension of size 2"):
+        host("view_as_complex", base[..., 0])
+    with pytest.raises(ShimError, match="complex"):
+        host("view_as_real", base)
+
+
+CONVERT = [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+           torch.float64, torch.complex64]
+
+
+@pytest.mark.parametrize("src_dt", CONVERT, ids=str)
+@pytest.mark.parametrize("dst_dt", CONVERT, ids=str)
+def test_copy_converts_dtypes(host, src_dt, dst_dt):
+    """aoti_torch_copy_ between dtypes (a plugin's casts around fallbacks, e.g. real into complex buffers), on
+    the device and across host and device, strided and broadcast, against torch's copy_."""
+    import warnings
+
+    g = gen(44)
+    base = torch.rand(4, 6, generator=g, device="cuda", dtype=torch.float64) * 100  # in every dtype's range
+    base[0, 0], base[1, 2] = 0.0, 1.0
+    src = torch.complex(base, base.flip(0)).to(src_dt) if src_dt.is_complex else base.to(src_dt)
+    lib = host.lib
+    lib.aoti_torch_copy_.argtypes = [H, H, I32]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's "casting complex values to real discards the imaginary part"
+        for s_dev, d_dev, s_view in [("cuda", "cuda", src.t()), ("cpu", "cuda", src.t()), ("cuda", "cpu", src.t()),
+                                     ("cuda", "cuda", src[1])]:  # the last broadcasts a row over the rows
+            s_t = s_view.to(s_dev)
+            dst = torch.zeros(s_view.shape if s_view.dim() == 2 else (3, s_view.shape[0]), dtype=dst_dt, device=d_dev)
+            dst = dst.t().contiguous().t() if dst.dim() == 2 and d_dev == "cuda" else dst  # a strided target
+            host.ok(lib.aoti_torch_copy_(host.from_torch(dst), host.from_torch(s_t), 0), "aoti_torch_copy_")
+            torch.cuda.synchronize()
+            want = torch.zeros_like(dst).copy_(s_t)
+            torch.testing.assert_close(dst.cpu(), want.cpu(), rtol=0, atol=0, equal_nan=True,
+                                       msg=f"{s_dev} {src_dt} -> {d_dev} {dst_dt}")

@@ -212,5 +212,13 @@ void launch_int_mm(const int8_t* a, const int8_t* b, int32_t* out, const MatmulS
 void launch_weight_int8pack_mm(int32_t dtype, const void* a, const int8_t* w, const void* scales, void* out,
                                const MatmulSpec& spec, cudaStream_t stream);
 
+// abs (angle when `angle`) of each element of a complex64/complex128 (float32/float64) tensor into a real one
+// of the part type: element i of the index space spec.sizes is read at spec.src_strides and written at
+// spec.dst_strides (in elements of each tensor).
+void launch_complex_abs(int32_t dtype, const void* in, void* out, const StridedSpec& spec, int64_t numel, bool angle,
+                        cudaStream_t stream);
+// p[i] *= scale for n contiguous float32/float64 values (a complex tensor's parts, for the FFT normalization).
+void launch_scale(int32_t dtype, void* p, int64_t n, double scale, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace aoti_host

@@ -88,6 +88,18 @@ void mkldnn_rnn_layer(const Tensor& input, const Tensor& w_ih, const Tensor& w_h
 Tensor* fft_r2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool onesided);
 Tensor* fft_c2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool forward);
 Tensor* complex_abs_or_angle(const Tensor& self, bool angle);
+// Device-agnostic parts the CUDA transforms share: dim wrapped and checked (distinct, non-empty dims) in the
+// given order; the normalization factor; and the output strides of ATen's cuFFT path, which transforms at most
+// kCufftMaxDims dims per pass (r2c: the last dim first) and so can lay outputs out differently from the MKL
+// path above; as torch's meta functions record them at compile time (which, unlike the eager kernel, do not
+// model its copy of a real input not aligned as complex).
+constexpr size_t kCufftMaxDims = 3;
+std::vector<int64_t> fft_wrap_dims(const Tensor& self, const std::vector<int64_t>& dim);
+double fft_norm_scale(const std::vector<int64_t>& sizes, const std::vector<int64_t>& dims, int64_t normalization);
+std::vector<int64_t> cufft_r2c_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                       const std::vector<int64_t>& dims, bool onesided);
+std::vector<int64_t> cufft_c2c_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                       const std::vector<int64_t>& dims);
 Tensor* permute(const Tensor& self, const std::vector<int64_t>& dims);
 Tensor* view_as_real(const Tensor& self);
 Tensor* view_as_complex(const Tensor& self);

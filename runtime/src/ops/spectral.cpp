@@ -112,26 +112,10 @@ void transform(std::vector<Cd>& buf, const Shape& sizes, const Shape& dims, int 
   }
 }
 
-// The transform dims, wrapped and distinct; `sort_all_but_last` orders them as ATen's _sort_dims (by
-// self's strides, largest first, stably).
-Shape fft_dims(const Tensor& self, const Shape& dim, bool exclude_last) {
-  if (dim.empty()) throw Error("dim is empty; expected at least one dimension to transform");
-  Shape d;
-  for (int64_t x : dim) {
-    const int64_t w = wrap_dim(x, self.dim(), "dim");
-    if (std::find(d.begin(), d.end(), w) != d.end()) throw Error("dim " + str(dim) + " repeats a dimension");
-    d.push_back(w);
-  }
-  const auto end = d.end() - (exclude_last ? 1 : 0);
-  std::stable_sort(d.begin(), end, [&](int64_t a, int64_t b) {
-    return self.strides()[static_cast<size_t>(a)] > self.strides()[static_cast<size_t>(b)];
-  });
-  return d;
-}
-
-// The strides _exec_fft (ATen's MKL path) gives an output of out_sizes: batch dimensions first, in
-// decreasing order of self's strides, then the transformed dims in the given order, row-major.
-Shape exec_fft_strides(const Tensor& self, const Shape& out_sizes, const Shape& dims) {
+// The strides _exec_fft (ATen's MKL and cuFFT paths alike) gives an output of out_sizes for an input with
+// in_strides: batch dimensions first, in decreasing order of the input's strides, then the transformed dims in
+// the given order, row-major.
+Shape exec_fft_strides(const Shape& in_strides, const Shape& out_sizes, const Shape& dims) {
   const size_t nd = out_sizes.size();
   std::vector<bool> transformed(nd, false);
   for (int64_t d : dims) transformed[static_cast<size_t>(d)] = true;
@@ -139,7 +123,7 @@ Shape exec_fft_strides(const Tensor& self, const Shape& out_sizes, const Shape& 
   for (size_t d = 0; d < nd; ++d)
     if (!transformed[d]) perm.push_back(static_cast<int64_t>(d));
   std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
-    return self.strides()[static_cast<size_t>(a)] > self.strides()[static_cast<size_t>(b)];
+    return in_strides[static_cast<size_t>(a)] > in_strides[static_cast<size_t>(b)];
   });
   const size_t batch_dims = perm.size();
   perm.insert(perm.end(), dims.begin(), dims.end());
@@ -156,17 +140,12 @@ Shape exec_fft_strides(const Tensor& self, const Shape& out_sizes, const Shape& 
   return out;
 }
 
-double norm_scale(const Tensor& self, const Shape& dims, int64_t normalization) {
-  double n = 1.0;
-  for (int64_t d : dims) n *= static_cast<double>(self.sizes()[static_cast<size_t>(d)]);
-  switch (normalization) {
-    case 0: return 1.0;
-    case 1: return n > 0 ? 1.0 / std::sqrt(n) : 1.0;
-    case 2: return n > 0 ? 1.0 / n : 1.0;
-    default:
-      throw Error("normalization " + std::to_string(normalization) + " is not one of ATen's fft_norm_mode values "
-                  "(0: none, 1: by_root_n, 2: by_n)");
-  }
+// dims (all, or all but the last) ordered by decreasing stride, stably (ATen's _sort_dims; std::sort over
+// the few dims of a tensor is an insertion sort, stable too).
+void sort_by_stride(Shape& dims, const Shape& strides, bool exclude_last) {
+  std::stable_sort(dims.begin(), dims.end() - (exclude_last ? 1 : 0), [&](int64_t a, int64_t b) {
+    return strides[static_cast<size_t>(a)] > strides[static_cast<size_t>(b)];
+  });
 }
 
 // self's elements as complex, row-major.
@@ -192,17 +171,77 @@ void store_box(Tensor& out, const std::vector<Cd>& buf, const Shape& full, doubl
 
 }  // namespace
 
+Shape fft_wrap_dims(const Tensor& self, const Shape& dim) {
+  if (dim.empty()) throw Error("dim is empty; expected at least one dimension to transform");
+  Shape d;
+  for (int64_t x : dim) {
+    const int64_t w = wrap_dim(x, self.dim(), "dim");
+    if (std::find(d.begin(), d.end(), w) != d.end()) throw Error("dim " + str(dim) + " repeats a dimension");
+    if (self.sizes()[static_cast<size_t>(w)] < 1)
+      throw Error("dimension " + std::to_string(w) + " of self has size 0; a transform needs at least one point");
+    d.push_back(w);
+  }
+  return d;
+}
+
+double fft_norm_scale(const Shape& sizes, const Shape& dims, int64_t normalization) {
+  double n = 1.0;
+  for (int64_t d : dims) n *= static_cast<double>(sizes[static_cast<size_t>(d)]);
+  switch (normalization) {
+    case 0: return 1.0;
+    case 1: return n > 0 ? 1.0 / std::sqrt(n) : 1.0;
+    case 2: return n > 0 ? 1.0 / n : 1.0;
+    default:
+      throw Error("normalization " + std::to_string(normalization) + " is not one of ATen's fft_norm_mode values "
+                  "(0: none, 1: by_root_n, 2: by_n)");
+  }
+}
+
+Shape cufft_r2c_strides(const Shape& sizes, const Shape& strides, const Shape& dims, bool onesided) {
+  const auto last = static_cast<size_t>(dims.back());
+  Shape half = sizes;
+  half[last] = sizes[last] / 2 + 1;
+  const Shape& out_sizes = onesided ? half : sizes;
+  const Shape& in = strides;
+  const bool one_pass = dims.size() <= kCufftMaxDims && !(dims.size() >= 2 && dims[0] == 0 && dims[1] == 1);
+  if (one_pass) return exec_fft_strides(in, out_sizes, dims);
+  // the last dim as a 1-d real transform, then the others as complex transforms of at most three dims,
+  // each pass taking the dims of smallest stride in the previous pass's output
+  Shape cur = exec_fft_strides(in, half, {dims.back()});
+  Shape rest(dims.begin(), dims.end() - 1);
+  while (!rest.empty()) {
+    sort_by_stride(rest, cur, false);
+    const size_t take = std::min(rest.size(), kCufftMaxDims);
+    cur = exec_fft_strides(cur, half, Shape(rest.end() - static_cast<std::ptrdiff_t>(take), rest.end()));
+    rest.resize(rest.size() - take);
+  }
+  // two-sided: the halves are joined in a new contiguous tensor, unless the half already has every bin (n <= 2)
+  return onesided || half[last] == sizes[last] ? cur : Tensor::contiguous_strides(sizes);
+}
+
+Shape cufft_c2c_strides(const Shape& sizes, const Shape& strides, const Shape& dims) {
+  Shape cur = strides, rest = dims;
+  while (!rest.empty()) {
+    sort_by_stride(rest, cur, false);
+    const size_t take = std::min(rest.size(), kCufftMaxDims);
+    cur = exec_fft_strides(cur, sizes, Shape(rest.end() - static_cast<std::ptrdiff_t>(take), rest.end()));
+    rest.resize(rest.size() - take);
+  }
+  return cur;
+}
+
 Tensor* fft_r2c(const Tensor& self, const Shape& dim, int64_t normalization, bool onesided) {
   check_cpu(self, "self");
   if (self.dtype() != kFloat32 && self.dtype() != kFloat64)
     throw Error(std::string("self has dtype ") + dtype_name(self.dtype()) + "; expected float32 or float64");
-  const Shape dims = fft_dims(self, dim, true);
-  const double scale = norm_scale(self, dims, normalization);
+  Shape dims = fft_wrap_dims(self, dim);
+  sort_by_stride(dims, self.strides(), true);
+  const double scale = fft_norm_scale(self.sizes(), dims, normalization);
   Shape out_sizes = self.sizes();
   const auto last = static_cast<size_t>(dims.back());
   if (onesided) out_sizes[last] = self.sizes()[last] / 2 + 1;
   std::unique_ptr<Tensor> out(new_strided(self.dtype() == kFloat32 ? kComplex64 : kComplex128, out_sizes,
-                                          exec_fft_strides(self, out_sizes, dims)));
+                                          exec_fft_strides(self.strides(), out_sizes, dims)));
   std::vector<Cd> buf = load_all(self);
   transform(buf, self.sizes(), dims, -1);
   // A real signal's spectrum is conjugate-symmetric: the bins whose index is 0 or n/2 in every transformed
@@ -231,12 +270,14 @@ Tensor* fft_c2c(const Tensor& self, const Shape& dim, int64_t normalization, boo
     throw Error(std::string("self has dtype ") + dtype_name(self.dtype()) + "; expected complex64 or complex128");
   if (dim.empty()) {  // ATen: a copy in self's layout
     std::unique_ptr<Tensor> out(new_strided(self.dtype(), self.sizes(), empty_like_strides(self)));
-    store_box(*out, load_all(self), self.sizes(), norm_scale(self, {}, normalization));
+    store_box(*out, load_all(self), self.sizes(), fft_norm_scale(self.sizes(), {}, normalization));
     return out.release();
   }
-  const Shape dims = fft_dims(self, dim, false);
-  const double scale = norm_scale(self, dims, normalization);
-  std::unique_ptr<Tensor> out(new_strided(self.dtype(), self.sizes(), exec_fft_strides(self, self.sizes(), dims)));
+  Shape dims = fft_wrap_dims(self, dim);
+  sort_by_stride(dims, self.strides(), false);
+  const double scale = fft_norm_scale(self.sizes(), dims, normalization);
+  std::unique_ptr<Tensor> out(
+      new_strided(self.dtype(), self.sizes(), exec_fft_strides(self.strides(), self.sizes(), dims)));
   std::vector<Cd> buf = load_all(self);
   transform(buf, self.sizes(), dims, forward ? -1 : 1);
   store_box(*out, buf, self.sizes(), scale);
