@@ -632,22 +632,12 @@ Tensor* masked_select(const Tensor& self, const Tensor& mask) {
                 "; masked_select expects a bool mask");
   const cudaStream_t stream = cu::stream_of(device);
   refuse_capture(stream, "masked_select");
-  const size_t nd = std::max(self.sizes().size(), mask.sizes().size());
-  Shape shape(nd, 1), sst(nd, 0), mst(nd, 0);
-  for (int k = 0; k < 2; ++k) {
-    const Tensor& t = k == 0 ? self : mask;
-    const size_t off = nd - t.sizes().size();
-    for (size_t d = 0; d < t.sizes().size(); ++d) {
-      const int64_t sz = t.sizes()[d];
-      if (sz != 1) {
-        if (shape[off + d] != 1 && shape[off + d] != sz)
-          throw Error("self with sizes " + list_str(self.sizes()) + " and mask with sizes " + list_str(mask.sizes()) +
-                      " do not broadcast");
-        shape[off + d] = sz;
-      }
-      (k == 0 ? sst : mst)[off + d] = sz == 1 ? 0 : t.strides()[d];
-    }
-  }
+  Shape shape = self.sizes();
+  if (!aoti_host::ops::broadcast_into(shape, mask.sizes()))
+    throw Error("self with sizes " + list_str(self.sizes()) + " and mask with sizes " + list_str(mask.sizes()) +
+                " do not broadcast");
+  const Shape sst = aoti_host::cpu::detail::broadcast_strides(self, shape, "self");
+  const Shape mst = aoti_host::cpu::detail::broadcast_strides(mask, shape, "mask");
   const size_t item = self.itemsize();
   if (item != 1 && item != 2 && item != 4 && item != 8 && item != 16)
     throw Error(std::string("self has dtype ") + aoti_host::dtype_name(self.dtype()) + ", which masked_select on cuda does not take");
@@ -838,15 +828,9 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_
     if (t == nullptr) continue;
     if (first < 0) first = d;
     last = d;
-    const Shape& sz = t->sizes();
-    if (sz.size() > bshape.size()) bshape.insert(bshape.begin(), sz.size() - bshape.size(), 1);
-    const size_t off = bshape.size() - sz.size();
-    for (size_t k = 0; k < sz.size(); ++k) {
-      if (sz[k] == 1) continue;
-      if (bshape[off + k] != 1 && bshape[off + k] != sz[k])
-        throw Error("index shapes " + list_str(sz) + " and " + list_str(bshape) + " do not broadcast");
-      bshape[off + k] = sz[k];
-    }
+    const Shape before = bshape;
+    if (!aoti_host::ops::broadcast_into(bshape, t->sizes()))
+      throw Error("index shapes " + list_str(t->sizes()) + " and " + list_str(before) + " do not broadcast");
   }
   Owned out(new_cuda(self.dtype(), self.sizes(), aoti_host::cpu::detail::empty_like_strides(self), device));
   cu::copy(*out, self);
@@ -878,21 +862,13 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_
   if (rshape.size() > static_cast<size_t>(cu::kMaxDims))
     throw Error("the indexed shape " + list_str(rshape) + " has more than " + std::to_string(cu::kMaxDims) +
                 " dimensions");
-  const Shape& vs = values.sizes();
-  if (vs.size() > rshape.size())
-    throw Error("values with sizes " + list_str(vs) + " cannot be broadcast to the indexed shape " + list_str(rshape));
+  const Shape vst = aoti_host::cpu::detail::broadcast_strides(values, rshape, "values");
   cu::IndexPutSpec s{};
   s.nd = static_cast<int>(nd);
   s.rnd = static_cast<int>(rshape.size());
   s.numel = 1;
   for (size_t r = 0; r < rshape.size(); ++r) s.rsizes[r] = rshape[r], s.numel *= rshape[r];
-  for (size_t k = 0; k < vs.size(); ++k) {
-    const size_t r = rshape.size() - vs.size() + k;
-    if (vs[k] != 1 && vs[k] != rshape[r])
-      throw Error("values with sizes " + list_str(vs) + " cannot be broadcast to the indexed shape " +
-                  list_str(rshape));
-    s.val_st[r] = vs[k] == 1 ? 0 : values.strides()[k];
-  }
+  for (size_t r = 0; r < rshape.size(); ++r) s.val_st[r] = vst[r];
   for (int64_t d = 0; d < nd; ++d) {
     const size_t u = static_cast<size_t>(d);
     s.self_sizes[d] = self.sizes()[u];
