@@ -245,6 +245,10 @@ def _add_host_tree(wheel: _Wheel, dist: Path, prefix: str) -> None:
     wheel.add_file(f"{prefix}/manifest.json", dist / "manifest.json")
 
 
+#: The compiled per-call path of toolchain.runtime (runtime/python/fastrun.c), as SCons builds it.
+FASTRUN = "_aoti_fastrun.abi3.so"
+
+
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     kind = _dist_kind(config_settings)
     dist = run_scons(kind, config_settings)
@@ -260,6 +264,15 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             for rel in _source_files("templates"):
                 wheel.add_file(f"toolchain/_data/{rel}", ROOT / rel)
             _add_host_tree(wheel, dist, "toolchain/_host")
+            # The Python module's compiled per-call path, on CPython's stable ABI (one file for every CPython
+            # the wheel installs into); toolchain.runtime uses it with the wheel's own runtime. SCons skips it
+            # (with a note) without numpy or Python.h; the ctypes path then serves alone.
+            fastrun = dist.parent / "python" / FASTRUN
+            if fastrun.is_file():
+                wheel.add_file(f"toolchain/runtime/{FASTRUN}", fastrun)
+            else:
+                print(f"aoti_build: note: {fastrun} was not built: the wheel's Python module takes its ctypes path",
+                      file=sys.stderr)
         else:
             wheel.add("aoti_toolchain_cuda/__init__.py",
                       b'"""The CUDA build of the aoti-toolchain host runtime: _host/ holds libaoti_host.so and '

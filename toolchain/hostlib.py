@@ -33,11 +33,16 @@ def _installed_cuda_host() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "_host"
 
 
+def installed_trees() -> list[Path]:
+    """The runtime trees the installed wheels hold (this package's, and aoti-toolchain-cuda's when present)."""
+    cuda = _installed_cuda_host()
+    return [INSTALLED_HOST, *([cuda] if cuda else [])]
+
+
 def host_trees(device: str = "cpu") -> list[Path]:
     """The runtime trees (folders with lib/libaoti_host.so) in the order default_library prefers them:
     installed wheels first, then this checkout's builds."""
-    cuda = _installed_cuda_host()
-    installed = [INSTALLED_HOST, *([cuda] if cuda else [])]
+    installed = installed_trees()
     if device.startswith("cuda"):
         installed.reverse()
     builds = [REPO_ROOT / "build" / v / "dist" for v in (_CUDA + _CPU if device.startswith("cuda") else _CPU + _CUDA)]

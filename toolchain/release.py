@@ -250,6 +250,7 @@ assert not any(Path(p, "SConstruct").exists() for p in sys.path if p), "a checko
 inputs = [np.load(p) for p in sorted(d.glob("input_*.npy"))]
 expected = [np.load(p) for p in sorted(d.glob("expected_*.npy"))]
 with runtime.load(pt2) as prog:
+    assert prog._fast is not None, "the wheel's compiled per-call path (_aoti_fastrun.abi3.so) was not used"
     out = prog.run(inputs)
 for o, e in zip(out, expected, strict=True):
     np.testing.assert_allclose(o, e, rtol=1e-4, atol=1e-5)

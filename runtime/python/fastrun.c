@@ -11,7 +11,10 @@
  *
  * Inputs are numpy arrays (read through numpy's C API) or DLPack producers in host memory (torch tensors, ...:
  * `__dlpack__()` exported, the DLTensor read, the capsule kept unconsumed until the run returns, so its own
- * destructor releases the producer's tensor). */
+ * destructor releases the producer's tensor).
+ *
+ * Built against CPython's limited API (the stable ABI of 3.10 and later, Py_LIMITED_API set by the build), so
+ * one `_aoti_fastrun.abi3.so` serves every CPython the wheel is installed into. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -106,7 +109,9 @@ static PyObject* bind(PyObject* self, PyObject* args) {
     PyArray_Descr* d = NULL;
     if (code < 0 || code >= kMaxCodes || !PyArray_DescrConverter(value, &d))
       return PyErr_Format(PyExc_ValueError, "bind: bad dtype entry for code %ld", code);
-    Py_XSETREF(g.descr[code], d);
+    PyArray_Descr* old = g.descr[code];
+    g.descr[code] = d;
+    Py_XDECREF(old);
   }
   g.bound = true;
   Py_RETURN_NONE;
@@ -209,8 +214,7 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   /* A tuple holds every input for the run: another thread may change the caller's list while the GIL is out. */
   PyObject* seq = PySequence_Tuple(args[3]);
   if (seq == NULL) return NULL;
-  const Py_ssize_t n = PyTuple_GET_SIZE(seq);
-  PyObject** items = &PyTuple_GET_ITEM(seq, 0);
+  const Py_ssize_t n = PyTuple_Size(seq);
   aoti_host_tensor_view stack_views[kStackTensors];
   PyObject* stack_capsules[kStackTensors] = {NULL};
   int64_t stack_strides[kStackTensors][kMaxDims];
@@ -231,8 +235,9 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     }
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!PyArray_CheckExact(items[i])) {
-      const int rc = dlpack_view(items[i], &views[i], &capsules[i]);
+    PyObject* input = PyTuple_GetItem(seq, i); /* borrowed: seq holds it */
+    if (!PyArray_CheckExact(input)) {
+      const int rc = dlpack_view(input, &views[i], &capsules[i]);
       if (rc < 0) goto done;
       if (rc == 0) {
         result = Py_NewRef(Py_NotImplemented);
@@ -240,7 +245,7 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
       }
       continue;
     }
-    PyArrayObject* a = (PyArrayObject*)items[i];
+    PyArrayObject* a = (PyArrayObject*)input;
     if (code_of(a) < 0 || PyArray_NDIM(a) > kMaxDims) {
       result = Py_NewRef(Py_NotImplemented);
       goto done;
@@ -287,7 +292,7 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
       Py_CLEAR(result);
       continue;
     }
-    PyList_SET_ITEM(result, (Py_ssize_t)k, arr);
+    PyList_SetItem(result, (Py_ssize_t)k, arr); /* steals arr; cannot fail for an index in range */
   }
 done:
   for (Py_ssize_t i = 0; capsules != NULL && i < n; ++i) Py_XDECREF(capsules[i]);

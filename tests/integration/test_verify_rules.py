@@ -412,3 +412,33 @@ def test_ld_library_path_is_searched_like_the_loader(work):
     elf = open_library(str(plugin))[0]
     assert Resolver(env_path="").find("libenvonly_x.so", elf, str(plugin)) is None
     assert Resolver(env_path=f"/nonexistent:{libdir}").find("libenvonly_x.so", elf, str(plugin)) == str(lib)
+
+
+def _extension(work, name: str, calls: list[str]):
+    """A CPython extension module (exports PyInit_<name>) calling the given C-API functions, built here."""
+    src = work / f"{name}.c"
+    decls = "".join(f"extern void *{c}(void);\n" for c in calls)
+    body = " ".join(f"(void){c}();" for c in calls)
+    src.write_text(f"{decls}void *PyInit_{name}(void) {{ {body} return 0; }}\n")
+    out = work / f"{name}.abi3.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-z,noexecstack", "-o", str(out), str(src)], check=True)
+    return out
+
+
+def test_python_extension_binds_against_the_interpreter(work):
+    """A module exporting PyInit_* is checked as the interpreter loads it: its C-API imports bind in the
+    interpreter (not the host runtime, and not as unresolved standalone); a name no interpreter defines
+    still fails."""
+    mod = _extension(work, "goodmod", ["PyTuple_Size", "PyErr_Format"])
+    from toolchain import hostlib
+
+    for host in (None, "default"):
+        kw = {} if host is None else {"host": hostlib.find_library()}
+        report = verify_paths([mod], **kw)
+        res = next(f for f in report.files if f.path == str(mod))
+        assert res.kind == "python-extension"
+        assert not [f for f in res.findings if f.rule == "unresolved-symbol"], res.findings
+    bad = _extension(work, "badmod", ["PyTuple_Size", "PyNoSuch_Function"])
+    found = rules(bad)
+    assert [f.symbol for f in found["unresolved-symbol"]] == ["PyNoSuch_Function"]
+    assert "the interpreter" in found["unresolved-symbol"][0].message

@@ -83,9 +83,11 @@ def test_installed_wheel_works_outside_the_checkout(installed, tmp_path):
     np.testing.assert_allclose(np.load(work / "out-native" / "output_0.npy"), np.load(refs[0]), rtol=1e-4, atol=1e-5)
     code = ("import numpy as np, sys; from toolchain import runtime; from toolchain.hostlib import find_library; "
             "p = runtime.load(sys.argv[1]); x = [np.load(a) for a in sys.argv[2:]]; "
-            "print(find_library(), p.run(x)[0].shape)")
+            "print(find_library(), p.run(x)[0].shape, 'compiled path:', p._fast is not None)")
     proc = _run([bin_dir / "python", "-c", code, pt2, *sorted(data.glob("input_*.npy"))], cwd, env)
     assert "site-packages/toolchain/_host/lib/libaoti_host.so" in proc.stdout
+    # the wheel's stable-ABI per-call path loads in the installed interpreter (not the ctypes fallback)
+    assert "compiled path: True" in proc.stdout, proc.stdout
 
     # verify the exported package against the installed runtime (the default host of the installed CLI)
     proc = _run([bin_dir / "aoti-toolchain", "verify", pt2], cwd, env)

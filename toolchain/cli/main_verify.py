@@ -63,6 +63,6 @@ def register(sub) -> None:
                    help="report format: text for people, json/sarif/junit for CI tools (default text)")
     v.add_argument("-o", "--output", help="write the report here (atomically) instead of stdout")
     v.add_argument("--strict", action="store_true", help="warnings fail too")
-    v.add_argument("--kind", choices=("auto", "plugin", "host", "library"), default="auto",
+    v.add_argument("--kind", choices=("auto", "plugin", "host", "library", "python-extension"), default="auto",
                    help="treat every FILE as this kind (default: decided from its symbols)")
     v.set_defaults(func=main)

@@ -222,7 +222,7 @@ _fast_bound_to: Path | None = None
 
 def _bind_fast_path(library: Library) -> Any:
     """The compiled per-call path (runtime/python/fastrun.c) built with `library`, bound to its entry
-    points; None when it is not built (or built for another Python), when AOTI_HOST_PYTHON_FAST=0, or when
+    points; None when it is not built (or cannot be imported here), when AOTI_HOST_PYTHON_FAST=0, or when
     the process already bound it to another library (it holds one set of entry points)."""
     global _fast_bound_to
     if os.environ.get("AOTI_HOST_PYTHON_FAST", "1") == "0":
@@ -231,12 +231,17 @@ def _bind_fast_path(library: Library) -> Any:
         return sys.modules[_FAST_MODULE].run if _fast_bound_to == library.path.resolve() else None
     import importlib.machinery
     import importlib.util
-    import sysconfig
 
-    name = f"{_FAST_MODULE}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    # next to the library, or in the build's python/ beside its dist/ (build/<variant>/{dist/lib,python})
-    path = next((p for p in (library.path.parent / name, library.path.parent.parent.parent / "python" / name)
-                 if p.is_file()), None)
+    from toolchain import hostlib
+
+    name = f"{_FAST_MODULE}.abi3.so"  # the stable ABI: one build for every CPython >= 3.10
+    # next to the library; in a build's python/ beside its dist/ (build/<variant>/{dist/lib,python}); or, for
+    # the installed wheels' own runtime (built with it, so of the same C API), in this package
+    lib_dir = library.path.resolve().parent
+    places = [lib_dir / name, lib_dir.parent.parent / "python" / name]
+    if any(lib_dir.parent == t.resolve() for t in hostlib.installed_trees()):
+        places.append(Path(__file__).resolve().parent / name)
+    path = next((p for p in places if p.is_file()), None)
     if path is None:
         return None
     spec = importlib.util.spec_from_file_location(_FAST_MODULE, path,

@@ -1,6 +1,7 @@
-"""A CPython extension module built for the interpreter that runs SCons (its headers, its EXT_SUFFIX) and
-numpy's C API headers. Returns the installed file, or None (with a note) when numpy or Python.h is missing:
-the Python runtime then uses its ctypes path alone."""
+"""A CPython extension module on the limited API (the stable ABI of CPython 3.10 and later: one
+`<name>.abi3.so` for every interpreter the package supports), built with the headers of the interpreter that
+runs SCons and numpy's C API headers. Returns the installed file, or None (with a note) when numpy or Python.h
+is missing: the Python runtime then uses its ctypes path alone."""
 
 from __future__ import annotations
 
@@ -9,10 +10,15 @@ import subprocess
 import sys
 import sysconfig
 
+#: The oldest CPython whose stable ABI the module uses (pyproject's requires-python), as Py_LIMITED_API.
+LIMITED_API = "0x030A0000"
+#: The file suffix CPython >= 3.2 imports stable-ABI modules under (importlib.machinery.EXTENSION_SUFFIXES).
+ABI3_SUFFIX = ".abi3.so"
+
 
 def python_extension(env, dest, name: str, sources: list[str]):
     include = sysconfig.get_paths().get("include") or ""
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    suffix = ABI3_SUFFIX
     # numpy's headers, asked of the interpreter (SCons's own process does not import numpy)
     proc = subprocess.run([sys.executable, "-c", "import numpy; print(numpy.get_include())"], capture_output=True,
                           text=True)
@@ -27,6 +33,7 @@ def python_extension(env, dest, name: str, sources: list[str]):
     # -isystem: the headers of Python and numpy are not held to this project's -Wextra -Werror
     ext.Append(AOTI_SYSTEM_CPPPATH=[include, numpy_include])
     ext.Append(CPPPATH=["#runtime/include", "$AOTI_GEN_DIR/include"])  # c_api.h and its generated status.h
+    ext.Append(CPPDEFINES=[("Py_LIMITED_API", LIMITED_API)])
     objects = [ext.SharedObject(os.path.splitext(s)[0], s) for s in sources]
     module = ext.LoadableModule(f"lib/{name}", objects, SHLIBPREFIX="", SHLIBSUFFIX=suffix, LDMODULEPREFIX="",
                                 LDMODULESUFFIX=suffix, LIBS=[], LINKFLAGS=[], LDMODULEFLAGS=["-shared"])

@@ -7,9 +7,10 @@ import fnmatch
 import functools
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 
-from toolchain.elf.reader import ElfFile, Symbol
+from toolchain.elf.reader import ElfFile, Symbol, read_elf
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
 from toolchain.findings import FileResult
 from toolchain.spec import Provider, Spec, load_abi
@@ -42,6 +43,7 @@ class Context:
     # Per package member: the ATen ops its plugin runs through torch's proxy executor (the <stem>.json
     # beside the .so in the package)
     proxy_ops: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    interpreter: list[Loaded] | None = None  # interpreter_scope(), read once
 
     @property
     def shim_names(self) -> set[str]:
@@ -54,7 +56,18 @@ def classify(elf: ElfFile) -> str:
         return "plugin"
     if any(n.startswith("aoti_torch_") for n in defined):
         return "host"
+    if any(n.startswith("PyInit_") for n in defined):
+        return "python-extension"
     return "library"
+
+
+def interpreter_scope(ctx: Context) -> list[Loaded]:
+    """What binds a CPython extension module's undefined symbols: the interpreter that imports it (this
+    process's executable, and its DT_NEEDED closure, where a shared libpython exports the C API)."""
+    if ctx.interpreter is None:
+        exe = os.path.realpath(sys.executable)
+        ctx.interpreter = ctx.resolver.scope(read_elf(exe), exe).objects
+    return ctx.interpreter
 
 
 def _short(names: list[str], limit: int = 6) -> str:
@@ -215,7 +228,8 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                      skip: set[tuple[str, str]]) -> None:
     """missing-library, unresolved-symbol, missing-cxx-runtime: bind every undefined symbol."""
     r = ctx.resolver
-    global_scope = ctx.host_scope or []
+    # an extension module is loaded into the interpreter, whatever host the other files are checked against
+    global_scope = interpreter_scope(ctx) if kind == "python-extension" else ctx.host_scope or []
     already = set()
     for lo in global_scope:
         already.add(os.path.basename(lo.path))
@@ -270,7 +284,8 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                         symbol=sym.name,
                         version=sym.version, library=soname)
                 continue
-        where = f"the host {ctx.host.path} and " if ctx.host else ""
+        where = (f"the interpreter {global_scope[0].path} and " if kind == "python-extension" and global_scope
+                 else f"the host {ctx.host.path} and " if ctx.host else "")
         res.add("unresolved-symbol", f"{_ref(sym)}: no object in {where}its DT_NEEDED closure defines it "
                 f"(searched {len(scope)} object(s)); dlopen(RTLD_NOW) fails with `undefined symbol: {sym.name}`",
                 symbol=sym.name, version=sym.version, library=sym.version_file)
