@@ -142,7 +142,7 @@ def run_scons(kind: str, config_settings) -> Path:
     variant = "cpu-gcc-release" if kind == "cpu" else "cuda-gcc-release"
     dist = build_dir / variant / "dist"
     cmd = [sys.executable, "-m", "SCons", "-C", str(ROOT), "-Q", f"-j{jobs}", f"build_dir={build_dir}",
-           f"cuda={'on' if kind == 'cuda' else 'off'}", str(dist)]
+           f"cuda={'on' if kind == 'cuda' else 'off'}", str(dist), *(["python-module"] if kind == "cpu" else [])]
     print("aoti_build: " + " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
     if proc.returncode != 0:
