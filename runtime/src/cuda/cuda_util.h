@@ -27,6 +27,19 @@ struct StridedSpec {
   int64_t src_strides[kMaxDims];
 };
 
+#ifdef __CUDACC__
+// Element i of spec's index space (row-major over spec.sizes): its offsets, in elements, in dst and in src.
+__device__ __forceinline__ void strided_offsets(const StridedSpec& spec, int64_t i, int64_t& dst, int64_t& src) {
+  dst = 0, src = 0;
+  for (int d = spec.ndim - 1; d >= 0; --d) {
+    const int64_t idx = i % spec.sizes[d];
+    i /= spec.sizes[d];
+    dst += idx * spec.dst_strides[d];
+    src += idx * spec.src_strides[d];
+  }
+}
+#endif
+
 // dst[i] = src[i] over a strided index space, elementwise of `itemsize` bytes (1, 2, 4, 8 or 16).
 void launch_strided_copy(void* dst, const void* src, const StridedSpec& spec, int64_t numel, size_t itemsize,
                          cudaStream_t stream);

@@ -17,13 +17,8 @@ template <class T>
 __global__ void strided_copy_kernel(T* dst, const T* src, StridedSpec spec, int64_t numel) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rem = i, d_off = 0, s_off = 0;
-    for (int d = spec.ndim - 1; d >= 0; --d) {
-      const int64_t idx = rem % spec.sizes[d];
-      rem /= spec.sizes[d];
-      d_off += idx * spec.dst_strides[d];
-      s_off += idx * spec.src_strides[d];
-    }
+    int64_t d_off, s_off;
+    strided_offsets(spec, i, d_off, s_off);
     dst[d_off] = src[s_off];
   }
 }
@@ -112,13 +107,8 @@ __global__ void convert_copy_kernel(char* dst, int32_t dst_dt, size_t dst_item, 
                                     size_t src_item, StridedSpec spec, int64_t numel) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < numel;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rem = i, d_off = 0, s_off = 0;
-    for (int d = spec.ndim - 1; d >= 0; --d) {
-      const int64_t idx = rem % spec.sizes[d];
-      rem /= spec.sizes[d];
-      d_off += idx * spec.dst_strides[d];
-      s_off += idx * spec.src_strides[d];
-    }
+    int64_t d_off, s_off;
+    strided_offsets(spec, i, d_off, s_off);
     store_value(dst + d_off * static_cast<int64_t>(dst_item), dst_dt,
                 load_value(src + s_off * static_cast<int64_t>(src_item), src_dt));
   }

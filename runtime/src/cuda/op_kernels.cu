@@ -602,13 +602,8 @@ template <class T>
 __global__ void mean_divide_kernel(T* out, const int32_t* counts, StridedSpec s, int64_t numel, int base) {
   using A = typename Acc<T>::type;
   GRID_LOOP(i, numel) {
-    int64_t rem = i, o = 0, c = 0;
-    for (int d = s.ndim - 1; d >= 0; --d) {
-      const int64_t idx = rem % s.sizes[d];
-      rem /= s.sizes[d];
-      o += idx * s.dst_strides[d];
-      c += idx * s.src_strides[d];
-    }
+    int64_t o, c;
+    strided_offsets(s, i, o, c);
     int64_t n = counts[c] + base;
     if (n == 0) n = 1;
     const A x = ld(out + o);
@@ -1269,8 +1264,8 @@ namespace {
 template <class R>
 __global__ void complex_abs_kernel(const R* in, R* out, StridedSpec s, int64_t numel, bool complex_in, bool angle) {
   GRID_LOOP(i, numel) {
-    const int64_t src = strided_offset(s.sizes, s.src_strides, s.ndim, i);
-    const int64_t dst = strided_offset(s.sizes, s.dst_strides, s.ndim, i);
+    int64_t dst, src;
+    strided_offsets(s, i, dst, src);
     R r;
     if (complex_in) {
       const R re = in[2 * src], im = in[2 * src + 1];
