@@ -118,14 +118,23 @@ const Cufft& cufft() {
   return api;
 }
 
-// Plans are made once per (device, stream, type, length, batch) and kept (at most kPlans, oldest dropped):
-// making one allocates, which a CUDA graph capture forbids, while executing one on the stream it was made
-// for is capture-safe. A plan's work area is its own, so plans are not shared between streams.
+// Plans are made once per (device, stream, type, length, batch) and kept (at most kPlans unpinned ones, the
+// least recently used dropped first): making one allocates, which a CUDA graph capture forbids, while
+// executing one on the stream it was made for is capture-safe. A plan executed during a capture is pinned for
+// good: the captured graph keeps using its work area. A plan's work area is its own, so plans are not shared
+// between streams.
 constexpr size_t kPlans = 64;
 struct Plan {
   std::tuple<int, cudaStream_t, int, int, int> key;
   cufftHandle handle;
+  bool pinned;
 };
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  AOTI_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
+  return st != cudaStreamCaptureStatusNone;
+}
 
 class Plans {
  public:
@@ -133,28 +142,43 @@ class Plans {
   template <class F>
   void with(int device, cudaStream_t stream, int type, int n, int batch, F&& exec) {
     const Cufft& api = cufft();
+    const bool in_capture = capturing(stream);
     std::lock_guard<std::mutex> lock(mu_);
     const auto key = std::make_tuple(device, stream, type, n, batch);
     auto it = std::find_if(plans_.begin(), plans_.end(), [&](const Plan& p) { return p.key == key; });
     if (it == plans_.end()) {
+      if (in_capture)
+        throw Error("an FFT of length " + std::to_string(n) + " (batch " + std::to_string(batch) + ") is first met "
+                    "while a CUDA graph is captured, where cuFFT cannot make its plan (it allocates): run the "
+                    "program once without capture first (the runtime's CUDA-graph mode does)");
       cufftHandle h = 0;
       int len = n;
       cufft_check(api.plan_many(&h, 1, &len, nullptr, 1, 0, nullptr, 1, 0, type, batch), "cufftPlanMany");
-      plans_.push_front({key, h});
-      if (plans_.size() > kPlans) {
-        api.destroy(plans_.back().handle);
-        plans_.pop_back();
-      }
+      plans_.push_front({key, h, false});
+      evict(api);
       it = plans_.begin();
     } else {
       plans_.splice(plans_.begin(), plans_, it);  // most recently used first
       it = plans_.begin();
     }
+    it->pinned = it->pinned || in_capture;
     cufft_check(api.set_stream(it->handle, stream), "cufftSetStream");
     exec(it->handle);
   }
 
  private:
+  void evict(const Cufft& api) {
+    size_t unpinned = 0;
+    for (const Plan& p : plans_) unpinned += p.pinned ? 0 : 1;
+    for (auto it = plans_.end(); unpinned > kPlans && it != plans_.begin();) {
+      --it;
+      if (it->pinned) continue;
+      api.destroy(it->handle);
+      it = plans_.erase(it);
+      --unpinned;
+    }
+  }
+
   std::mutex mu_;
   std::list<Plan> plans_;
 };
