@@ -17,6 +17,8 @@ import os
 
 import pytest
 
+from tests.shim_kinds import shim_kinds
+
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -35,49 +37,10 @@ CODES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.in
 DTYPES = {v: k for k, v in CODES.items()}
 T, OT, R, RI = "tensor", "optional tensor", "return", "int64 return"
 
-# Shim name -> argument kinds in prototype order (torch's generated/c_shim_cuda.h).
-SIGS = {
-    "_scaled_dot_product_efficient_attention": [T, T, T, OT, I32, F64, I32, "optional double", R, R, R, R],
-    "_scaled_dot_product_flash_attention": [T, T, T, F64, I32, I32, "optional double", R, R, R, R, RI, RI, R, R, R],
-    "convolution": [T, T, OT, "ints", "ints", "ints", I32, "ints", I64, R],
-    "topk": [T, I64, I64, I32, I32, R, R],
-    "sort": [T, I64, I32, R, R],
-    "sort_stable": [T, "optional int32", I64, I32, R, R],
-    "cumsum": [T, I64, "optional int32", R],
-    "cumprod": [T, I64, "optional int32", R],
-    "cummax": [T, I64, R, R],
-    "cummin": [T, I64, R, R],
-    "_embedding_bag": [T, T, T, I32, I64, I32, OT, I32, I64, R, R, R, R],
-    "_embedding_bag_forward_only": [T, T, T, I32, I64, I32, OT, I32, I64, R, R, R, R],
-    "scatter_src_out": [T, T, I64, T, T],
-    "scatter_value_out": [T, T, I64, T, F64],
-    "scatter_reduce_two_out": [T, T, I64, T, T, ctypes.c_char_p, I32],
-    "searchsorted_Tensor": [T, T, I32, I32, "optional string", OT, R],
-    "bucketize_Tensor": [T, T, I32, I32, R],
-    "searchsorted_Scalar": [T, F64, I32, I32, "optional string", OT, R],
-    "histc": [T, I64, F64, F64, R],
-    "repeat_interleave_Tensor": [T, "optional int64", R],
-    "nonzero": [T, R],
-    "masked_select": [T, T, R],
-    "index_put": [T, "indices", T, I32, R],
-    "index_reduce": [T, I64, T, T, ctypes.c_char_p, I32, R],
-    "max_pool2d_with_indices": [T, "ints", "ints", "ints", "ints", I32, R, R],
-    "adaptive_max_pool2d": [T, "ints", R, R],
-    "_adaptive_avg_pool2d": [T, "ints", R],
-    "adaptive_max_pool3d": [T, "ints", R, R],
-    "_adaptive_avg_pool3d": [T, "ints", R],
-    "avg_pool2d": [T, "ints", "ints", "ints", I32, I32, "optional int64", R],
-    "avg_pool3d": [T, "ints", "ints", "ints", I32, I32, "optional int64", R],
-    "_weight_int8pack_mm": [T, T, T, R],
-    "_int_mm_out": [T, T, T],
-    "_fft_r2c": [T, "ints", I64, I32, R],
-    "_fft_c2c": [T, "ints", I64, I32, R],
-    "abs": [T, R],
-    "angle": [T, R],
-    "permute": [T, "ints", R],
-    "view_as_real": [T, R],
-    "view_as_complex": [T, R],
-}
+# Shim name -> argument kinds in prototype order: from the prototypes in toolchain/spec/shims.toml (torch's
+# generated/c_shim_cuda.h), through tests/shim_kinds.py; scalars as their ctypes types.
+_SCALARS = {"int32": I32, "int64": I64, "double": F64, "string": ctypes.c_char_p}
+SIGS = {op: [_SCALARS.get(k, k) for k in kinds] for op, kinds in shim_kinds("cuda").items()}
 
 
 class ShimError(RuntimeError):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_cpu_fallbacks import I64P, Runtime, _strided
+from tests.shim_kinds import shim_kinds
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -24,51 +25,14 @@ T, OT, R = "tensor", "optional tensor", "return"
 I32, I64, F64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_double
 OI32 = ctypes.POINTER(ctypes.c_int32)
 OI64 = ctypes.POINTER(ctypes.c_int64)
+ODBL = ctypes.POINTER(ctypes.c_double)
 
-# Shim name -> argument kinds, in prototype order (torch 2.13's generated/c_shim_cpu.h).
-SIGS = {
-    "sort": [T, I64, I32, R, R],
-    "sort_stable": [T, OI32, I64, I32, R, R],
-    "topk": [T, I64, I64, I32, I32, R, R],
-    "cumsum": [T, I64, OI32, R],
-    "cumprod": [T, I64, OI32, R],
-    "cummax": [T, I64, R, R],
-    "cummin": [T, I64, R, R],
-    "searchsorted_Tensor": [T, T, I32, I32, ctypes.POINTER(ctypes.c_char_p), OT, R],
-    "searchsorted_Scalar": [T, F64, I32, I32, ctypes.POINTER(ctypes.c_char_p), OT, R],
-    "bucketize_Tensor": [T, T, I32, I32, R],
-    "histc": [T, I64, F64, F64, R],
-    "repeat_interleave_Tensor": [T, OI64, R],
-    "nonzero": [T, R],
-    "masked_select": [T, T, R],
-    "_embedding_bag": [T, T, T, I32, I64, I32, OT, I32, I64, R, R, R, R],
-    "_embedding_bag_forward_only": [T, T, T, I32, I64, I32, OT, I32, I64, R, R, R, R],
-    "scatter_src_out": [T, T, I64, T, T],
-    "scatter_value_out": [T, T, I64, T, F64],
-    "scatter_reduce_two_out": [T, T, I64, T, T, ctypes.c_char_p, I32],
-    "index_put": [T, "indices", T, I32, R],
-    "index_reduce": [T, I64, T, T, ctypes.c_char_p, I32, R],
-    "max_pool2d_with_indices": [T, "ints", "ints", "ints", "ints", I32, R, R],
-    "adaptive_max_pool2d": [T, "ints", R, R],
-    "_adaptive_avg_pool2d": [T, "ints", R],
-    "adaptive_max_pool3d": [T, "ints", R, R],
-    "_adaptive_avg_pool3d": [T, "ints", R],
-    "avg_pool2d": [T, "ints", "ints", "ints", I32, I32, OI64, R],
-    "avg_pool3d": [T, "ints", "ints", "ints", I32, I32, OI64, R],
-    "mkldnn_rnn_layer": [T, T, T, T, T, T, T, I32, "ints", I64, I64, I64, I32, I32, I32, I32, R, R, R, R],
-    "_weight_int8pack_mm": [T, T, T, R],
-    "_int_mm_out": [T, T, T],
-    "_fft_r2c": [T, "ints", I64, I32, R],
-    "_fft_c2c": [T, "ints", I64, I32, R],
-    "abs": [T, R],
-    "angle": [T, R],
-    "permute": [T, "ints", R],
-    "view_as_real": [T, R],
-    "view_as_complex": [T, R],
-    "kthvalue": [T, I64, I64, I32, R, R],
-    "median": [T, R],
-    "_cdist_forward": [T, T, F64, OI64, R],
-}
+# Shim name -> argument kinds, in prototype order: from the prototypes in toolchain/spec/shims.toml (torch
+# 2.13's generated/c_shim_cpu.h), through tests/shim_kinds.py.
+_TOKENS = {"tensor": T, "optional tensor": OT, "return": R, "int32": I32, "int64": I64, "double": F64,
+           "optional int32": OI32, "optional int64": OI64, "optional double": ODBL, "ints": "ints",
+           "indices": "indices", "optional string": ctypes.POINTER(ctypes.c_char_p), "string": ctypes.c_char_p}
+SIGS = {op: [_TOKENS[k] for k in kinds] for op, kinds in shim_kinds("cpu").items()}
 
 
 class Ops:
@@ -104,7 +68,7 @@ class Ops:
                 self.rt.keep.append((arr, ptrs))
                 argtypes += [ctypes.POINTER(PH), I64]
                 cargs += [arr, len(a)]
-            elif k in (OI32, OI64):
+            elif k in (OI32, OI64, ODBL):
                 argtypes.append(k)
                 cargs.append(None if a is None else ctypes.pointer(k._type_(a)))
             elif k == ctypes.POINTER(ctypes.c_char_p):
