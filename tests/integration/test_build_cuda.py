@@ -174,6 +174,38 @@ def test_cuda_variant_compiles_and_links_here(tmp_path):
     db = json.loads((variant / "compile_commands.json").read_text())
     cu = [e for e in db if e["file"].endswith(".cu")]
     assert len(cu) == len([s for s in cuda_sources if s.suffix == ".cu"]) and all("nvcc" in e["command"] for e in cu)
+    _verify_sees_the_library_a_shim_opens(tmp_path, lib)
+
+
+def _verify_sees_the_library_a_shim_opens(tmp_path, host):
+    """A plugin calling the CUDA FFT shims needs cuFFT, which the CUDA host opens on their first call
+    (shims.toml `loads`): verify reports missing-library when the host's loader would not find it, and nothing
+    once it would (a directory on LD_LIBRARY_PATH holding a libcufft.so.12); other plugins are unaffected."""
+    import json
+    import sys
+
+    from tests.integration import elf_builders as eb
+
+    fft = eb.build(tmp_path / "p", "fftplugin", imports=["aoti_torch_cuda__fft_r2c", "aoti_torch_cuda__fft_c2c"],
+                   flags=["-Wl,-z,noexecstack"])
+    plain = eb.build(tmp_path / "p", "plainplugin", imports=["aoti_torch_cuda_mm_out"], flags=["-Wl,-z,noexecstack"])
+    libdir = tmp_path / "cufft"
+    eb.build_lib(libdir, "libcufft.so.12", "int cufftPlanMany(void) { return 0; }\n")
+
+    def opened(path, ld_path):
+        """verify's missing-library findings for cuFFT, the CLI run with LD_LIBRARY_PATH=ld_path."""
+        env = {**os.environ, "LD_LIBRARY_PATH": ld_path}
+        proc = subprocess.run([sys.executable, "-m", "toolchain", "verify", str(path), "--host", str(host),
+                               "--format", "json"], capture_output=True, text=True, env=env, cwd=REPO_ROOT)
+        report = json.loads(proc.stdout)
+        return [f for f in report["findings"] if f["rule"] == "missing-library" and f.get("library") == "libcufft.so.12"]
+
+    found = opened(fft, "")
+    assert len(found) == 1, found
+    assert "calls aoti_torch_cuda__fft_c2c, aoti_torch_cuda__fft_r2c," in found[0]["message"], found[0]
+    assert "fail at run time" in found[0]["message"] and "install libcufft.so.12" in found[0]["fix"], found[0]
+    assert opened(fft, str(libdir)) == []
+    assert opened(plain, "") == []
 
 
 def test_cuda_with_libcxx_is_refused_clearly(tmp_path):

@@ -81,6 +81,8 @@ class Shim(Function):
 
     group: str
     header: str
+    # the provider (providers.toml) whose library the host's implementation opens on the shim's first call
+    loads: str = ""
 
     @property
     def is_constant(self) -> bool:
@@ -284,7 +286,7 @@ _EP_FIELDS: dict[str, tuple[type, bool]] = {
 }
 _SHIM_FIELDS: dict[str, tuple[type, bool]] = {
     "name": (str, True), "prototype": (str, True), "group": (str, True), "header": (str, True),
-    "note": (str, False),
+    "note": (str, False), "loads": (str, False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, bool]] = {
     "name": (str, True), "soname": (str, False), "sonames": (list, False),
@@ -334,7 +336,8 @@ def _load_shims(path: Path) -> tuple[tuple[Shim, ...], tuple[str, ...]]:
                 raise _error(path, f"{where}.prototype", f"type {t!r} is not in the top-level types list",
                              "add it to types = [...] if the C header can declare it (no c10/C++ types), "
                              "or drop this shim")
-        out.append(Shim(fn.name, fn.returns, fn.params, fn.prototype, group=row["group"], header=row["header"]))
+        out.append(Shim(fn.name, fn.returns, fn.params, fn.prototype, group=row["group"], header=row["header"],
+                        loads=row.get("loads", "")))
     return tuple(out), tuple(types)
 
 
@@ -582,6 +585,12 @@ def load_spec(directory: Path | None = None) -> Spec:
     entry_points = _load_entry_points(ep_path)
     shims, types = _load_shims(shim_path)
     providers = _load_providers(prov_path)
+    names = [p.name for p in providers]
+    for i, shim in enumerate(shims):
+        if shim.loads and shim.loads not in names:
+            raise _error(shim_path, f"shim[{i}] ({shim.name}).loads",
+                         f"unknown provider {shim.loads!r}{_did_you_mean(shim.loads, names)}",
+                         f"name a provider of {prov_path.name}: {', '.join(names)}")
     return Spec(entry_points=entry_points, shims=shims, providers=providers, types=types,
                 sources=(ep_path, shim_path, prov_path))
 

@@ -291,6 +291,7 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                 symbol=sym.name, version=sym.version, library=sym.version_file)
     if kind == "plugin":
         _two_runtimes(elf, res, global_scope, has_host=ctx.host is not None)
+        _opened_libraries(elf, res, ctx, global_scope)
     if cxx_missing:
         names = [s.name for s in cxx_missing]
         res.add("missing-cxx-runtime", f"imports {len(names)} C++ runtime symbol(s) ({_short(names)}) without "
@@ -353,6 +354,37 @@ def _defines(r: Resolver, lib_path: str, sym: Symbol) -> bool:
 
 # What a plugin imports to run an ATen op that has no C shim (torch's ProxyExecutor, inside libtorch).
 PROXY_EXECUTOR = "aoti_torch_proxy_executor_call_function"
+
+
+def _opened_libraries(elf: ElfFile, res: FileResult, ctx: Context, global_scope: list[Loaded]) -> None:
+    """missing-library for a library the host's implementation of an imported shim opens on first use (shims.toml
+    `loads`): dlopen from the host searches the host's RUNPATH, LD_LIBRARY_PATH, ld.so.conf and the default
+    directories, or finds it already loaded in the host's scope. Needs a host that defines the shim (without
+    one, missing-shim or nothing can be said)."""
+    if ctx.host is None:
+        return
+    loads = {s.name: s.loads for s in ctx.spec.shims if s.loads}
+    if not loads:
+        return
+    providers = {p.name: p for p in ctx.spec.providers}
+    in_scope = {os.path.basename(lo.path) for lo in global_scope} | {lo.elf.soname for lo in global_scope
+                                                                    if lo.elf.soname}
+    callers: dict[str, list[str]] = {}  # provider -> the imported shims the host implements with it
+    for sym in elf.symbols:
+        wanted = loads.get(sym.name)
+        if not sym.defined and wanted in providers and ctx.resolver.find_defs(ctx.host, sym.name):
+            callers.setdefault(wanted, []).append(sym.name)
+    for name, shims in sorted(callers.items()):
+        prov = providers[name]
+        if any(n in in_scope for n in prov.sonames) or any(
+                ctx.resolver.find(n, ctx.host.elf, ctx.host.path) for n in prov.sonames):
+            continue
+        soname, shims = prov.sonames[0], sorted(shims)
+        res.add("missing-library", f"calls {', '.join(shims)}, which the host {ctx.host.path} implements by opening "
+                f"{soname} ({prov.name}) on the first call, and the loader will not find it from there (the host's "
+                "RUNPATH, LD_LIBRARY_PATH, ld.so.conf and the default directories searched): those calls fail at "
+                "run time" + (f"; {prov.note}" if prov.note else ""), fix_variant="opened-at-run",
+                fix_args={"library": soname, "shim": shims[0]}, library=soname, symbol=shims[0])
 
 
 def _unresolved_shim(sym: Symbol, res: FileResult, ctx: Context) -> None:

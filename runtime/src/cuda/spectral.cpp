@@ -3,8 +3,9 @@
 // front-ends lower to). Outputs get the layouts ATen's cuFFT path gives them (ops::cufft_*_strides), since
 // plugins reinterpret returned tensors with the layout recorded at compile time.
 //
-// cuFFT is loaded on the first transform (dlopen of libcufft.so.12, found through this library's RUNPATH, the
-// loader's path or an already loaded copy, as torch's), so hosts whose plugins never transform need no cuFFT.
+// cuFFT is loaded on the first transform (dlopen of the sonames of providers.toml's cuFFT row, found through
+// this library's RUNPATH, the loader's path or an already loaded copy, as torch's), so hosts whose plugins never
+// transform need no cuFFT; `verify` checks the host's loader finds it for a plugin that calls these shims.
 // Each transform runs as 1-d passes: the transformed dim is gathered innermost into a contiguous buffer (one
 // strided copy), cuFFT transforms the batch of lines, and the result is copied into ATen's output layout.
 #include <cuda_runtime_api.h>
@@ -25,6 +26,7 @@
 #include "../ops/ops.h"
 #include "../shim_util.h"
 #include "aoti_host/error.h"
+#include "aoti_host/providers.h"
 #include "aoti_host/shims.h"
 #include "cuda_util.h"
 #include "op_kernels.h"
@@ -89,11 +91,14 @@ const Cufft& cufft() {
   std::call_once(once, [] {
     void* lib = nullptr;
     std::string tried;
-    for (const char* name : {"libcufft.so.12", "libcufft.so"}) {
-      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    const char* const* sonames = nullptr;  // the cuFFT row of providers.toml (shims.toml: loads = "cuFFT")
+    for (const auto& p : aoti_host::providers::kProviders)
+      if (std::string(p.name) == "cuFFT") sonames = p.sonames;
+    for (const char* const* name = sonames; name != nullptr && *name != nullptr && lib == nullptr; ++name) {
+      lib = dlopen(*name, RTLD_NOW | RTLD_LOCAL);
       if (lib != nullptr) break;
       const char* e = dlerror();
-      tried += std::string(tried.empty() ? "" : "; ") + (e != nullptr ? e : name);
+      tried += std::string(tried.empty() ? "" : "; ") + (e != nullptr ? e : *name);
     }
     if (lib == nullptr) {
       error = "cuFFT could not be loaded (" + tried + "): this plugin computes FFTs on the GPU, which needs "
