@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "aoti_host/cuda/cuda.h"
 #include "aoti_host/error.h"
@@ -16,6 +17,15 @@ namespace aoti_host {
 namespace cuda {
 
 inline cudaStream_t stream_of(int device) { return static_cast<cudaStream_t>(current_stream(device)); }
+
+// An uninitialised tensor on CUDA device `device` (the fallback ops' outputs and scratch), owned by the caller.
+inline Tensor* new_cuda(int32_t dtype, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                        int device) {
+  return Tensor::empty_strided(dtype, sizes, strides, device_code::kCUDA, device);
+}
+inline Tensor* new_cuda(int32_t dtype, const std::vector<int64_t>& sizes, int device) {
+  return new_cuda(dtype, sizes, Tensor::contiguous_strides(sizes), device);
+}
 
 // Up to this many dimensions in device kernels (copies and convolutions); more is refused by name.
 constexpr int kMaxDims = 12;

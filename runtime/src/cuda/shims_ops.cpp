@@ -59,12 +59,7 @@ void require_dtype(const Tensor& t, int32_t dt, const char* name) {
                 aoti_host::dtype_name(dt));
 }
 
-Tensor* new_cuda(int32_t dtype, const Shape& sizes, const Shape& strides, int device) {
-  return Tensor::empty_strided(dtype, sizes, strides, aoti_host::device_code::kCUDA, device);
-}
-Tensor* new_cuda(int32_t dtype, const Shape& sizes, int device) {
-  return new_cuda(dtype, sizes, Tensor::contiguous_strides(sizes), device);
-}
+using cu::new_cuda;
 
 int64_t wrap_dim(int64_t dim, int64_t ndim) {
   const int64_t n = ndim > 0 ? ndim : 1;

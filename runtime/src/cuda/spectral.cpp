@@ -195,9 +195,7 @@ Plans& plans() {
 
 // --- layouts and copies ----------------------------------------------------------------------------------
 
-Tensor* new_cuda(int32_t dtype, const Shape& sizes, const Shape& strides, int device) {
-  return Tensor::empty_strided(dtype, sizes, strides, aoti_host::device_code::kCUDA, device);
-}
+using cu::new_cuda;
 
 size_t part_size(int32_t complex_dtype) { return complex_dtype == dc::kComplex64 ? 4 : 8; }
 int32_t part_dtype(int32_t complex_dtype) { return complex_dtype == dc::kComplex64 ? dc::kFloat32 : dc::kFloat64; }
