@@ -1,5 +1,5 @@
 // Shared by the shim translation units: the exception-to-error-code boundary of every shim and the
-// null-handle check of tensor arguments.
+// checks of tensor arguments and output pointers.
 #pragma once
 
 #include <exception>
@@ -41,6 +41,16 @@ inline std::vector<int64_t> int_list(const int64_t* p, int64_t n, const char* na
 inline Tensor& tensor_arg(AtenTensorHandle h, const char* name) {
   if (h == nullptr) throw Error(std::string("argument '") + name + "' is a null tensor handle");
   return *from_handle(h);
+}
+
+// An optional tensor argument: a null pointer or a pointer to a null handle both mean "absent".
+inline const Tensor* optional_arg(const AtenTensorHandle* h) {
+  return (h != nullptr && *h != nullptr) ? from_handle(*h) : nullptr;
+}
+
+// An output pointer (ret0, ...) the shim writes through.
+inline void need(const void* p, const char* name) {
+  if (p == nullptr) throw Error(std::string("output pointer '") + name + "' is null");
 }
 
 }  // namespace shim

@@ -22,12 +22,8 @@ using aoti_host::shim::int_list;
 using aoti_host::shim::tensor_arg;
 namespace ops = aoti_host::ops;
 
-// Optional tensor: a null pointer or a pointer to a null handle both mean "absent".
-const Tensor* optional_arg(const AtenTensorHandle* h) { return (h != nullptr && *h != nullptr) ? from_handle(*h) : nullptr; }
-
-void need(const void* p, const char* name) {
-  if (p == nullptr) throw Error(std::string("output pointer '") + name + "' is null");
-}
+using aoti_host::shim::need;
+using aoti_host::shim::optional_arg;
 
 // Two returned tensors: both handed over, or neither.
 void ret2(Tensor* a, Tensor* b, AtenTensorHandle* r0, AtenTensorHandle* r1) {

@@ -18,6 +18,20 @@ namespace cuda {
 
 inline cudaStream_t stream_of(int device) { return static_cast<cudaStream_t>(current_stream(device)); }
 
+// Whether `stream` is capturing a CUDA graph (no allocation, no synchronisation allowed then).
+inline bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  AOTI_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
+// Refuses a tensor argument that is not on CUDA device `device`, naming it.
+inline void require_cuda(const Tensor& t, const char* name, int device) {
+  if (t.device_type() != device_code::kCUDA || t.device_index() != device)
+    throw Error(std::string("'") + name + "' is on " + device_type_name(t.device_type()) + ":" +
+                std::to_string(t.device_index()) + ", expected cuda:" + std::to_string(device));
+}
+
 // An uninitialised tensor on CUDA device `device` (the fallback ops' outputs and scratch), owned by the caller.
 inline Tensor* new_cuda(int32_t dtype, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                         int device) {

@@ -39,19 +39,10 @@ using aoti_host::shim::tensor_arg;
 using Shape = std::vector<int64_t>;
 using Owned = std::unique_ptr<Tensor>;
 
-const Tensor* optional_arg(const AtenTensorHandle* h) {
-  return (h != nullptr && *h != nullptr) ? from_handle(*h) : nullptr;
-}
-
-void need(const void* p, const char* name) {
-  if (p == nullptr) throw Error(std::string("output pointer '") + name + "' is null");
-}
-
-void require_cuda(const Tensor& t, const char* name, int device) {
-  if (t.device_type() != aoti_host::device_code::kCUDA || t.device_index() != device)
-    throw Error(std::string("'") + name + "' is on " + aoti_host::device_type_name(t.device_type()) + ":" +
-                std::to_string(t.device_index()) + ", expected cuda:" + std::to_string(device));
-}
+using aoti_host::shim::need;
+using aoti_host::shim::optional_arg;
+using cu::capturing;
+using cu::require_cuda;
 
 void require_dtype(const Tensor& t, int32_t dt, const char* name) {
   if (t.dtype() != dt)
@@ -66,12 +57,6 @@ int64_t wrap_dim(int64_t dim, int64_t ndim) {
   if (dim < -n || dim >= n)
     throw Error("dim " + std::to_string(dim) + " is out of range for a " + std::to_string(ndim) + "-d tensor");
   return dim < 0 ? dim + n : dim;
-}
-
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  AOTI_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
-  return st != cudaStreamCaptureStatusNone;
 }
 
 // A device flag the kernels raise on an out-of-range index (they skip such an element, so memory stays

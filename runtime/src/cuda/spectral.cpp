@@ -40,7 +40,9 @@ namespace cu = aoti_host::cuda;
 namespace {
 
 using aoti_host::shim::guarded;
+using aoti_host::shim::need;
 using aoti_host::shim::tensor_arg;
+using cu::capturing;
 using Shape = std::vector<int64_t>;
 using Owned = std::unique_ptr<Tensor>;
 
@@ -135,12 +137,6 @@ struct Plan {
   bool pinned;
 };
 
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  AOTI_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
-  return st != cudaStreamCaptureStatusNone;
-}
-
 class Plans {
  public:
   // Runs exec(handle) with the plan for this transform, set to `stream`, under the cache's lock.
@@ -200,18 +196,22 @@ using cu::new_cuda;
 size_t part_size(int32_t complex_dtype) { return complex_dtype == dc::kComplex64 ? 4 : 8; }
 int32_t part_dtype(int32_t complex_dtype) { return complex_dtype == dc::kComplex64 ? dc::kFloat32 : dc::kFloat64; }
 
-// dst[i] = src[i] over `sizes`, each with its own element strides (itemsize bytes an element).
-void copy_strided(void* dst, const Shape& dst_st, const void* src, const Shape& src_st, const Shape& sizes,
-                  size_t itemsize, cudaStream_t stream) {
+// The index space `sizes` with an element stride per tensor (dst, src), for the strided kernels.
+cu::StridedSpec strided_spec(const Shape& sizes, const Shape& dst_st, const Shape& src_st) {
   if (sizes.size() > static_cast<size_t>(cu::kMaxDims))
     throw Error("tensors of more than " + std::to_string(cu::kMaxDims) + " dimensions are not supported");
   cu::StridedSpec spec{};
   spec.ndim = static_cast<int>(sizes.size());
-  int64_t numel = 1;
-  for (size_t d = 0; d < sizes.size(); ++d) {
+  for (size_t d = 0; d < sizes.size(); ++d)
     spec.sizes[d] = sizes[d], spec.dst_strides[d] = dst_st[d], spec.src_strides[d] = src_st[d];
-    numel *= sizes[d];
-  }
+  return spec;
+}
+
+// dst[i] = src[i] over `sizes`, each with its own element strides (itemsize bytes an element).
+void copy_strided(void* dst, const Shape& dst_st, const void* src, const Shape& src_st, const Shape& sizes,
+                  size_t itemsize, cudaStream_t stream) {
+  const int64_t numel = aoti_host::ops::numel_of(sizes);
+  const cu::StridedSpec spec = strided_spec(sizes, dst_st, src_st);
   if (numel > 0) cu::launch_strided_copy(dst, src, spec, numel, itemsize, stream);
 }
 
@@ -288,9 +288,7 @@ void finish(const Work& w, Tensor& out, double scale, cudaStream_t stream) {
 
 const Tensor& cuda_arg(AtenTensorHandle h, const char* name) {
   const Tensor& t = tensor_arg(h, name);
-  if (t.device_type() != aoti_host::device_code::kCUDA)
-    throw Error(std::string("'") + name + "' is on " + aoti_host::device_type_name(t.device_type()) +
-                "; this is the CUDA op");
+  cu::require_cuda(t, name, t.device_index());
   return t;
 }
 
@@ -396,13 +394,8 @@ Tensor* abs_or_angle(const Tensor& self, bool angle) {
   const int32_t out_dt = complex ? part_dtype(dt) : dt;
   const int device = self.device_index();
   Owned out(new_cuda(out_dt, self.sizes(), aoti_host::cpu::detail::empty_like_strides(self), device));
-  if (self.sizes().size() > static_cast<size_t>(cu::kMaxDims))
-    throw Error("tensors of more than " + std::to_string(cu::kMaxDims) + " dimensions are not supported");
-  cu::StridedSpec spec{};
-  spec.ndim = static_cast<int>(self.sizes().size());
-  for (size_t d = 0; d < self.sizes().size(); ++d)
-    spec.sizes[d] = self.sizes()[d], spec.src_strides[d] = self.strides()[d], spec.dst_strides[d] = out->strides()[d];
-  cu::launch_complex_abs(dt, self.data_ptr(), out->data_ptr(), spec, self.numel(), angle, cu::stream_of(device));
+  cu::launch_complex_abs(dt, self.data_ptr(), out->data_ptr(), strided_spec(self.sizes(), out->strides(), self.strides()),
+                         self.numel(), angle, cu::stream_of(device));
   return out.release();
 }
 
@@ -413,7 +406,7 @@ extern "C" {
 AOTI_HOST_API AOTITorchError aoti_torch_cuda__fft_r2c(AtenTensorHandle self, const int64_t* dim, int64_t dim_len_,
                                                       int64_t normalization, int32_t onesided, AtenTensorHandle* ret0) {
   return guarded("aoti_torch_cuda__fft_r2c", [&] {
-    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    need(ret0, "ret0");
     *ret0 = to_handle(fft_r2c(cuda_arg(self, "self"), aoti_host::shim::int_list(dim, dim_len_, "dim"), normalization,
                               onesided != 0));
   });
@@ -422,7 +415,7 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__fft_r2c(AtenTensorHandle self, con
 AOTI_HOST_API AOTITorchError aoti_torch_cuda__fft_c2c(AtenTensorHandle self, const int64_t* dim, int64_t dim_len_,
                                                       int64_t normalization, int32_t forward, AtenTensorHandle* ret0) {
   return guarded("aoti_torch_cuda__fft_c2c", [&] {
-    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    need(ret0, "ret0");
     *ret0 = to_handle(fft_c2c(cuda_arg(self, "self"), aoti_host::shim::int_list(dim, dim_len_, "dim"), normalization,
                               forward != 0));
   });
@@ -430,14 +423,14 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda__fft_c2c(AtenTensorHandle self, con
 
 AOTI_HOST_API AOTITorchError aoti_torch_cuda_abs(AtenTensorHandle self, AtenTensorHandle* ret0) {
   return guarded("aoti_torch_cuda_abs", [&] {
-    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    need(ret0, "ret0");
     *ret0 = to_handle(abs_or_angle(cuda_arg(self, "self"), false));
   });
 }
 
 AOTI_HOST_API AOTITorchError aoti_torch_cuda_angle(AtenTensorHandle self, AtenTensorHandle* ret0) {
   return guarded("aoti_torch_cuda_angle", [&] {
-    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    need(ret0, "ret0");
     *ret0 = to_handle(abs_or_angle(cuda_arg(self, "self"), true));
   });
 }
@@ -445,21 +438,21 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_angle(AtenTensorHandle self, AtenTe
 AOTI_HOST_API AOTITorchError aoti_torch_cuda_permute(AtenTensorHandle self, const int64_t* dims, int64_t dims_len_,
                                                      AtenTensorHandle* ret0) {
   return guarded("aoti_torch_cuda_permute", [&] {
-    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    need(ret0, "ret0");
     *ret0 = to_handle(aoti_host::ops::permute(cuda_arg(self, "self"), aoti_host::shim::int_list(dims, dims_len_, "dims")));
   });
 }
 
 AOTI_HOST_API AOTITorchError aoti_torch_cuda_view_as_real(AtenTensorHandle self, AtenTensorHandle* ret0) {
   return guarded("aoti_torch_cuda_view_as_real", [&] {
-    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    need(ret0, "ret0");
     *ret0 = to_handle(aoti_host::ops::view_as_real(cuda_arg(self, "self")));
   });
 }
 
 AOTI_HOST_API AOTITorchError aoti_torch_cuda_view_as_complex(AtenTensorHandle self, AtenTensorHandle* ret0) {
   return guarded("aoti_torch_cuda_view_as_complex", [&] {
-    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
+    need(ret0, "ret0");
     *ret0 = to_handle(aoti_host::ops::view_as_complex(cuda_arg(self, "self")));
   });
 }
