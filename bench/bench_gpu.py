@@ -5,9 +5,11 @@
 
 Every measurement runs in its own process, so torch and our runtime never share one (both define the
 aoti_torch_* shims). Per-call latency includes a device synchronisation (median of N calls, device
-inputs). Cold start: exec to the first result, new process each time. Weight upload: blob-mode weights
-into device memory, against pinned host-to-device bandwidth measured in the same run. Ratios are
-ours / reference, measured now; nothing is compared with remembered numbers.
+inputs), beside the floor: the same plugin's captured graph replayed bare (tests/tools/graph_floor). Cold
+start: exec to the first result, new process each time. Weight load: the wall time of runtime.load for
+blob-mode weights, against the limit measured in the same run (the larger of bytes / host read bandwidth of
+the package's pages and bytes / pinned host-to-device bandwidth). Ratios are ours / reference, measured now;
+nothing is compared with remembered numbers.
 """
 
 from __future__ import annotations
@@ -110,28 +112,86 @@ def child_torch_aoti(art: Path, name: str) -> dict:
 
 
 def child_ours_python(art: Path, name: str, graphs: str) -> dict:
+    """graphs: "0" eager, "1" graphs with outputs the caller owns (copies), "borrow" graphs with borrowed
+    outputs (views of graph memory, valid until the next run)."""
     import numpy as np
 
     from toolchain import runtime
     from toolchain.runtime import cuda
 
-    prog = runtime.load(art / f"{name}.pt2", device="cuda", cuda_graphs=graphs == "1")
+    prog = runtime.load(art / f"{name}.pt2", device="cuda", cuda_graphs=graphs != "0",
+                        borrow_graph_outputs=graphs == "borrow")
     x = cuda.DeviceArray.from_numpy(np.load(art / f"{name}.in0.npy"))
     us = _median_us(lambda: prog.run([x], device_outputs=True), prog.synchronize)
     st = prog.cuda_stats()
-    return {"python_us": us, "replays": st.graph_replays, "off": st.graphs_disabled_reason}
+    return {"python_us": us, "replays": st.graph_replays, "off": st.graphs_disabled_reason,
+            "input_copies": st.graph_input_copies, "output_copies": st.graph_output_copies,
+            "compiled_path": prog._fast is not None}
 
 
 def child_upload(art: Path) -> dict:
+    """runtime.load of the blob-weights model, timed from call to return, in a process whose CUDA context
+    already exists (a serving process has one; its creation is not the load's), then a second load."""
     from toolchain import runtime
+    from toolchain.runtime import cuda
 
-    t0 = time.perf_counter()
-    prog = runtime.load(art / "wide_mlp_blob.pt2", device="cuda")
-    load_s = time.perf_counter() - t0
-    st = prog.cuda_stats()
-    return {"bytes": st.weight_upload_bytes, "stage_s": st.weight_stage_seconds, "upload_s": st.weight_upload_seconds,
-            "weight_load_s": st.weight_load_seconds,
-            "load_s": load_s}
+    cuda._check(cuda._cudart().cudaFree(0), "cudaFree(0)")  # the context
+    out: dict = {}
+    for label in ("", "second_"):
+        t0 = time.perf_counter()
+        prog = runtime.load(art / "wide_mlp_blob.pt2", device="cuda")
+        out[label + "load_s"] = time.perf_counter() - t0
+        st = prog.cuda_stats()
+        out.update({label + "bytes": st.weight_upload_bytes, label + "stage_s": st.weight_stage_seconds,
+                    label + "upload_s": st.weight_upload_seconds, label + "weight_load_s": st.weight_load_seconds,
+                    label + "mode": st.weight_upload_mode})
+        prog.close()
+    return out
+
+
+def child_read_bandwidth(art: Path) -> dict:
+    """Host read bandwidth of the package's weight pages (page cache, as a load finds them): the blob member's
+    bytes read with pread(2) into a buffer, and copied out of a fresh read-only mapping (page faults included).
+    Median of 5 each."""
+    import mmap
+    import zipfile
+
+    import numpy as np
+
+    pkg = art / "wide_mlp_blob.pt2"
+    with zipfile.ZipFile(pkg) as zf:
+        (info,) = [i for i in zf.infolist() if i.filename.endswith("_weights.blob")]
+    raw = pkg.read_bytes()[info.header_offset:info.header_offset + 30]
+    start = info.header_offset + 30 + int.from_bytes(raw[26:28], "little") + int.from_bytes(raw[28:30], "little")
+    n = info.file_size
+    buf = np.empty(n, np.uint8)
+    buf.fill(1)  # resident before timing
+    res: dict = {"bytes": n}
+    fd = os.open(pkg, os.O_RDONLY)
+    try:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            view, off = memoryview(buf), 0
+            while off < n:
+                got = os.preadv(fd, [view[off:off + (8 << 20)]], start + off)
+                if got <= 0:
+                    break
+                off += got
+            times.append(time.perf_counter() - t0)
+        res["pread_GBps"] = n / statistics.median(times) / 1e9
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)  # a fresh mapping: its pages fault in as they are read
+            buf[:] = np.frombuffer(m, np.uint8, n, start)
+            times.append(time.perf_counter() - t0)
+            del m
+        res["mmap_copy_GBps"] = n / statistics.median(times) / 1e9
+    finally:
+        os.close(fd)
+    res["read_GBps"] = max(res["pread_GBps"], res["mmap_copy_GBps"])
+    return res
 
 
 def child_pinned_bandwidth() -> dict:
@@ -220,6 +280,48 @@ def wall(cmd: list[str], n: int, timeout: int = 120) -> float:
     return statistics.median(times)
 
 
+def weight_load(art: Path, results: dict, sweep: bool = False) -> None:
+    """The wall time of runtime.load for 134 MB of blob weights (CUDA context already up), per upload mode,
+    against the limit measured in the same run: the larger of bytes / host read bandwidth of the package's
+    pages and bytes / pinned host-to-device bandwidth. sweep: also the host ring's chunk sizes and threads."""
+    progress("weight load: pinned bandwidth, host read bandwidth, then each mode (new process each, 3 each)")
+    bw = _child("--child", "pinned")
+    rd = _child("--child", "readbw", str(art))
+    wl: dict = {"bandwidth": bw, "read": rd}
+    results["weight_load"] = wl
+    limit = None
+    if "pinned_GBps" in bw and "read_GBps" in rd:
+        limit = max(rd["bytes"] / (rd["read_GBps"] * 1e9), rd["bytes"] / (bw["pinned_GBps"] * 1e9))
+        wl["limit_s"] = limit
+    configs: list[tuple[str, dict]] = [("host", {}), ("stage", {}), ("pageable", {})]
+    if sweep:
+        configs += [(f"host_t{t}_c{c}", {"AOTI_HOST_UPLOAD_THREADS": str(t), "AOTI_HOST_UPLOAD_CHUNK_MB": str(c)})
+                    for c in (2, 4, 8, 16) for t in (1, 2, 4)]
+    for label, extra in configs:
+        mode = label.split("_")[0]
+        env_keys = {"AOTI_HOST_WEIGHT_UPLOAD": mode, **extra}
+        os.environ.update(env_keys)
+        runs = [_child("--child", "upload", str(art)) for _ in range(3)]
+        for k in env_keys:
+            os.environ.pop(k, None)
+        ok = [r for r in runs if r.get("load_s")]
+        row: dict = {"runs": len(ok)}
+        if ok:
+            row["load_s"] = statistics.median(r["load_s"] for r in ok)
+            row["second_load_s"] = statistics.median(r["second_load_s"] for r in ok)
+            row["weight_load_s"] = statistics.median(r["weight_load_s"] for r in ok)
+            row["upload_s"] = statistics.median(r["upload_s"] for r in ok)
+            if limit:
+                row["ratio_load_vs_limit"] = row["load_s"] / limit
+        else:
+            row["error"] = str(runs[0])[-300:]
+        wl[label] = row
+        print(f"  weight load {label}: {json.dumps(row)}", flush=True)
+    if "load_s" in wl.get("host", {}) and "load_s" in wl.get("pageable", {}):
+        wl["ratio_host_vs_plugin_loader"] = wl["host"]["load_s"] / wl["pageable"]["load_s"]
+    print(f"  weight load: limit {limit} s; pinned {bw.get('pinned_GBps')} GB/s; read {json.dumps(rd)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--artifacts", type=Path)
@@ -232,35 +334,17 @@ def main() -> int:
         art = Path(rest[0]) if rest else Path()
         fn = {"eager": lambda: child_torch_eager(art, rest[1]), "aoti": lambda: child_torch_aoti(art, rest[1]),
               "python": lambda: child_ours_python(art, rest[1], rest[2]), "upload": lambda: child_upload(art),
+              "readbw": lambda: child_read_bandwidth(art),
               "pinned": child_pinned_bandwidth, "cold": lambda: child_torch_cold(art, rest[1]),
               "default": lambda: child_torch_default(art, *rest[1:])}[kind]
         print(json.dumps(fn()))
         return 0
     art, exe = a.artifacts.resolve(), a.aoti_run
     results: dict = {"n_calls": N_CALLS}
-    if os.environ.get("BENCH_PART") == "upload":  # the host upload's ring: threads x chunk size, and the modes
-        bw = _child("--child", "pinned")
-        print(f"  pinned bandwidth: {json.dumps(bw)}")
-        results["weight_upload_sweep"] = rows = []
-        configs = [("host", t, c) for c in (8, 32) for t in (1, 2, 4, 8)] + [("stage", 0, 0), ("pageable", 0, 0)]
-        for mode, threads, chunk in configs:
-            env = {"AOTI_HOST_WEIGHT_UPLOAD": mode}
-            if threads:
-                env.update(AOTI_HOST_UPLOAD_THREADS=str(threads), AOTI_HOST_UPLOAD_CHUNK_MB=str(chunk))
-            os.environ.update(env)
-            runs = [_child("--child", "upload", str(art)) for _ in range(3)]
-            for k in ("AOTI_HOST_UPLOAD_THREADS", "AOTI_HOST_UPLOAD_CHUNK_MB"):
-                os.environ.pop(k, None)
-            ok = [r for r in runs if r.get("upload_s")]
-            row = {"mode": mode, "threads": threads, "chunk_mb": chunk, "runs": len(ok)}
-            if ok:
-                row["copy_ratio"] = statistics.median(r["bytes"] / r["upload_s"] / 1e9 for r in ok) / bw["pinned_GBps"]
-                row["all_GBps"] = statistics.median(r["bytes"] / r["weight_load_s"] / 1e9 for r in ok)
-            rows.append(row)
-            print(f"  upload {json.dumps(row)}", flush=True)
-        os.environ.pop("AOTI_HOST_WEIGHT_UPLOAD", None)
+    if os.environ.get("BENCH_PART") == "upload":  # the weight load alone, with the host ring's sweep
+        weight_load(art, results, sweep=True)
         if a.json:
-            a.json.write_text(json.dumps({"bandwidth": bw, **results}, indent=1))
+            a.json.write_text(json.dumps(results, indent=1))
         return 0
     if os.environ.get("BENCH_PART") == "torch":  # only what BENCH_QUICK leaves out (a second, warm call)
         for name in ("small_mlp", "wide_mlp_blob"):
@@ -297,8 +381,28 @@ def main() -> int:
                 r[key + "_error"] = text[-400:]
             if graphs:
                 r["ours_graph_counters"] = next((ln for ln in text.splitlines() if ln.startswith("cuda_graphs:")), "")
-            py = _child("--child", "python", str(art), name, "1" if graphs else "0")
-            r["python_graphs_us" if graphs else "python_us"] = py.get("python_us", py.get("error"))
+        for graphs, key in (("0", "python_us"), ("1", "python_graphs_us"), ("borrow", "python_graphs_borrowed_us")):
+            py = _child("--child", "python", str(art), name, graphs)
+            r[key] = py.get("python_us", py.get("error"))
+            if graphs == "borrow":
+                r["python_borrowed_counters"] = {k: py.get(k) for k in ("input_copies", "output_copies", "compiled_path")}
+        # the floor: the same plugin's captured graph replayed bare (launch + sync), beside our per-call path,
+        # interleaved in one process (runtime/tests/tools/graph_floor.cpp)
+        floor_exe = Path(exe).resolve().parents[2] / "tests" / "graph_floor"
+        try:
+            proc = subprocess.run([str(floor_exe), str(art / f"{name}.pt2"), str(N_CALLS // 2), "4",
+                                   str(art / f"{name}.in0.npy")], capture_output=True, text=True, timeout=180)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("{")), None)
+            r["graph_floor"] = json.loads(line) if line else {"error": (proc.stderr or proc.stdout)[-400:]}
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            r["graph_floor"] = {"error": str(exc)}
+        floor = r["graph_floor"].get("floor_us")
+        if isinstance(floor, float) and isinstance(r.get("ours_graphs_us"), float):
+            r["ratio_aoti_run_graphs_vs_floor"] = r["ours_graphs_us"] / floor
+        if isinstance(r.get("torch_graph_replay_us"), float):
+            for key in ("ours_graphs_us", "python_graphs_borrowed_us", "python_graphs_us"):
+                if isinstance(r.get(key), float):
+                    r[f"ratio_{key}_vs_torch_replay"] = r[key] / r["torch_graph_replay_us"]
         ref_name = "torch_aoti_us" if isinstance(r.get("torch_aoti_us"), float) else "eager_us"
         if isinstance(r.get("ours_graphs_us"), float) and isinstance(r.get(ref_name), float):
             r["ratio_graphs_vs_" + ref_name] = r["ours_graphs_us"] / r[ref_name]
@@ -317,24 +421,7 @@ def main() -> int:
                              "torch_exec_to_result_s": torch_wall, "ratio": ours_cold / torch_wall,
                              "ratio_vs_import_torch_alone": ours_cold / import_torch}
     print(f"  cold start: {json.dumps(results['cold_start'])}")
-    progress("weight upload (each mode of AOTI_HOST_WEIGHT_UPLOAD, new process each, 3 each)")
-    bw = _child("--child", "pinned")
-    results["weight_upload"] = {"bandwidth": bw}
-    for mode in ("host", "stage", "pageable"):
-        os.environ["AOTI_HOST_WEIGHT_UPLOAD"] = mode
-        runs = [_child("--child", "upload", str(art)) for _ in range(3)]
-        ok = [r for r in runs if r.get("upload_s")]
-        up: dict = {"runs": runs}
-        if ok and "pinned_GBps" in bw:
-            # copy: host-to-device copy time (the copy engine's, from CUDA events, when the host uploads;
-            # the plugin's UpdateConstantsFromBlob call when it does); all: the whole weight load.
-            copy = statistics.median(r["bytes"] / r["upload_s"] / 1e9 for r in ok)
-            whole = statistics.median(r["bytes"] / r["weight_load_s"] / 1e9 for r in ok)
-            up.update(copy_GBps=copy, all_GBps=whole, copy_ratio_vs_pinned=copy / bw["pinned_GBps"],
-                      all_ratio_vs_pinned=whole / bw["pinned_GBps"])
-        results["weight_upload"][mode] = up
-    os.environ.pop("AOTI_HOST_WEIGHT_UPLOAD", None)
-    print(f"  weight upload: {json.dumps(results['weight_upload'])}")
+    weight_load(art, results)
     progress("torch's runner on its default plugin")
     d = _child("--child", "default", str(art))
     rc_ours, text_ours = aoti_run(exe, art, "small_mlp_default", [], inputs="small_mlp")

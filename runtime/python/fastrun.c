@@ -6,12 +6,16 @@
  *
  * It links nothing of the runtime: toolchain/runtime passes the addresses of the C API entry points it
  * already opened through ctypes (bind()), so one libaoti_host.so serves both paths. Anything this path does
- * not handle (DLPack producers, dtypes numpy has no equivalent of, CUDA programs) is left to the ctypes
+ * not handle (dtypes numpy has no equivalent of, CUDA programs asked for host outputs) is left to the ctypes
  * path: run() returns NotImplemented before touching the program.
  *
  * Inputs are numpy arrays (read through numpy's C API) or DLPack producers in host memory (torch tensors, ...:
  * `__dlpack__()` exported, the DLTensor read, the capsule kept unconsumed until the run returns, so its own
- * destructor releases the producer's tensor).
+ * destructor releases the producer's tensor). For a CUDA program with device outputs, also device memory:
+ * the runtime's DeviceArray (its fields read directly) and DLPack producers on a CUDA device (exported for the
+ * legacy default stream, stream=1, with which the program's blocking stream orders); its outputs become
+ * DeviceArrays owning their tensor handle through a capsule, built by the Python side's `adopt` callable.
+ * to_dlpack() exports such an array to DLPack consumers (torch.from_dlpack, cupy, JAX) without a copy.
  *
  * Built against CPython's limited API (the stable ABI of 3.10 and later, Py_LIMITED_API set by the build), so
  * one `_aoti_fastrun.abi3.so` serves every CPython the wheel is installed into. */
@@ -22,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "aoti_host/c_api.h"
@@ -36,6 +41,7 @@ typedef int32_t (*get_i32_fn)(Handle, int32_t*);
 typedef int32_t (*get_i64_fn)(Handle, int64_t*);
 typedef int32_t (*get_arr_fn)(Handle, int64_t**);
 typedef int32_t (*delete_fn)(Handle);
+typedef int (*sync_fn)(const aoti_host_program*);
 
 enum { kMaxCodes = 64, kStackTensors = 16, kMaxDims = 32 };
 
@@ -61,7 +67,15 @@ static struct {
   PyArray_Descr* descr[kMaxCodes]; /* torch ScalarType code -> numpy dtype (NULL: none) */
   int16_t dl_code[8][65];          /* [DLDataTypeCode][bits] -> torch ScalarType code (-1: none) */
   bool bound;
+  /* CUDA programs (bind_cuda) */
+  get_i32_fn device_index;
+  sync_fn synchronize;
+  PyObject* device_array; /* toolchain.runtime.cuda.DeviceArray */
+  PyObject* adopt;        /* DeviceArray._adopt(owner, ptr, shape, dtype, strides, device) */
+  int32_t cuda_device_type;
 } g;
+
+enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
 
 static const char kCapsule[] = "aoti_host.tensor";
 
@@ -126,8 +140,41 @@ static int code_of(PyArrayObject* a) {
   return -1;
 }
 
-/* A numpy array viewing output `h` without a copy; it owns h through its base capsule. Steals h (freed on
- * failure too). */
+static PyObject* int_tuple(const int64_t* v, int64_t n) {
+  PyObject* t = PyTuple_New((Py_ssize_t)n);
+  for (int64_t i = 0; t != NULL && i < n; ++i) {
+    PyObject* x = PyLong_FromLongLong(v[i]);
+    if (x == NULL) {
+      Py_CLEAR(t);
+      break;
+    }
+    PyTuple_SetItem(t, (Py_ssize_t)i, x); /* steals x */
+  }
+  return t;
+}
+
+/* A DeviceArray over device output `h` (no copy), owning h through a capsule. */
+static PyObject* wrap_device_output(PyObject* capsule, Handle h, void* data, int32_t code, int64_t ndim,
+                                    const int64_t* sizes, const int64_t* strides) {
+  int32_t index = 0;
+  if (g.adopt == NULL || g.device_index(h, &index)) {
+    Py_DECREF(capsule);
+    return PyErr_Format(PyExc_RuntimeError, "output: device outputs need bind_cuda() first");
+  }
+  PyObject* shape = int_tuple(sizes, ndim);
+  PyObject* st = int_tuple(strides, ndim);
+  PyObject* out = NULL;
+  if (shape != NULL && st != NULL)
+    out = PyObject_CallFunction(g.adopt, "OKOOOi", capsule, (unsigned long long)(uintptr_t)data, shape,
+                                (PyObject*)g.descr[code], st, (int)index);
+  Py_XDECREF(shape);
+  Py_XDECREF(st);
+  Py_DECREF(capsule);
+  return out;
+}
+
+/* A numpy array viewing output `h` without a copy (a DeviceArray for device memory); it owns h through its
+ * base capsule. Steals h (freed on failure too). */
 static PyObject* wrap_output(Handle h) {
   PyObject* capsule = PyCapsule_New(h, kCapsule, free_handle);
   if (capsule == NULL) {
@@ -143,6 +190,8 @@ static PyObject* wrap_output(Handle h) {
     Py_DECREF(capsule);
     return PyErr_Format(PyExc_RuntimeError, "output: cannot read the tensor's metadata");
   }
+  if (device != 0 && device == g.cuda_device_type && code >= 0 && code < kMaxCodes && g.descr[code] != NULL)
+    return wrap_device_output(capsule, h, data, code, ndim, sizes, strides);
   if (device != 0 || code < 0 || code >= kMaxCodes || g.descr[code] == NULL) {
     Py_DECREF(capsule);
     return PyErr_Format(PyExc_TypeError, "output: dtype code %d on device type %d has no numpy view here", code,
@@ -168,22 +217,56 @@ static PyObject* wrap_output(Handle h) {
 /* The view of a DLPack producer in host memory: 1, with *capsule holding its memory until the run returns;
  * 0 for what this path leaves to the ctypes one (no __dlpack__, device memory, a dtype or layout it does not
  * take); -1 with an exception set. */
-static int dlpack_view(PyObject* obj, aoti_host_tensor_view* view, PyObject** capsule) {
-  static PyObject* name = NULL;
+static int dlpack_view(PyObject* obj, bool on_cuda, aoti_host_tensor_view* view, PyObject** capsule) {
+  static PyObject *name = NULL, *device_name = NULL, *stream_kw = NULL;
   if (name == NULL && (name = PyUnicode_InternFromString("__dlpack__")) == NULL) return -1;
+  if (device_name == NULL && (device_name = PyUnicode_InternFromString("__dlpack_device__")) == NULL) return -1;
+  int dev_type = kDLCPU;
+  if (on_cuda) { /* where it lives decides the stream argument: device memory is exported for stream 1 */
+    PyObject* where = NULL;
+    PyObject* fn = PyObject_GetAttr(obj, device_name);
+    if (fn != NULL) {
+      where = PyObject_CallNoArgs(fn);
+      Py_DECREF(fn);
+    }
+    if (where == NULL) {
+      PyErr_Clear();
+      return 0;
+    }
+    int id = 0;
+    const int ok = PyArg_ParseTuple(where, "ii", &dev_type, &id);
+    Py_DECREF(where);
+    if (!ok) {
+      PyErr_Clear();
+      return 0;
+    }
+  }
   PyObject* method = PyObject_GetAttr(obj, name);
   if (method == NULL) {
     PyErr_Clear();
     return 0;
   }
-  PyObject* cap = PyObject_CallNoArgs(method);
+  PyObject* cap = NULL;
+  if (dev_type == kDLCUDA) {
+    if (stream_kw == NULL && (stream_kw = Py_BuildValue("{s:i}", "stream", 1)) == NULL) {
+      Py_DECREF(method);
+      return -1;
+    }
+    PyObject* empty = PyTuple_New(0);
+    cap = empty == NULL ? NULL : PyObject_Call(method, empty, stream_kw);
+    Py_XDECREF(empty);
+  } else {
+    cap = PyObject_CallNoArgs(method);
+  }
   Py_DECREF(method);
   if (cap == NULL) { /* the ctypes path reports the producer's refusal with its own message */
     PyErr_Clear();
     return 0;
   }
   DLTensor* t = PyCapsule_IsValid(cap, "dltensor") ? (DLTensor*)PyCapsule_GetPointer(cap, "dltensor") : NULL;
-  if (t == NULL || (t->device.device_type != 1 && t->device.device_type != 3) || t->dtype.lanes != 1 ||
+  const bool host = t != NULL && (t->device.device_type == kDLCPU || t->device.device_type == kDLCUDAHost);
+  const bool device = t != NULL && on_cuda && t->device.device_type == kDLCUDA;
+  if (t == NULL || !(host || device) || t->dtype.lanes != 1 ||
       t->dtype.code >= 8 || t->dtype.bits > 64 || t->ndim < 0 || t->ndim > kMaxDims) {
     Py_DECREF(cap);
     return 0;
@@ -194,23 +277,81 @@ static int dlpack_view(PyObject* obj, aoti_host_tensor_view* view, PyObject** ca
     Py_DECREF(cap);
     return 0;
   }
-  *view = (aoti_host_tensor_view){(char*)t->data + t->byte_offset, code, t->ndim, t->shape, t->strides, 0, 0};
+  *view = (aoti_host_tensor_view){(char*)t->data + t->byte_offset, code, t->ndim, t->shape, t->strides,
+                                  device ? g.cuda_device_type : 0, device ? t->device.device_id : 0};
   *capsule = cap;
   return 1;
 }
 
-/* run(program, method, session, inputs, num_outputs) -> list of numpy arrays, an int status (the runtime's
- * message is aoti_host_last_error() on this thread), or NotImplemented for inputs this path leaves to the
- * ctypes one. */
+/* Reads `n` ints of a tuple into out (1), 0 when it is not a tuple of n ints (exception cleared). */
+static int read_ints(PyObject* t, int64_t n, int64_t* out) {
+  if (!PyTuple_Check(t) || PyTuple_Size(t) != n) return 0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = PyLong_AsLongLong(PyTuple_GetItem(t, (Py_ssize_t)i));
+    if (out[i] == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* The view of a DeviceArray (its ptr, shape, strides in elements, dtype and device fields): 1, or 0 for what
+ * the ctypes path handles (and reports). sizes/strides: room for kMaxDims each. */
+static int device_array_view(PyObject* obj, aoti_host_tensor_view* view, int64_t* sizes, int64_t* strides) {
+  static PyObject *k_ptr, *k_shape, *k_strides, *k_dtype, *k_device;
+  if (k_ptr == NULL && ((k_ptr = PyUnicode_InternFromString("ptr")) == NULL ||
+                        (k_shape = PyUnicode_InternFromString("shape")) == NULL ||
+                        (k_strides = PyUnicode_InternFromString("strides")) == NULL ||
+                        (k_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+                        (k_device = PyUnicode_InternFromString("device")) == NULL)) {
+    PyErr_Clear();
+    k_ptr = NULL;
+    return 0;
+  }
+  PyObject* ptr = PyObject_GetAttr(obj, k_ptr);
+  PyObject* shape = PyObject_GetAttr(obj, k_shape);
+  PyObject* st = PyObject_GetAttr(obj, k_strides);
+  PyObject* dtype = PyObject_GetAttr(obj, k_dtype);
+  PyObject* device = PyObject_GetAttr(obj, k_device);
+  int ok = ptr != NULL && shape != NULL && st != NULL && dtype != NULL && device != NULL &&
+           PyTuple_Check(shape) && PyTuple_Size(shape) <= kMaxDims;
+  int code = -1;
+  if (ok) {
+    const int64_t nd = PyTuple_Size(shape);
+    ok = read_ints(shape, nd, sizes) && read_ints(st, nd, strides);
+    for (int c = 0; ok && c < kMaxCodes && code < 0; ++c)
+      if (g.descr[c] != NULL && PyObject_RichCompareBool((PyObject*)g.descr[c], dtype, Py_EQ) == 1) code = c;
+    const long dev = ok ? PyLong_AsLong(device) : -1;
+    void* p = ok ? PyLong_AsVoidPtr(ptr) : NULL;
+    if (PyErr_Occurred()) PyErr_Clear(), ok = 0;
+    ok = ok && code >= 0 && dev >= 0;
+    if (ok) *view = (aoti_host_tensor_view){p, code, (int32_t)nd, sizes, strides, g.cuda_device_type, (int32_t)dev};
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  Py_XDECREF(ptr);
+  Py_XDECREF(shape);
+  Py_XDECREF(st);
+  Py_XDECREF(dtype);
+  Py_XDECREF(device);
+  return ok;
+}
+
+/* run(program, method, session, inputs, num_outputs[, device_outputs]) -> list of outputs, an int status (the
+ * runtime's message is aoti_host_last_error() on this thread), or NotImplemented for inputs this path leaves to
+ * the ctypes one. device_outputs (a CUDA program's outputs kept on the device): device inputs are taken too,
+ * and outputs are DeviceArrays. */
 static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
-  if (nargs != 5) return PyErr_Format(PyExc_TypeError, "run takes 5 arguments, got %zd", nargs);
+  if (nargs != 5 && nargs != 6) return PyErr_Format(PyExc_TypeError, "run takes 5 or 6 arguments, got %zd", nargs);
   if (!g.bound) return PyErr_Format(PyExc_RuntimeError, "run before bind");
   void* program = PyLong_AsVoidPtr(args[0]);
   size_t method = PyLong_AsSize_t(args[1]);
   void* session = args[2] == Py_None ? NULL : PyLong_AsVoidPtr(args[2]);
   size_t num_outputs = PyLong_AsSize_t(args[4]);
   if (PyErr_Occurred()) return NULL;
+  const bool on_cuda = nargs == 6 && PyObject_IsTrue(args[5]) == 1;
+  if (on_cuda && g.adopt == NULL) return PyErr_Format(PyExc_RuntimeError, "device outputs before bind_cuda");
   /* A tuple holds every input for the run: another thread may change the caller's list while the GIL is out. */
   PyObject* seq = PySequence_Tuple(args[3]);
   if (seq == NULL) return NULL;
@@ -218,6 +359,8 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   aoti_host_tensor_view stack_views[kStackTensors];
   PyObject* stack_capsules[kStackTensors] = {NULL};
   int64_t stack_strides[kStackTensors][kMaxDims];
+  int64_t stack_sizes[kStackTensors][kMaxDims]; /* DeviceArray inputs' shapes */
+  int64_t(*sizes)[kMaxDims] = stack_sizes;
   Handle stack_outs[kStackTensors];
   aoti_host_tensor_view* views = stack_views;
   int64_t(*strides)[kMaxDims] = stack_strides;
@@ -227,17 +370,25 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (n > kStackTensors || num_outputs > kStackTensors) {
     views = PyMem_Malloc(sizeof(*views) * (size_t)(n ? n : 1));
     strides = PyMem_Malloc(sizeof(*strides) * (size_t)(n ? n : 1));
+    sizes = PyMem_Malloc(sizeof(*sizes) * (size_t)(n ? n : 1));
     outs = PyMem_Malloc(sizeof(*outs) * (num_outputs ? num_outputs : 1));
     capsules = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*capsules));
-    if (views == NULL || strides == NULL || outs == NULL || capsules == NULL) {
+    if (views == NULL || strides == NULL || sizes == NULL || outs == NULL || capsules == NULL) {
       PyErr_NoMemory();
       goto done;
     }
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* input = PyTuple_GetItem(seq, i); /* borrowed: seq holds it */
+    if (on_cuda && (PyObject*)Py_TYPE(input) == g.device_array) {
+      if (!device_array_view(input, &views[i], sizes[i], strides[i])) {
+        result = Py_NewRef(Py_NotImplemented);
+        goto done;
+      }
+      continue;
+    }
     if (!PyArray_CheckExact(input)) {
-      const int rc = dlpack_view(input, &views[i], &capsules[i]);
+      const int rc = dlpack_view(input, on_cuda, &views[i], &capsules[i]);
       if (rc < 0) goto done;
       if (rc == 0) {
         result = Py_NewRef(Py_NotImplemented);
@@ -299,13 +450,110 @@ done:
   if (capsules != stack_capsules) PyMem_Free(capsules);
   if (views != stack_views) PyMem_Free(views);
   if (strides != stack_strides) PyMem_Free(strides);
+  if (sizes != stack_sizes) PyMem_Free(sizes);
   if (outs != stack_outs) PyMem_Free(outs);
   Py_DECREF(seq);
   return result;
 }
 
+/* bind_cuda(aoti_torch_get_device_index, aoti_host_program_synchronize, cuda device type code, DeviceArray,
+ *           DeviceArray._adopt) */
+static PyObject* bind_cuda(PyObject* self, PyObject* args) {
+  (void)self;
+  unsigned long long index_fn, sync;
+  int device_type;
+  PyObject *cls, *adopt;
+  if (!PyArg_ParseTuple(args, "KKiOO", &index_fn, &sync, &device_type, &cls, &adopt)) return NULL;
+  if (index_fn == 0 || sync == 0 || !PyType_Check(cls) || !PyCallable_Check(adopt))
+    return PyErr_Format(PyExc_ValueError, "bind_cuda: bad arguments");
+  g.device_index = (get_i32_fn)(uintptr_t)index_fn;
+  g.synchronize = (sync_fn)(uintptr_t)sync;
+  g.cuda_device_type = device_type;
+  PyObject *old_cls = g.device_array, *old_adopt = g.adopt;
+  g.device_array = Py_NewRef(cls);
+  g.adopt = Py_NewRef(adopt);
+  Py_XDECREF(old_cls);
+  Py_XDECREF(old_adopt);
+  Py_RETURN_NONE;
+}
+
+/* synchronize(program) -> status: waits for the program's device work with the GIL released. */
+static PyObject* synchronize(PyObject* self, PyObject* arg) {
+  (void)self;
+  if (g.synchronize == NULL) return PyErr_Format(PyExc_RuntimeError, "synchronize before bind_cuda");
+  void* program = PyLong_AsVoidPtr(arg);
+  if (program == NULL && PyErr_Occurred()) return NULL;
+  int status;
+  Py_BEGIN_ALLOW_THREADS
+  status = g.synchronize((const aoti_host_program*)program);
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLong(status);
+}
+
+/* dlpack/dlpack.h's legacy DLManagedTensor, with room for its shape and strides. */
+typedef struct Managed {
+  DLTensor dl_tensor;
+  void* manager_ctx; /* the exporting Python object (a strong reference) */
+  void (*deleter)(struct Managed*);
+  int64_t shape[kMaxDims], strides[kMaxDims];
+} Managed;
+
+static void managed_delete(Managed* m) {
+  /* consumers may call this from any thread, with or without the GIL */
+  PyGILState_STATE st = PyGILState_Ensure();
+  Py_XDECREF((PyObject*)m->manager_ctx);
+  PyGILState_Release(st);
+  free(m);
+}
+
+static void dlpack_capsule_delete(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return; /* consumed ("used_dltensor"): the consumer owns it */
+  Managed* m = (Managed*)PyCapsule_GetPointer(capsule, "dltensor");
+  if (m != NULL) m->deleter(m);
+}
+
+/* to_dlpack(owner, ptr, shape, strides, dtype, device_type, device_id) -> a "dltensor" capsule viewing the
+ * memory without a copy; `owner` stays alive until the consumer releases it. */
+static PyObject* to_dlpack(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *owner, *shape, *st, *dtype;
+  unsigned long long ptr;
+  int device_type, device_id;
+  if (!PyArg_ParseTuple(args, "OKOOOii", &owner, &ptr, &shape, &st, &dtype, &device_type, &device_id)) return NULL;
+  if (!PyTuple_Check(shape) || PyTuple_Size(shape) > kMaxDims)
+    return PyErr_Format(PyExc_ValueError, "to_dlpack: shape must be a tuple of at most %d ints", kMaxDims);
+  int code = -1;
+  for (int c = 0; c < kMaxCodes && code < 0; ++c)
+    if (g.descr[c] != NULL && PyObject_RichCompareBool((PyObject*)g.descr[c], dtype, Py_EQ) == 1) code = c;
+  int kind = -1, bits = -1;
+  for (int k = 0; code >= 0 && k < 8 && kind < 0; ++k)
+    for (int b = 0; b <= 64; ++b)
+      if (g.dl_code[k][b] == code) {
+        kind = k, bits = b;
+        break;
+      }
+  if (kind < 0) return PyErr_Format(PyExc_TypeError, "to_dlpack: no DLPack dtype for %R", dtype);
+  Managed* m = calloc(1, sizeof(Managed));
+  if (m == NULL) return PyErr_NoMemory();
+  const int64_t nd = PyTuple_Size(shape);
+  if (!read_ints(shape, nd, m->shape) || !read_ints(st, nd, m->strides)) {
+    free(m);
+    return PyErr_Format(PyExc_ValueError, "to_dlpack: shape and strides must be tuples of %lld ints", (long long)nd);
+  }
+  m->dl_tensor = (DLTensor){(void*)(uintptr_t)ptr, {device_type, device_id}, (int32_t)nd,
+                            {(uint8_t)kind, (uint8_t)bits, 1}, m->shape, m->strides, 0};
+  m->manager_ctx = Py_NewRef(owner);
+  m->deleter = managed_delete;
+  PyObject* capsule = PyCapsule_New(m, "dltensor", dlpack_capsule_delete);
+  if (capsule == NULL) managed_delete(m);
+  return capsule;
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "bind(entry point addresses..., {code: numpy dtype})"},
+    {"bind_cuda", bind_cuda, METH_VARARGS, "bind_cuda(device_index, synchronize, cuda code, DeviceArray, adopt)"},
+    {"synchronize", synchronize, METH_O, "synchronize(program) -> status"},
+    {"to_dlpack", to_dlpack, METH_VARARGS, "to_dlpack(owner, ptr, shape, strides, dtype, device_type, device_id)"},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
      "run(program, method, session, inputs, num_outputs) -> outputs | status | NotImplemented"},
     {NULL, NULL, 0, NULL},

@@ -309,6 +309,10 @@ int aoti_host_program_set_cuda_graphs(aoti_host_program* program, bool enable) {
   });
 }
 
+int aoti_host_program_set_borrowed_graph_outputs(aoti_host_program* program, bool borrowed) {
+  return guarded([&] { cuda_of(program).borrow_graph_outputs(borrowed); });
+}
+
 int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cuda_stats* out) {
   return guarded([&] {
     const auto& s = cuda_of(program);
@@ -322,6 +326,7 @@ int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cud
     out->weight_load_seconds = s.upload_load_seconds();
     out->weight_upload_mode = s.upload_mode();
     out->weight_upload_chunks = s.upload_chunks();
+    out->graph_input_copies = g.input_copies, out->graph_output_copies = g.output_copies;
     out->weight_upload_chunk_bytes = s.upload_chunk_bytes();
     out->weight_upload_threads = s.upload_threads();
   });
@@ -346,6 +351,10 @@ int aoti_host_program_synchronize(const aoti_host_program* program) {
   return guarded([&] { require(program, "program"); });
 }
 int aoti_host_program_set_cuda_graphs(aoti_host_program*, bool) {
+  aoti_host::set_last_error("CUDA graphs: this runtime was built without CUDA (scons cuda=on)");
+  return AOTI_HOST_NOT_SUPPORTED;
+}
+int aoti_host_program_set_borrowed_graph_outputs(aoti_host_program*, bool) {
   aoti_host::set_last_error("CUDA graphs: this runtime was built without CUDA (scons cuda=on)");
   return AOTI_HOST_NOT_SUPPORTED;
 }

@@ -16,6 +16,7 @@
 #include "aoti_host/tensor.h"
 #include "constants.h"
 #include "contract.h"
+#include "crc32.h"
 #include "mapped_file.h"
 #include "package.h"
 #include "packed_gemm.h"
@@ -280,7 +281,11 @@ void Program::constants_changed() {
 void Program::load_pending_weights() {
   if (!weights_pending_) return;
   if (pending_zip_) {
-    load_weights(pending_zip_->data(*pending_blob_), pending_blob_->size, path_ + ":" + pending_blob_->name);
+    // The blob's CRC-32 is checked in the pass that reads it when the host uploads it to the device, else
+    // before anything reads it (load_weights).
+    const BlobCheck check{pending_zip_.get(), pending_blob_};
+    load_weights(pending_zip_->unchecked_data(*pending_blob_), pending_blob_->size, path_ + ":" + pending_blob_->name,
+                 &check);
   } else {
     MappedFile weights(pending_weights_path_, "weights blob");
     load_weights(weights.data(), weights.size(), pending_weights_path_);
@@ -289,7 +294,7 @@ void Program::load_pending_weights() {
   constants_changed();
 }
 
-void Program::load_weights(const unsigned char* blob, size_t size, const std::string& from) {
+void Program::load_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check) {
   const AotiEntryPoints& fns = plugin_->fns;
   if (fns.AOTInductorModelUpdateConstantsFromBlob == nullptr) {
     throw Error(path_ + ": the plugin keeps its weights outside but does not export "
@@ -304,7 +309,8 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
                     std::to_string(expected) + "; pass the blob exported with this plugin",
                 AOTI_HOST_INVALID_ARGUMENT);
   }
-  if (place_weights(blob, size, from)) return;
+  if (place_weights(blob, size, from, check)) return;
+  if (check != nullptr) check->zip->data(*check->entry);  // the plugin's loader reads checked bytes only
   clear_last_error();
 #if CUDA_AVAILABLE
   // The plugin copies the blob to the device with cudaMemcpy: from pageable memory that runs at a
@@ -333,7 +339,7 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
   log(LogLevel::Debug, "%s: loaded %zu bytes of weights from %s", path_.c_str(), size, from.c_str());
 }
 
-bool Program::place_weights(const unsigned char* blob, size_t size, const std::string& from) {
+bool Program::place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check) {
   if (constant_layouts_.empty()) return false;  // a package without layouts: the plugin's loader
   const char* device = "cpu";
 #if CUDA_AVAILABLE
@@ -354,8 +360,14 @@ bool Program::place_weights(const unsigned char* blob, size_t size, const std::s
   }
   if (cuda_) {
     cuda::UploadTimes t;
-    void* mem = cuda::upload_to_device(blob, plan.total, cuda_->device(), cuda_->stream(), &t);
+    const bool unchecked = check != nullptr && !check->zip->verified(*check->entry);
+    uint32_t crc = 0;
+    const size_t upload = std::min(plan.total, size);
+    void* mem = cuda::upload_to_device(blob, upload, cuda_->device(), cuda_->stream(), &t, unchecked ? &crc : nullptr);
     placed = std::make_unique<PlacedWeights>(mem, &cuda::device_free);
+    // the bytes the upload left out (past the last constant) complete the blob's CRC; a mismatch throws here,
+    // before the plugin sees any of it (placed frees the device copy)
+    if (unchecked) check->zip->verify(*check->entry, crc32(crc, blob + upload, size - upload));
     placed->hand_over(*plugin_, container_, plan, device_code::kCUDA, cuda_->device());
     cuda_->record_upload(plan.total, t.wall_s - t.dma_s, t.dma_s, t.wall_s);
     cuda_->record_upload_path("host", t.chunks, t.chunk_bytes, t.threads);
@@ -366,6 +378,7 @@ bool Program::place_weights(const unsigned char* blob, size_t size, const std::s
   }
 #endif
   if (!placed) {
+    if (check != nullptr) check->zip->data(*check->entry);  // checked before it is read
     placed = place_on_host(blob, plan);
     placed->hand_over(*plugin_, container_, plan, device_code::kCPU, 0);
     log(LogLevel::Debug, "%s: %zu constants (%llu bytes) from %s placed by the host", path_.c_str(), plan.items.size(),
@@ -413,6 +426,7 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
 
   std::vector<AtenTensorHandle> handles;
   handles.reserve(num_inputs);
+  std::vector<char> caller_memory;  // CUDA: input i is the caller's device memory, used in place
   auto release = [&handles]() {
     for (auto h : handles) delete from_handle(h);
   };
@@ -420,29 +434,30 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
     for (size_t i = 0; i < num_inputs; ++i) {
       const aoti_host_tensor_view& v = inputs[i];
       const TensorContract& c = inputs_[i];
-      std::string what = path_ + ": input " + std::to_string(i) + (c.name.empty() ? "" : " (" + c.name + ")");
+      // The input's name for messages, built only when one is raised (not on every call).
+      auto what = [&]() { return path_ + ": input " + std::to_string(i) + (c.name.empty() ? "" : " (" + c.name + ")"); };
       if (v.ndim < 0 || (v.ndim > 0 && v.sizes == nullptr))
-        throw Error(what + ": ndim/sizes invalid", AOTI_HOST_INVALID_ARGUMENT);
+        throw Error(what() + ": ndim/sizes invalid", AOTI_HOST_INVALID_ARGUMENT);
       if (v.device_type != 0 && !(cuda_ && v.device_type == device_code::kCUDA))
-        throw Error(what + ": on device type " + std::to_string(v.device_type) + "; this program runs on " +
+        throw Error(what() + ": on device type " + std::to_string(v.device_type) + "; this program runs on " +
                         (cuda_ ? "cuda (give host or cuda memory)" : "the CPU"), AOTI_HOST_INVALID_ARGUMENT);
       if (!dtype_is_supported(v.dtype))
-        throw Error(what + ": dtype " + dtype_name(v.dtype) + " is not supported", AOTI_HOST_INVALID_ARGUMENT);
+        throw Error(what() + ": dtype " + dtype_name(v.dtype) + " is not supported", AOTI_HOST_INVALID_ARGUMENT);
       std::vector<int64_t> sizes(v.sizes, v.sizes + v.ndim);
       std::vector<int64_t> strides =
           v.strides != nullptr ? std::vector<int64_t>(v.strides, v.strides + v.ndim) : Tensor::contiguous_strides(sizes);
       int64_t numel = 1;
       for (auto s : sizes) {
-        if (s < 0) throw Error(what + ": negative size", AOTI_HOST_INVALID_ARGUMENT);
+        if (s < 0) throw Error(what() + ": negative size", AOTI_HOST_INVALID_ARGUMENT);
         numel *= s;
       }
-      if (numel > 0 && v.data == nullptr) throw Error(what + ": data is NULL", AOTI_HOST_INVALID_ARGUMENT);
+      if (numel > 0 && v.data == nullptr) throw Error(what() + ": data is NULL", AOTI_HOST_INVALID_ARGUMENT);
       if (has_contract_) {
         if (v.dtype != c.dtype)
-          throw Error(what + ": dtype " + dtype_name(v.dtype) + ", the model was exported for " + dtype_name(c.dtype),
+          throw Error(what() + ": dtype " + dtype_name(v.dtype) + ", the model was exported for " + dtype_name(c.dtype),
                       AOTI_HOST_INVALID_ARGUMENT);
         if (sizes.size() != c.sizes.size())
-          throw Error(what + ": shape " + dims(sizes) + " has rank " + std::to_string(sizes.size()) +
+          throw Error(what() + ": shape " + dims(sizes) + " has rank " + std::to_string(sizes.size()) +
                           ", the model was exported for shape " + dims(c.sizes), AOTI_HOST_INVALID_ARGUMENT);
         for (size_t d = 0; d < sizes.size(); ++d) {
           if (sizes[d] < c.min_sizes[d] || sizes[d] > c.max_sizes[d]) {
@@ -454,7 +469,7 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
                     ? "; torch compiled it for sizes >= 2 there (it specialises sizes 0 and 1 while tracing): "
                       "re-export with aoti-toolchain export and a minimum of 0 or 1, which compiles size-obliviously"
                     : "";
-            throw Error(what + ": shape " + dims(sizes) + ", dimension " + std::to_string(d) + " must be " + range +
+            throw Error(what() + ": shape " + dims(sizes) + ", dimension " + std::to_string(d) + " must be " + range +
                             " (the model was exported for shape " + dims(c.sizes) + why + ")",
                         AOTI_HOST_INVALID_ARGUMENT);
           }
@@ -463,35 +478,36 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
       std::vector<int64_t> want = expected_strides(c.strides, sizes);
       if (!layouts_[i].empty()) {
         if (layouts_[i].size() != sizes.size())
-          throw Error(what + ": the layout given for it has " + std::to_string(layouts_[i].size()) +
+          throw Error(what() + ": the layout given for it has " + std::to_string(layouts_[i].size()) +
                           " strides, the input has shape " + dims(sizes), AOTI_HOST_INVALID_ARGUMENT);
         std::vector<int64_t> given = expected_strides(layouts_[i], sizes);
         if (has_contract_ && !same_layout(sizes, given, want))
-          throw Error(what + ": the layout given for it (" + layout_name(sizes, given) + ") is not the one the "
+          throw Error(what() + ": the layout given for it (" + layout_name(sizes, given) + ") is not the one the "
                           "package's contract records for the plugin (" + layout_name(sizes, want) +
                           "); drop the layout: with a contract the runtime knows it", AOTI_HOST_INVALID_ARGUMENT);
         want = std::move(given);
       }
       const bool convert = !same_layout(sizes, strides, want);
       if (convert && strict_)
-        throw Error(what + ": " + layout_name(sizes, strides) + ", the plugin was built for " +
+        throw Error(what() + ": " + layout_name(sizes, strides) + ", the plugin was built for " +
                         layout_name(sizes, want) + "; strict mode refuses to convert: pass the array in that layout "
                         "or drop --strict", AOTI_HOST_INVALID_ARGUMENT);
       Tensor* t = Tensor::from_blob(v.data, v.dtype, sizes, strides, 0, v.device_type, v.device_type ? v.device_index : 0);
       if (convert) {
         // The plugin indexes inputs with the strides it was built for and never checks them.
-        log(LogLevel::Debug, "%s: %s converted to the plugin's %s", what.c_str(), layout_name(sizes, strides).c_str(),
+        log(LogLevel::Debug, "%s: %s converted to the plugin's %s", what().c_str(), layout_name(sizes, strides).c_str(),
             layout_name(sizes, want).c_str());
         std::unique_ptr<Tensor> borrowed(t);
         t = Tensor::empty_strided(v.dtype, sizes, want, t->device_type(), t->device_index());
         AtenTensorHandle dst = to_handle(t);
         if (aoti_torch_copy_(dst, to_handle(borrowed.get()), 0) != AOTI_TORCH_SUCCESS) {
           delete t;
-          throw Error(what + ": layout conversion failed: " + last_error(), AOTI_HOST_INTERNAL);
+          throw Error(what() + ": layout conversion failed: " + last_error(), AOTI_HOST_INTERNAL);
         }
       }
 #if CUDA_AVAILABLE
       if (cuda_) {  // host inputs are copied to the device; device inputs are used as they are
+        caller_memory.push_back(!convert && v.device_type == device_code::kCUDA);
         cuda::ProgramState::Scope scope(*cuda_);
         t = cuda_->to_device(t);
       }
@@ -507,7 +523,7 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
 #if CUDA_AVAILABLE
   if (cuda_) {
     try {
-      cuda_->run(plugin_->fns, container_, handles, outputs, num_outputs_,
+      cuda_->run(plugin_->fns, container_, handles, caller_memory, outputs, num_outputs_,
                  [this](const char* call) { return path_ + ": " + plugin_error(call); });
     } catch (...) {
       release();

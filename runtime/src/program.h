@@ -79,7 +79,13 @@ class Program {
   void read_signature();
   void enable_plugin_input_checks();
   void check_constants();
-  void load_weights(const unsigned char* blob, size_t size, const std::string& from);
+  // A blob read straight from a package member whose CRC-32 has not been checked yet: whoever reads the bytes
+  // checks them first (zip->data), or in the same pass (zip->verify with the CRC it computed).
+  struct BlobCheck {
+    const ZipArchive* zip;
+    const ZipEntry* entry;
+  };
+  void load_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check = nullptr);
 
   std::string path_;
   std::shared_ptr<Plugin> plugin_;
@@ -103,7 +109,7 @@ class Program {
   std::vector<ConstantLayout> constant_layouts_;
   std::unique_ptr<PlacedWeights> placed_weights_;
   std::shared_ptr<cpu::PackCache> pack_cache_;  // this program's (or its method set's) packed weights
-  bool place_weights(const unsigned char* blob, size_t size, const std::string& from);
+  bool place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check);
 };
 
 }  // namespace aoti_host

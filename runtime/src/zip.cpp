@@ -320,22 +320,36 @@ const ZipEntry* ZipArchive::find(const std::string& name) const {
   return nullptr;
 }
 
-const unsigned char* ZipArchive::data(const ZipEntry& entry) const {
+size_t ZipArchive::index_of(const ZipEntry& entry) const {
   if (entries_.empty() || &entry < entries_.data() || &entry >= entries_.data() + entries_.size())
     throw Error(label_ + ": member '" + entry.name + "' is not a member of this archive (internal error)");
-  const size_t index = static_cast<size_t>(&entry - entries_.data());
+  return static_cast<size_t>(&entry - entries_.data());
+}
+
+const unsigned char* ZipArchive::unchecked_data(const ZipEntry& entry) const {
+  return base_ + entries_[index_of(entry)].data_offset;
+}
+
+bool ZipArchive::verified(const ZipEntry& entry) const {
+  return crc_ok_[index_of(entry)].load(std::memory_order_acquire);
+}
+
+void ZipArchive::verify(const ZipEntry& entry, uint32_t actual) const {
+  const size_t index = index_of(entry);
+  if (actual != entry.crc32)
+    throw Error(label_ + ": member '" + entry.name + "' is corrupt: the CRC-32 of its bytes is " + hex32(actual) +
+                    ", the archive declares " + hex32(entry.crc32) +
+                    "; the package was damaged or tampered with: re-export it or fetch it again",
+                AOTI_HOST_INVALID_PROGRAM);
+  crc_ok_[index].store(true, std::memory_order_release);
+}
+
+const unsigned char* ZipArchive::data(const ZipEntry& entry) const {
+  const size_t index = index_of(entry);
   const unsigned char* bytes = base_ + entry.data_offset;
   if (!crc_ok_[index].load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(crc_mutex_);
-    if (!crc_ok_[index].load(std::memory_order_relaxed)) {
-      const uint32_t actual = crc32(0, bytes, static_cast<size_t>(entry.size));
-      if (actual != entry.crc32)
-        throw Error(label_ + ": member '" + entry.name + "' is corrupt: the CRC-32 of its bytes is " + hex32(actual) +
-                        ", the archive declares " + hex32(entry.crc32) +
-                        "; the package was damaged or tampered with: re-export it or fetch it again",
-                    AOTI_HOST_INVALID_PROGRAM);
-      crc_ok_[index].store(true, std::memory_order_release);
-    }
+    if (!crc_ok_[index].load(std::memory_order_relaxed)) verify(entry, crc32(0, bytes, static_cast<size_t>(entry.size)));
   }
   return bytes;
 }

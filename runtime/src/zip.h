@@ -48,11 +48,18 @@ class ZipArchive {
   // archive (and, for a memory view, the caller's buffer) lives. The first call per member checks its
   // CRC-32 against the bytes (thread-safe; the result is cached) and throws Error on a mismatch.
   const unsigned char* data(const ZipEntry& entry) const;
+  // The same bytes before their CRC-32 is checked, for a reader that computes it in the pass that reads them
+  // (a weight upload): it must hand the CRC of all entry.size bytes to verify() before it uses what it made
+  // of them, or call data() first. verify() throws data()'s error on a mismatch and caches a match.
+  const unsigned char* unchecked_data(const ZipEntry& entry) const;
+  void verify(const ZipEntry& entry, uint32_t actual) const;
+  bool verified(const ZipEntry& entry) const;
   // The file's path, or the label of a memory view.
   const std::string& path() const { return label_; }
 
  private:
   void parse();
+  size_t index_of(const ZipEntry& entry) const;  // throws for an entry of another archive
 
   std::shared_ptr<MappedFile> file_;  // null for a memory view
   const unsigned char* base_ = nullptr;

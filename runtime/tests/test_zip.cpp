@@ -24,6 +24,8 @@ namespace {
 
 using aoti_host::Error;
 using aoti_host::ZipArchive;
+using aoti_host::ZipEntry;
+using aoti_host::crc32;
 using Bytes = std::vector<unsigned char>;
 
 void put16(Bytes& b, uint32_t v) {
@@ -135,6 +137,38 @@ void test_crc_checked_on_first_use() {
   }
 }
 
+// A reader that checks the CRC in its own pass (the device upload): unchecked_data() hands out the bytes,
+// verify() with a wrong CRC throws data()'s error and caches nothing, with the right one it caches the match.
+void test_crc_checked_in_the_readers_pass() {
+  std::vector<size_t> offsets;
+  Bytes bytes = make_zip(kModel, &offsets);
+  {
+    ZipArchive zip(bytes.data(), bytes.size(), "model.pt2");
+    const ZipEntry& w = zip.entries()[1];
+    const unsigned char* raw = zip.unchecked_data(w);
+    EXPECT(!zip.verified(w));
+    bool threw = false;
+    try {
+      zip.verify(w, crc32(0, raw, static_cast<size_t>(w.size)) ^ 1u);
+    } catch (const Error& e) {
+      threw = std::string(e.what()).find("CRC-32") != std::string::npos;
+    }
+    EXPECT(threw && !zip.verified(w));
+    zip.verify(w, crc32(0, raw, static_cast<size_t>(w.size)));
+    EXPECT(zip.verified(w) && zip.data(w) == raw);
+  }
+  bytes[offsets[1] + 30 + kModel[1].name.size() + 7] ^= 0x01;
+  ZipArchive damaged(bytes.data(), bytes.size(), "damaged.pt2");
+  const ZipEntry& w = damaged.entries()[1];
+  bool threw = false;
+  try {
+    damaged.verify(w, crc32(0, damaged.unchecked_data(w), static_cast<size_t>(w.size)));
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find(kModel[1].name) != std::string::npos;
+  }
+  EXPECT(threw && !damaged.verified(w));
+}
+
 void test_refusals() {
   const Bytes good = make_zip(kModel);
   std::vector<size_t> offsets;
@@ -217,6 +251,7 @@ void test_reads_a_file() {
 int main() {
   test_reads_members_and_bytes();
   test_crc_checked_on_first_use();
+  test_crc_checked_in_the_readers_pass();
   test_refusals();
   test_every_truncation_is_refused();
   test_reads_a_file();

@@ -82,7 +82,8 @@ const char kHelp[] =
     "  --device-inputs       with --device cuda: upload the inputs once and pass device memory (what a\n"
     "                        GPU server does; --repeat then times Run alone, not the input upload)\n"
     "  --cuda-graphs         with --device cuda: capture Run into a CUDA graph after warm-up, replay it\n"
-    "                        (prints 'cuda_graphs: captures=.. replays=..' at the end)\n"
+    "                        (prints 'cuda_graphs: captures=.. replays=.. ...' at the end); replays\n"
+    "                        hand out views of the graph's output memory, written before the next run\n"
     "  -q, --quiet           do not print one line per output\n"
     "  -h, --help            this text\n"
     "  --version             the version and the runtime's build configuration\n"
@@ -465,7 +466,9 @@ int run(const Args& args) {
   }
   if (!program) throw Failure{exit_code_for_status(AOTI_HOST_INVALID_PROGRAM), "cannot load " + args.model + ": the runtime returned no program"};
   if (args.cuda_graphs) {
-    const int st = aoti_host_program_set_cuda_graphs(program.get(), true);
+    int st = aoti_host_program_set_cuda_graphs(program.get(), true);
+    // Every output is written (or freed) before the next run: the graph's own output memory serves.
+    if (st == AOTI_HOST_OK) st = aoti_host_program_set_borrowed_graph_outputs(program.get(), true);
     if (st != AOTI_HOST_OK) throw Failure{exit_code_for_status(st), args.model + ": --cuda-graphs: " + last_error_or(st)};
   }
 
@@ -563,9 +566,10 @@ int run(const Args& args) {
   if (args.cuda_graphs) {
     aoti_host_cuda_stats st{};
     if (aoti_host_program_cuda_stats(program.get(), &st) == AOTI_HOST_OK) {
-      std::printf("cuda_graphs: captures=%llu replays=%llu eager_runs=%llu%s%s\n",
+      std::printf("cuda_graphs: captures=%llu replays=%llu eager_runs=%llu input_copies=%llu output_copies=%llu%s%s\n",
                   static_cast<unsigned long long>(st.graph_captures), static_cast<unsigned long long>(st.graph_replays),
-                  static_cast<unsigned long long>(st.eager_runs), *st.graphs_disabled_reason ? " off: " : "",
+                  static_cast<unsigned long long>(st.eager_runs), static_cast<unsigned long long>(st.graph_input_copies),
+                  static_cast<unsigned long long>(st.graph_output_copies), *st.graphs_disabled_reason ? " off: " : "",
                   st.graphs_disabled_reason);
       std::fflush(stdout);
     }

@@ -179,3 +179,48 @@ def test_fast_and_ctypes_paths_agree_and_refuse_alike(runtime_lib, export_exampl
         prog.run(xs[:1])
     with pytest.raises(InputError, match="num_models"):
         _load(runtime_lib, pt2, num_models=0)
+
+
+def test_dlpack_export_is_a_view_that_keeps_its_owner(runtime_lib, torch):
+    """to_dlpack (what DeviceArray.__dlpack__ hands torch.from_dlpack, cupy, JAX for device outputs) views the
+    memory without a copy, in the given layout, and holds its owner until the consumer's tensor goes; exercised
+    here on host memory (device type kDLCPU), the same code as for kDLCUDA."""
+    fast = runtime_lib.fast
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+
+    class Owner:
+        alive = 0
+
+        def __init__(self) -> None:
+            Owner.alive += 1
+
+        def __del__(self) -> None:
+            Owner.alive -= 1
+
+    owner = Owner()
+    view = base[:, 1::2]  # a strided view: shape (4, 3), element strides (6, 2)
+    cap = fast.to_dlpack(owner, view.ctypes.data, (4, 3), (6, 2), np.dtype(np.float32), 1, 0)
+    del owner
+    assert Owner.alive == 1, "the capsule holds its owner"
+    t = torch.from_dlpack(cap)
+    del cap
+    assert t.shape == (4, 3) and t.stride() == (6, 2) and t.dtype == torch.float32
+    np.testing.assert_array_equal(t.numpy(), view)
+    base[0, 1] = -1.0
+    assert t[0, 0].item() == -1.0, "a view, not a copy"
+    assert Owner.alive == 1
+    del t
+    gc.collect()
+    assert Owner.alive == 0, "the consumer's tensor released the owner"
+    # an unconsumed capsule releases its owner too; bad arguments are refused, nothing leaks
+    owner = Owner()
+    cap = fast.to_dlpack(owner, base.ctypes.data, (4, 6), (6, 1), np.dtype(np.float32), 1, 0)
+    del owner, cap
+    gc.collect()
+    assert Owner.alive == 0
+    with pytest.raises(ValueError, match="tuples"):
+        fast.to_dlpack(Owner(), base.ctypes.data, (4, 6), (6,), np.dtype(np.float32), 1, 0)
+    with pytest.raises(TypeError, match="no DLPack dtype"):
+        fast.to_dlpack(Owner(), base.ctypes.data, (4,), (1,), np.dtype("U1"), 1, 0)
+    gc.collect()
+    assert Owner.alive == 0

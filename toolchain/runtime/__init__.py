@@ -142,11 +142,28 @@ class Library:
             raise LoadError(msg) from exc
         self.lib = lib
         _abi.bind(lib)  # every C API function and the shims read here, typed from the spec
-        self.fast_run = _bind_fast_path(self)
+        self.fast = _bind_fast_path(self)  # the compiled per-call module, or None
+        self.fast_run = self.fast.run if self.fast is not None else None
+        self._fast_cuda = False  # bind_cuda done
 
     @property
     def version(self) -> str:
         return self.lib.aoti_host_version().decode()
+
+    def fast_cuda(self) -> Any:
+        """The compiled module with its CUDA side bound (device inputs and DeviceArray outputs), or None."""
+        if self.fast is None:
+            return None
+        if not self._fast_cuda:
+            from toolchain.runtime import cuda as _cuda
+
+            def addr(fn: Any) -> int:
+                return ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+            self.fast.bind_cuda(addr(self.lib.aoti_torch_get_device_index), addr(self.lib.aoti_host_program_synchronize),
+                                _cuda.CUDA_DEVICE_TYPE, _cuda.DeviceArray, _cuda.DeviceArray._adopt)
+            self._fast_cuda = True
+        return self.fast
 
     def check(self, status: int, what: str) -> None:
         if status != 0:
@@ -228,7 +245,7 @@ def _bind_fast_path(library: Library) -> Any:
     if os.environ.get("AOTI_HOST_PYTHON_FAST", "1") == "0":
         return None
     if _fast_bound_to is not None:
-        return sys.modules[_FAST_MODULE].run if _fast_bound_to == library.path.resolve() else None
+        return sys.modules[_FAST_MODULE] if _fast_bound_to == library.path.resolve() else None
     import importlib.machinery
     import importlib.util
 
@@ -266,7 +283,7 @@ def _bind_fast_path(library: Library) -> Any:
                 {key: _dlpack._abi_dtype(name).code for key, name in _dlpack._DTYPES.items()})
     sys.modules[_FAST_MODULE] = module
     _fast_bound_to = library.path.resolve()
-    return module.run
+    return module
 
 
 class _Owned:
@@ -313,8 +330,12 @@ class Program(_Owned):
             library.check(library.lib.aoti_host_program_method_name(self._handle, i, ctypes.byref(name)), "method")
             names.append((name.value or b"").decode())
         self.methods = tuple(names)
-        # the compiled per-call path serves CPU programs; CUDA ones (device copies, graphs) take the ctypes path
-        self._fast = library.fast_run if device == "cpu" else None
+        # the compiled per-call path: CPU programs, and CUDA programs asked for device outputs (host outputs of a
+        # CUDA program are copies the ctypes path makes)
+        self._on_cuda = device != "cpu"
+        fast_module = library.fast_cuda() if self._on_cuda else library.fast
+        self._fast = fast_module.run if fast_module is not None else None
+        self._fast_sync = fast_module.synchronize if self._on_cuda and fast_module is not None else None
         self._arity: dict[int, tuple[int, int]] = {}
         for i in range(len(names)):
             a, b = ctypes.c_size_t(), ctypes.c_size_t()
@@ -391,16 +412,22 @@ class Program(_Owned):
         after the program is closed. The GIL is released during the run: Python threads run a program
         concurrently, up to `num_models` runs at once (load()); a stateful program runs one at a time."""
         fast = self._fast
-        if fast is not None and not device_outputs:
+        if fast is not None and device_outputs == self._on_cuda:
             index = 0 if method is None else self._method_index(method)
             handle_value = self._handle.value
             num_inputs, num_outputs = self._arity[index]
             if (handle_value is not None and len(inputs) == num_inputs and output_type in OUTPUT_TYPES
                     and (session is None or session._handle.value is not None)):
                 res = fast(handle_value, index, None if session is None else session._handle.value, inputs,
-                           num_outputs)
+                           num_outputs, device_outputs)
                 if res.__class__ is list:
-                    return res if output_type == "numpy" else [to_torch(a) for a in res]
+                    if output_type == "numpy":
+                        return res
+                    if device_outputs:
+                        from toolchain.runtime import cuda as _cuda
+
+                        return [_cuda.to_torch(a) for a in res]
+                    return [to_torch(a) for a in res]
                 if res is not NotImplemented:
                     self._lib.check(res, "run")
         handle = self._live()
@@ -488,8 +515,17 @@ class Program(_Owned):
         return _View(v.ptr, v.code, len(v.shape), sizes, strides, 0, 0)
 
     def synchronize(self) -> None:
-        """Wait for this program's device work (a no-op on the CPU)."""
+        """Wait for this program's device work (a no-op on the CPU); the GIL is released while it waits."""
+        if self._fast_sync is not None and self._handle.value is not None:
+            self._lib.check(self._fast_sync(self._handle.value), "synchronize")
+            return
         self._lib.check(self._lib.lib.aoti_host_program_synchronize(self._handle), "synchronize")
+
+    def set_borrowed_graph_outputs(self, borrowed: bool = True) -> None:
+        """CUDA graph replays hand out views of the graph's own output memory (no allocation, no copy) instead
+        of copies: each output is valid until this program's next run. See `load(borrow_graph_outputs=...)`."""
+        rc = self._lib.lib.aoti_host_program_set_borrowed_graph_outputs(self._live(), bool(borrowed))
+        self._lib.check(rc, "set_borrowed_graph_outputs")
 
     def cuda_stats(self) -> Any:
         """Graph captures/replays, eager runs, why graphs are off, weight upload times (CUDA programs)."""
@@ -595,12 +631,17 @@ def library(path: Path | None = None, device: str = "cpu") -> Library:
 
 def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None = None,
          library_path: Path | None = None, share_weights: bool = True, device: str = "cpu",
-         cuda_graphs: bool = False, strict: bool = False, num_models: int | None = None) -> Program:
+         cuda_graphs: bool = False, strict: bool = False, num_models: int | None = None,
+         borrow_graph_outputs: bool = False) -> Program:
     """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin), or a program of several
     methods: a directory of `.pt2` (or its `methods.json`). `share_weights=False` keeps a copy per method.
 
     device: "cpu", "cuda" or "cuda:N" (a CUDA plugin; needs the CUDA build of the library).
-    cuda_graphs: capture Run into a CUDA graph after warm-up and replay it (see `cuda_stats()`).
+    cuda_graphs: capture Run into a CUDA graph after warm-up and replay it (see `cuda_stats()`). A device input
+    passed at the same address on every call is read in place; one that moves is copied in.
+    borrow_graph_outputs: with cuda_graphs, replays return views of the graph's output memory (no allocation,
+    no copy), valid until the program's next run: read them (or queue work on them) before running again,
+    copy what must live longer. Default: outputs the caller owns (one device copy each).
     strict: refuse inputs in another layout than the plugin's instead of converting them.
     num_models: model instances in each method's AOTInductor container, i.e. how many runs of a stateless
     program proceed at once from different threads (each instance has its own activation buffers; the
@@ -617,6 +658,9 @@ def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None
     if cuda_graphs and device == "cpu":
         msg = "cuda_graphs=True needs device='cuda'"
         raise InputError(msg)
+    if borrow_graph_outputs and not cuda_graphs:
+        msg = "borrow_graph_outputs=True needs cuda_graphs=True (only graph replays have outputs to borrow)"
+        raise InputError(msg)
     lib = library(library_path, device)
     opts = _Options(os.fsencode(weights) if weights is not None else None, device.encode(), num_models,
                     0 if share_weights else 1)
@@ -625,6 +669,8 @@ def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None
     program = Program(lib, handle.value or 0, Path(path), device)
     if cuda_graphs:
         lib.check(lib.lib.aoti_host_program_set_cuda_graphs(program._handle, True), "set_cuda_graphs")
+    if borrow_graph_outputs:
+        program.set_borrowed_graph_outputs(True)
     if strict:
         program.set_strict(True)
     return program

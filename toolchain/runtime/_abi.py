@@ -83,6 +83,8 @@ class CudaStats(ctypes.Structure):
         ("weight_upload_chunks", ctypes.c_uint64),
         ("weight_upload_chunk_bytes", ctypes.c_uint64),
         ("weight_upload_threads", ctypes.c_uint64),
+        ("graph_input_copies", ctypes.c_uint64),
+        ("graph_output_copies", ctypes.c_uint64),
     ]
 
 
@@ -123,6 +125,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "aoti_host_tensor_to_cpu": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
     "aoti_host_tensor_to_cuda": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)]),
     "aoti_host_program_set_cuda_graphs": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_bool]),
+    "aoti_host_program_set_borrowed_graph_outputs": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_bool]),
     "aoti_host_program_cuda_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(CudaStats)]),
     "aoti_host_program_synchronize": (ctypes.c_int, [ctypes.c_void_p]),
     "aoti_host_program_cuda_stream": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),

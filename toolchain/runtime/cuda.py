@@ -9,16 +9,19 @@ without a copy through `__cuda_array_interface__` (torch.as_tensor, cupy.asarray
 from __future__ import annotations
 
 import ctypes
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from toolchain.errors import InputError, LoadError, RunError
-from toolchain.runtime import _abi
+from toolchain.runtime import _abi, _dlpack
 from toolchain.spec import load_abi
 
 CUDA_DEVICE_TYPE = load_abi().constants["device_type"]["cuda"]  # torch's code (toolchain/spec/abi.toml)
+# dtypes with a DLPack code (toolchain/runtime/_dlpack.py), which DeviceArray exports without a copy
+_DLPACK_NAMES = frozenset(_dlpack._DTYPES.values())
 
 
 def _cudart() -> Any:
@@ -87,9 +90,26 @@ def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:
                      s.weight_upload_chunk_bytes, s.weight_upload_threads)
 
 
+class _Release:
+    """Frees device memory (calls `fn`) when the last holder goes: the array, or a DLPack consumer's tensor."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def __del__(self) -> None:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
 class DeviceArray:
     """A strided array in device memory: one we allocated (`from_numpy`, `empty`) or a program output
-    (owned tensor handle, freed with the array)."""
+    (owned tensor handle, freed with the array). DLPack consumers (`torch.from_dlpack`, cupy, JAX) take it
+    without a copy (`__dlpack__`); the memory lives until the array and every such view are gone."""
+
+    __slots__ = ("__weakref__", "_owner", "device", "dtype", "ptr", "shape", "strides")
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...] | None = None,
                  device: int = 0, *, _free: Any = None) -> None:
@@ -98,7 +118,16 @@ class DeviceArray:
         self.dtype = np.dtype(dtype)
         self.strides = tuple(strides) if strides is not None else _contiguous(self.shape)  # in elements
         self.device = device
-        self._free = _free
+        self._owner: Any = _Release(_free) if _free is not None else None
+
+    @classmethod
+    def _adopt(cls, owner: Any, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...],
+               device: int) -> DeviceArray:
+        """A program output from the compiled path: `owner` (a capsule) frees its tensor handle when it goes."""
+        self = object.__new__(cls)
+        self.ptr, self.shape, self.dtype, self.strides, self.device, self._owner = ptr, shape, dtype, strides, \
+            device, owner
+        return self
 
     @classmethod
     def empty(cls, shape: tuple[int, ...], dtype: Any, device: int = 0) -> DeviceArray:
@@ -145,17 +174,37 @@ class DeviceArray:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
                 "strides": tuple(s * self.dtype.itemsize for s in self.strides), "stream": None}
 
-    def free(self) -> None:
-        if self._free is not None:
-            self._free()
-            self._free = None
-            self.ptr = 0
+    def __dlpack__(self, *, stream: int | None = None, max_version: Any = None, dl_device: Any = None,
+                   copy: bool | None = None) -> Any:
+        """A DLPack capsule viewing this memory (no copy). The data is ready for work on the legacy default
+        stream (stream None or 1: a program's stream orders with it); for any other consumer stream the device
+        is synchronised first."""
+        if copy:
+            msg = "DeviceArray.__dlpack__(copy=True): copy with the consumer instead (it views without a copy)"
+            raise BufferError(msg)
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            msg = f"DeviceArray.__dlpack__: the array is on {self.__dlpack_device__()}, asked for {dl_device}"
+            raise BufferError(msg)
+        if self.ptr == 0:
+            msg = "DeviceArray.__dlpack__: the array was freed"
+            raise BufferError(msg)
+        fast = sys.modules.get("_aoti_fastrun")
+        if fast is None:
+            msg = "DeviceArray.__dlpack__ needs the runtime's compiled module (_aoti_fastrun); use __cuda_array_interface__"
+            raise BufferError(msg)
+        if stream not in (None, 1):
+            synchronize()
+        # the consumer holds what frees the memory (or, for memory the array does not own, the array)
+        owner = self._owner if self._owner is not None else self
+        return fast.to_dlpack(owner, self.ptr, self.shape, self.strides, self.dtype, 2, self.device)
 
-    def __del__(self) -> None:
-        try:
-            self.free()
-        except Exception:
-            pass
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, self.device)  # kDLCUDA
+
+    def free(self) -> None:
+        """Drop this array's hold on the memory: freed now unless a DLPack view of it still lives."""
+        self._owner = None
+        self.ptr = 0
 
     def __repr__(self) -> str:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
@@ -205,10 +254,16 @@ def wrap_output(library: Any, handle: int) -> DeviceArray:
 
 
 def to_torch(array: DeviceArray) -> Any:
-    """A torch CUDA tensor with `array`'s contents and layout (a device-to-device copy into torch's allocator,
-    finished before it returns); `array` is freed. bfloat16 (ml_dtypes) becomes torch.bfloat16."""
+    """A torch CUDA tensor with `array`'s contents and layout: a view of the same memory through DLPack (no
+    copy; the memory lives as long as the tensor) when the compiled module is there, else a device-to-device
+    copy into torch's allocator, finished before it returns (`array` is freed). bfloat16 (ml_dtypes) becomes
+    torch.bfloat16."""
     import torch
 
+    if "_aoti_fastrun" in sys.modules and array.dtype.name in _DLPACK_NAMES:
+        out = torch.from_dlpack(array)
+        array.free()  # the tensor holds the memory now
+        return out
     cudart = _cudart()
     out = torch.empty_strided(array.shape, array.strides, dtype=getattr(torch, array.dtype.name),
                               device=f"cuda:{array.device}")

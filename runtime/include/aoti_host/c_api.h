@@ -100,11 +100,23 @@ typedef struct aoti_host_cuda_stats {
                                          process's first upload; 0 without a ring); 0 otherwise */
   uint64_t weight_upload_threads;     /* "host": host threads that filled the chunks (AOTI_HOST_UPLOAD_THREADS,
                                          at most one per chunk); 0 otherwise */
+  uint64_t graph_input_copies;        /* inputs replays copied into graph-owned buffers (0 while the caller
+                                         passes its device inputs at the addresses they had at capture) */
+  uint64_t graph_output_copies;       /* outputs replays copied out of graph memory (0 with borrowed outputs) */
 } aoti_host_cuda_stats;
 
 /* Capture Run into a CUDA graph after warm-up and replay it; choose before the first run. Graphs stay
  * off (with a logged reason, see stats) when a constant is not device-resident or capture fails. */
 AOTI_HOST_API int aoti_host_program_set_cuda_graphs(aoti_host_program* program, bool enable);
+/* Graph replays: a device input the caller passes at the address it had at capture is read where it is
+ * (no copy); one passed elsewhere is copied into a graph-owned buffer (from then on, for that input).
+ * Outputs of a replay are, by default, device copies the caller owns. borrowed = true: they are views of the
+ * graph's own output memory instead (no allocation, no copy), valid until the program's next run (or its
+ * free); free the handles as usual. Work the caller queues on the program's stream (or the legacy default
+ * stream, with which it orders) before that next run reads them correctly without a synchronisation: the
+ * next replay is queued after it. Copy out (aoti_host_tensor_to_cuda/to_cpu) what must live longer. Eager
+ * runs (warm-up, inputs of another shape) always return owned tensors. */
+AOTI_HOST_API int aoti_host_program_set_borrowed_graph_outputs(aoti_host_program* program, bool borrowed);
 AOTI_HOST_API int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cuda_stats* out);
 /* Waits until the program's device work is done (a no-op for cpu programs). */
 AOTI_HOST_API int aoti_host_program_synchronize(const aoti_host_program* program);

@@ -146,20 +146,29 @@ void ProgramState::run_eager(const AotiEntryPoints& fns, AOTInductorModelContain
 }
 
 bool ProgramState::capture(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
-                           const std::vector<AtenTensorHandle>& inputs, size_t num_outputs,
-                           const ErrorText& error_text) {
+                           const std::vector<AtenTensorHandle>& inputs, const std::vector<char>& caller_memory,
+                           size_t num_outputs, const ErrorText& error_text) {
   const std::string why = constants_not_on_device(fns, container);
   if (!why.empty()) {
     disable(why);
     return false;
   }
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  // Inputs sit at fixed addresses: the graph reads these buffers; each replay copies the caller's inputs in.
+  // Each input is read where the caller keeps it (its own device memory, until it moves) or from a
+  // graph-owned buffer at a fixed address that each replay copies the caller's input into.
+  moved_.resize(inputs.size(), 0);
   static_inputs_.clear();
-  for (auto h : inputs) static_inputs_.emplace_back(same_layout_copy(*from_handle(h), device_, s));
+  direct_.assign(inputs.size(), 0);
   std::vector<AtenTensorHandle> cap_in;
-  for (auto& t : static_inputs_)
-    cap_in.push_back(to_handle(t->alias(t->sizes(), t->strides(), t->storage_offset())));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = *from_handle(inputs[i]);
+    direct_[i] = i < caller_memory.size() && caller_memory[i] && !moved_[i];
+    // A direct input's record aliases the caller's storage, which it never frees (borrowed, no deleter).
+    static_inputs_.emplace_back(direct_[i] ? t.alias(t.sizes(), t.strides(), t.storage_offset())
+                                           : same_layout_copy(t, device_, s));
+    const Tensor& in = *static_inputs_.back();
+    cap_in.push_back(to_handle(in.alias(in.sizes(), in.strides(), in.storage_offset())));
+  }
   AOTI_CUDA_CHECK(cudaStreamSynchronize(s));
 
   arena_ = std::make_unique<Arena>(device_);
@@ -198,8 +207,11 @@ bool ProgramState::capture(const AotiEntryPoints& fns, AOTInductorModelContainer
   graph_outputs_.clear();
   for (auto h : outs) graph_outputs_.emplace_back(from_handle(h));
   ++stats_.captures;
-  log(LogLevel::Info, "cuda graphs: captured Run (%zu inputs, %zu outputs, %zu bytes of graph memory)",
-      inputs.size(), num_outputs, arena_->bytes_used());
+  size_t direct = 0;
+  for (char d : direct_) direct += d ? 1 : 0;
+  log(LogLevel::Info,
+      "cuda graphs: captured Run (%zu inputs, %zu read in place, %zu outputs, %zu bytes of graph memory)",
+      inputs.size(), direct, num_outputs, arena_->bytes_used());
   return true;
 }
 
@@ -216,33 +228,58 @@ bool ProgramState::inputs_match(const std::vector<AtenTensorHandle>& inputs, std
   return true;
 }
 
+// A direct input the caller now passes at another address: the graph reads the captured address, which is
+// no longer the caller's input. That input goes through a graph-owned buffer from now on; the graph is
+// captured again (at most once per input over the program's life).
+bool ProgramState::direct_inputs_moved(const std::vector<AtenTensorHandle>& inputs) {
+  bool moved = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!direct_[i] || from_handle(inputs[i])->data_ptr() == static_inputs_[i]->data_ptr()) continue;
+    moved_[i] = 1;
+    moved = true;
+    log(LogLevel::Info, "cuda graphs: input %zu moved (captured at %p, now %p): it is copied into a graph-owned "
+        "buffer from now on; capturing again", i, static_inputs_[i]->data_ptr(), from_handle(inputs[i])->data_ptr());
+  }
+  return moved;
+}
+
 void ProgramState::replay(std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs) {
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& src = *from_handle(inputs[i]);
     Tensor& dst = *static_inputs_[i];
-    if (src.data_ptr() == dst.data_ptr()) continue;  // already at the captured address
+    if (src.data_ptr() == dst.data_ptr()) continue;  // already where the graph reads it
     const size_t n = compute_storage_nbytes(src.sizes(), src.strides(), src.itemsize(), 0);
     if (n > 0) AOTI_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToDevice, s));
+    ++stats_.input_copies;
   }
-  // The caller's buffers may be freed as soon as we return: their frees are stream-ordered after the copy.
+  // The caller's buffers may be freed as soon as we return: their frees are stream-ordered after the copy
+  // (and, for inputs read in place, after the graph that reads them).
   delete_handles(inputs);
   check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph_exec_), s), "cudaGraphLaunch");
-  // Graph memory is overwritten by the next replay: hand out copies.
-  for (size_t k = 0; k < num_outputs; ++k) outputs[k] = to_handle(same_layout_copy(*graph_outputs_[k], device_, s));
+  // Graph memory is overwritten by the next replay: copies, unless the caller took the borrowing contract.
+  for (size_t k = 0; k < num_outputs; ++k) {
+    const Tensor& g = *graph_outputs_[k];
+    if (borrow_outputs_) {
+      outputs[k] = to_handle(g.alias(g.sizes(), g.strides(), g.storage_offset()));
+    } else {
+      outputs[k] = to_handle(same_layout_copy(g, device_, s));
+      ++stats_.output_copies;
+    }
+  }
   ++stats_.replays;
 }
 
 void ProgramState::run(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
-                       std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs,
-                       const ErrorText& error_text) {
+                       std::vector<AtenTensorHandle>& inputs, const std::vector<char>& caller_memory,
+                       AtenTensorHandle* outputs, size_t num_outputs, const ErrorText& error_text) {
   Scope scope(*this);
   if (!graphs_) return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
   if (graph_exec_ == nullptr && warmup_left_ > 0) {
     --warmup_left_;
     return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
   }
-  if (graph_exec_ == nullptr && !capture(fns, container, inputs, num_outputs, error_text))
+  if (graph_exec_ == nullptr && !capture(fns, container, inputs, caller_memory, num_outputs, error_text))
     return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
   std::string why;
   if (!inputs_match(inputs, &why)) {
@@ -251,6 +288,11 @@ void ProgramState::run(const AotiEntryPoints& fns, AOTInductorModelContainerHand
       logged_mismatch_ = true;
     }
     return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
+  }
+  if (direct_inputs_moved(inputs)) {
+    drop_graph();
+    if (!capture(fns, container, inputs, caller_memory, num_outputs, error_text))
+      return run_eager(fns, container, inputs, outputs, num_outputs, error_text);
   }
   replay(inputs, outputs, num_outputs);
 }

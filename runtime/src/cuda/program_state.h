@@ -33,6 +33,12 @@ class ProgramState {
   // Graphs must be chosen before the first run: a graph-mode program runs through
   // RunSingleThreaded from its first call (Run and RunSingleThreaded share model slots unsafely).
   void enable_graphs(bool on, bool plugin_has_single_threaded_run);
+  // Replay outputs: false (default), copies the caller owns; true, views of the graph's output memory,
+  // valid until the program's next run (see aoti_host_program_set_cuda_graph_outputs).
+  void borrow_graph_outputs(bool on) { borrow_outputs_ = on; }
+  bool graph_outputs_borrowed() const { return borrow_outputs_; }
+  // The instantiated graph (cudaGraphExec_t), null before capture: for tools that time a bare replay.
+  void* graph_exec() const { return graph_exec_; }
   const GraphStats& stats() const { return stats_; }
 
   // Weight upload of blob weights: bytes; seconds outside the copy engine (allocation, host copies into
@@ -58,10 +64,13 @@ class ProgramState {
   Tensor* to_device(Tensor* t);
 
   // Runs the container on this program's stream; takes the input handles (as Run does) and fills
-  // `outputs` with device tensors owned by the caller. Throws Error(AOTI_HOST_RUN_FAILED) with the
+  // `outputs` with device tensors owned by the caller. caller_memory[i]: input i is the caller's own
+  // device memory, used in place (not a copy the host made for this call), so a graph may read it where it
+  // is while the caller keeps passing the same address. Throws Error(AOTI_HOST_RUN_FAILED) with the
   // plugin's message on failure.
   void run(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container, std::vector<AtenTensorHandle>& inputs,
-           AtenTensorHandle* outputs, size_t num_outputs, const ErrorText& error_text);
+           const std::vector<char>& caller_memory, AtenTensorHandle* outputs, size_t num_outputs,
+           const ErrorText& error_text);
 
   // Makes this program's stream (and device) current on the calling thread for the scope's life.
   class Scope {
@@ -81,8 +90,10 @@ class ProgramState {
                  std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs,
                  const ErrorText& error_text);
   bool capture(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
-               const std::vector<AtenTensorHandle>& inputs, size_t num_outputs, const ErrorText& error_text);
+               const std::vector<AtenTensorHandle>& inputs, const std::vector<char>& caller_memory,
+               size_t num_outputs, const ErrorText& error_text);
   bool inputs_match(const std::vector<AtenTensorHandle>& inputs, std::string* why) const;
+  bool direct_inputs_moved(const std::vector<AtenTensorHandle>& inputs);
   void replay(std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs);
   std::string constants_not_on_device(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container) const;
   void disable(const std::string& why);
@@ -97,8 +108,14 @@ class ProgramState {
   void* graph_ = nullptr;       // cudaGraph_t
   void* graph_exec_ = nullptr;  // cudaGraphExec_t
   std::unique_ptr<Arena> arena_;
+  // What the graph reads for each input: a graph-owned buffer that each replay copies the caller's
+  // input into, or (direct_[i]) the caller's own memory at the address it had at capture, which it must
+  // keep passing: an input that moves is copied into a graph-owned buffer from then on (recapture).
   std::vector<std::unique_ptr<Tensor>> static_inputs_;
+  std::vector<char> direct_;
+  std::vector<char> moved_;  // inputs seen at another address than captured: never direct again
   std::vector<std::unique_ptr<Tensor>> graph_outputs_;
+  bool borrow_outputs_ = false;
   bool logged_mismatch_ = false;
   size_t upload_bytes_ = 0;
   double upload_stage_s_ = 0, upload_s_ = 0, upload_load_s_ = 0;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../crc32.h"
 #include "aoti_host/log.h"
 #include "cuda_util.h"
 
@@ -129,7 +130,8 @@ void device_free(void* ptr) {
   if (ptr != nullptr && cudaFree(ptr) != cudaSuccess) cudaGetLastError();
 }
 
-void* upload_to_device(const void* src, size_t size, int device, void* stream_ptr, UploadTimes* times) {
+void* upload_to_device(const void* src, size_t size, int device, void* stream_ptr, UploadTimes* times,
+                       uint32_t* crc) {
   const auto t0 = std::chrono::steady_clock::now();
   set_device(device);
   auto stream = static_cast<cudaStream_t>(stream_ptr);
@@ -146,6 +148,7 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
         for (size_t k = 0; k < s; ++k) cudaFreeHost(r.pinned[k]), r.pinned[k] = nullptr;
         log(LogLevel::Warning, "cuda: cannot allocate %zu bytes of pinned memory; uploading weights from pageable memory",
             kSlots * kChunk);
+        if (crc != nullptr) *crc = crc32(*crc, static_cast<const unsigned char*>(src), size);
         const cudaError_t rc = cudaMemcpyAsync(dst, src, size, cudaMemcpyHostToDevice, stream);
         if (rc == cudaSuccess) AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
         if (rc != cudaSuccess) device_free(dst), check(rc, "cudaMemcpyAsync (weights)");
@@ -188,6 +191,8 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
       AOTI_CUDA_CHECK(cudaMemcpyAsync(to + off, r.pinned[s], n, cudaMemcpyHostToDevice, stream));
       AOTI_CUDA_CHECK(cudaEventRecord(done[s], stream));
       in_flight[s] = true;
+      // while the copy engine reads the chunk: its CRC, from the same (cache-warm) pinned bytes
+      if (crc != nullptr) *crc = crc32(*crc, static_cast<const unsigned char*>(r.pinned[s]), n);
     }
     for (size_t s = 0; s < kSlots; ++s) settle(s);
   } catch (...) {

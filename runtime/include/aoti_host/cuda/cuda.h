@@ -65,7 +65,10 @@ struct UploadTimes {
   double wall_s = 0, dma_s = 0;
   size_t chunks = 0, chunk_bytes = 0, threads = 0;
 };
-void* upload_to_device(const void* src, size_t size, int device, void* stream, UploadTimes* times);
+// crc (optional): the CRC-32 of the bytes uploaded, continued from *crc, computed from the pinned chunks in
+// the same pass (the source is read once).
+void* upload_to_device(const void* src, size_t size, int device, void* stream, UploadTimes* times,
+                       uint32_t* crc = nullptr);
 void device_free(void* ptr);
 
 // Pinned-host staging for weight uploads: a copy of [data, data+size) in page-locked memory, so the
@@ -93,6 +96,8 @@ const char* upload_mode_name(UploadMode mode);
 class ProgramState;
 struct GraphStats {
   uint64_t captures = 0, replays = 0, eager_runs = 0;
+  // Copies a replay made: caller inputs copied into graph-owned buffers, outputs copied out of graph memory.
+  uint64_t input_copies = 0, output_copies = 0;
   std::string disabled_reason;  // why graphs are off, empty while they are on or not asked for
 };
 

@@ -1,0 +1,122 @@
+// The floor of a CUDA-graph replay, next to the runtime's own per-call path, in one process:
+//   graph_floor PKG.pt2 CALLS ROUNDS IN0.npy [IN1.npy ...]
+// Loads the package on cuda:0 with graphs on, uploads the inputs once (device inputs, as a GPU server
+// passes them) and runs until the runtime has captured the plugin's Run. Then, interleaved for ROUNDS
+// rounds of CALLS calls each, it times
+//   floor:  cudaGraphLaunch of that same graph exec + cudaStreamSynchronize, nothing else (the plugin's
+//           kernels in a graph, replayed bare: no input or output handling at all);
+//   ours:   Program::run on the same device inputs, outputs borrowed from graph memory and freed, then the
+//           program's synchronize (what aoti-run --cuda-graphs --device-inputs does per call, minus the C API's
+//           exception guard);
+//   ours_copy: the same with output copies (the default contract: outputs the caller owns).
+// Prints one JSON line: medians over all calls of each side, and the graph counters.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aoti_host/c_api.h"
+#include "aoti_host/error.h"
+#include "aoti_host/tensor.h"
+#include "../../src/cuda/program_state.h"
+#include "../../src/method_set.h"
+#include "../../src/program.h"
+#include "../../tools/npy.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+void cuda_ok(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw aoti_host::Error(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace aoti_host;
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: graph_floor PKG.pt2 CALLS ROUNDS IN0.npy [IN1.npy ...]\n");
+    return 2;
+  }
+  try {
+    const std::string pkg = argv[1];
+    const long calls = std::strtol(argv[2], nullptr, 10), rounds = std::strtol(argv[3], nullptr, 10);
+    if (calls < 1 || rounds < 1) throw Error("CALLS and ROUNDS must be positive");
+    aoti_host_load_options options{};
+    options.device = "cuda";
+    options.num_models = 1;
+    std::shared_ptr<MethodSet> set = MethodSet::load(pkg, options, true);
+    Program& program = set->method(0);
+    cuda::ProgramState* state = program.cuda_state();
+    if (state == nullptr) throw Error(pkg + ": not loaded on cuda");
+    state->enable_graphs(true, program.has_single_threaded_run());
+
+    // Inputs: read once, uploaded once; every call passes the same device memory.
+    std::vector<NpyArray> arrays;
+    std::vector<std::unique_ptr<Tensor>> device;
+    std::vector<aoti_host_tensor_view> views;
+    for (int i = 4; i < argc; ++i) arrays.push_back(read_npy(argv[i]));
+    for (auto& a : arrays) {
+      std::unique_ptr<Tensor> d(Tensor::empty_strided(a.dtype, a.sizes, a.strides, device_code::kCUDA, 0));
+      cuda_ok(cudaMemcpy(d->data_ptr(), a.data.data(), a.data.size(), cudaMemcpyHostToDevice), "upload");
+      views.push_back({d->data_ptr(), a.dtype, static_cast<int32_t>(a.sizes.size()), a.sizes.data(),
+                       a.strides.data(), device_code::kCUDA, 0});
+      device.push_back(std::move(d));
+    }
+    const size_t n_out = program.num_outputs();
+    std::vector<AtenTensorHandle> outs(n_out);
+    auto run_ours = [&]() {
+      program.run(views.data(), views.size(), outs.data(), n_out);
+      for (auto& h : outs) aoti_torch_delete_tensor_object(h), h = nullptr;
+      state->synchronize();
+    };
+    for (int i = 0; i < 5; ++i) run_ours();  // warm-up runs, capture, replays
+    if (state->graph_exec() == nullptr)
+      throw Error("no graph was captured: " + state->stats().disabled_reason);
+    const auto exec = static_cast<cudaGraphExec_t>(state->graph_exec());
+    const auto stream = static_cast<cudaStream_t>(state->stream());
+
+    std::vector<double> floor_us, ours_us, copy_us;
+    for (long r = 0; r < rounds; ++r) {
+      for (long c = 0; c < calls; ++c) {
+        const auto t0 = Clock::now();
+        cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+        cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        floor_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+      state->borrow_graph_outputs(true);
+      for (long c = 0; c < calls; ++c) {
+        const auto t0 = Clock::now();
+        run_ours();
+        ours_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+      state->borrow_graph_outputs(false);
+      for (long c = 0; c < calls; ++c) {
+        const auto t0 = Clock::now();
+        run_ours();
+        copy_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+    }
+    const auto& st = state->stats();
+    std::printf("{\"floor_us\": %.2f, \"ours_us\": %.2f, \"ours_copy_us\": %.2f, \"calls\": %ld, \"rounds\": %ld, "
+                "\"captures\": %llu, \"replays\": %llu, \"input_copies\": %llu, \"output_copies\": %llu}\n",
+                median(floor_us), median(ours_us), median(copy_us), calls, rounds,
+                static_cast<unsigned long long>(st.captures), static_cast<unsigned long long>(st.replays),
+                static_cast<unsigned long long>(st.input_copies), static_cast<unsigned long long>(st.output_copies));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "graph_floor: %s\n", e.what());
+    return 1;
+  }
+}
