@@ -20,9 +20,8 @@
 #include "mapped_file.h"
 #include "package.h"
 #include "packed_gemm.h"
-#if CUDA_AVAILABLE
 #include <chrono>
-
+#if CUDA_AVAILABLE
 #include "cuda/program_state.h"
 #endif
 
@@ -107,6 +106,16 @@ class DeviceScope {
 
 std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options,
                                        bool defer_weights) {
+  // Where a load's time goes, logged at info level (AOTI_HOST_LOG=info): milliseconds per phase.
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto t = t0;
+  double ms[7] = {};
+  auto lap = [&t](double& slot) {
+    const auto now = Clock::now();
+    slot = std::chrono::duration<double, std::milli>(now - t).count();
+    t = now;
+  };
   std::unique_ptr<Program> p(new Program());
   p->path_ = path;
   p->pack_cache_ = std::make_shared<cpu::PackCache>();
@@ -115,14 +124,24 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   // Before anything of the plugin is stored or mapped: a plugin this machine can't run is refused by name.
   preflight(package.target(), path, device.cuda ? device.index : -1);
   p->adopt_package(package);
+  lap(ms[0]);
   const PluginSource source = package.store_plugin();
+  lap(ms[1]);
   p->plugin_ = open_plugin(source.load_path, source.shown);
+  lap(ms[2]);
   p->create_device_state(device);
   const DeviceScope scope(p->cuda_.get());
+  lap(ms[3]);
   p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);
+  lap(ms[4]);
   p->apply_weights_policy(options, package, defer_weights);
+  lap(ms[5]);
   p->read_signature();
   p->check_constants();
+  lap(ms[6]);
+  log(LogLevel::Info, "%s: loaded in %.1f ms: package and preflight %.1f, plugin store %.1f, dlopen %.1f, device "
+      "state %.1f, container %.1f, weights %.1f, checks %.1f", path.c_str(),
+      std::chrono::duration<double, std::milli>(t - t0).count(), ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6]);
   return p;
 }
 
@@ -508,8 +527,12 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
 #if CUDA_AVAILABLE
       if (cuda_) {  // host inputs are copied to the device; device inputs are used as they are
         caller_memory.push_back(!convert && v.device_type == device_code::kCUDA);
-        cuda::ProgramState::Scope scope(*cuda_);
-        t = cuda_->to_device(t);
+        if (t->device_type() == device_code::kCUDA) {
+          t = cuda_->to_device(t);  // checks the device; no copy, no device work
+        } else {
+          cuda::ProgramState::Scope scope(*cuda_);
+          t = cuda_->to_device(t);
+        }
       }
 #endif
       handles.push_back(to_handle(t));

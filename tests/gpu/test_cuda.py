@@ -77,9 +77,11 @@ def test_aoti_run_matches_eager(name: str, graphs: bool, tmp_path: Path) -> None
     assert_close(got, refs(name), f"aoti-run {name}")
     if graphs:  # the written outputs came from the first (eager) call; the counters prove the replays ran
         # (what the replays compute is checked call by call in test_graph_replays_match_eager_call_by_call)
-        # the same device inputs every call: read in place; outputs borrowed from graph memory: no copies
-        assert "cuda_graphs: captures=1 replays=4 eager_runs=2 input_copies=0 output_copies=0" in proc.stdout, \
-            proc.stdout + proc.stderr
+        # the same device inputs every call: read in place (unless the runtime converts their layout into a
+        # new buffer each call: the channels-last model gets contiguous .npy inputs); outputs borrowed
+        copies = 4 * MANIFEST[name]["inputs"] if name == "convnet_channels_last" else 0
+        want = f"cuda_graphs: captures=1 replays=4 eager_runs=2 input_copies={copies} output_copies=0"
+        assert want in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("name", [n for n in CHECKED if n != "mutated_buffer"])
@@ -369,21 +371,21 @@ def _upload_probe(name: str, out: Path, chunk_mb: int | None, threads: int | Non
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(("chunk_mb", "threads"), [(2, 3), (1, 8)])
+@pytest.mark.parametrize(("chunk_mb", "threads"), [(8, 3), (1, 8)])
 def test_upload_chunk_size_and_threads(chunk_mb: int, threads: int, tmp_path: Path) -> None:
     """AOTI_HOST_UPLOAD_CHUNK_MB / AOTI_HOST_UPLOAD_THREADS reach the pinned ring (a fresh process each:
     the ring's chunk size is fixed by the process's first upload), and the weights arrive intact: the
-    134 MB model's output is bitwise the one of a default upload (8 MiB chunks, one thread)."""
+    134 MB model's output is bitwise the one of a default upload (2 MiB chunks, two threads)."""
     name = "wide_mlp_blob"
     available(name)
     results = {}
     for cm, th in ((None, None), (chunk_mb, threads)):
         st = _upload_probe(name, tmp_path / f"out-{cm}.npy", cm, th)
-        chunk = (cm or 8) << 20
+        chunk = (cm or 2) << 20
         want_chunks = -(-st["weight_upload_bytes"] // chunk)
         assert st["weight_upload_mode"] == "host" and st["weight_upload_bytes"] > 100 << 20, st
         assert (st["weight_upload_chunk_bytes"], st["weight_upload_chunks"]) == (chunk, want_chunks), st
-        assert st["weight_upload_threads"] == min(th or 1, want_chunks), st
+        assert st["weight_upload_threads"] == min(th or 2, want_chunks), st
         results[cm] = np.load(tmp_path / f"out-{cm}.npy")
     np.testing.assert_array_equal(results[chunk_mb], results[None], err_msg="the output depends on the chunking")
     # corrupted weights are far off; eager's 8 layers of 2048 differ from the plugin's kernels only by rounding

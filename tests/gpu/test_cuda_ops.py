@@ -923,6 +923,36 @@ def test_pools_refuse_bad_arguments(host):
         host("avg_pool2d", x.to(torch.int32), [2], [1], [0], 0, 1, None)
 
 
+# --- addmm: the bias-epilogue path (cublasLt) and the general one ----------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("bias", ["row", "row2d", "expanded", "full", "stepped_row"])
+@pytest.mark.parametrize(("m", "k", "n", "beta", "alpha"),
+                         [(8, 64, 64, 1.0, 1.0), (33, 70, 17, 1.0, 0.5), (1, 5, 1, 1.0, 1.0), (7, 1, 3, 1.0, 1.0),
+                          (16, 32, 24, 0.5, 1.0), (5, 9, 6, 0.0, 2.0)])
+def test_addmm(host, dtype, layout, bias, m, k, n, beta, alpha):
+    """beta * bias + alpha * a @ b into a contiguous out: a bias row with beta 1 goes through one cublasLt
+    matmul with a bias epilogue (as ATen's gemm_and_bias), everything else through the copy + gemm path."""
+    g = gen(37)
+    a, b = rand((m, k), dtype, layout, g), rand((k, n), dtype, layout, g)
+    s = {"row": lambda: rand((n,), dtype, "contiguous", g), "row2d": lambda: rand((1, n), dtype, "contiguous", g),
+         "expanded": lambda: rand((n,), dtype, "contiguous", g).expand(m, n),
+         "full": lambda: rand((m, n), dtype, layout, g), "stepped_row": lambda: rand((n,), dtype, "stepped", g)}[bias]()
+    out = torch.empty(m, n, dtype=dtype, device="cuda")
+    host("addmm_out", out, s, a, b, beta, alpha)
+    torch.cuda.synchronize()
+    want = (beta * s.double() + alpha * (a.double() @ b.double())).to(dtype) if beta else \
+        (alpha * (a.double() @ b.double())).to(dtype)
+    rtol, atol = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2)}[dtype]
+    torch.testing.assert_close(out.cpu(), want.cpu(), rtol=rtol, atol=atol * max(1, k ** 0.5))
+    # the same call into an out that cuBLAS cannot write in place (transposed): the general path
+    out_t = torch.empty(n, m, dtype=dtype, device="cuda").t()
+    host("addmm_out", out_t, s, a, b, beta, alpha)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out_t.cpu(), want.cpu(), rtol=rtol, atol=atol * max(1, k ** 0.5))
+
+
 # --- int8 matrix products --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -79,6 +79,8 @@ class CudaStats:
     weight_upload_chunks: int
     weight_upload_chunk_bytes: int
     weight_upload_threads: int
+    graph_input_copies: int  # inputs replays copied into graph-owned buffers (0: read in place)
+    graph_output_copies: int  # outputs replays copied out of graph memory (0 with borrowed outputs)
 
 
 def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:
@@ -87,7 +89,8 @@ def stats(library: Any, handle: ctypes.c_void_p) -> CudaStats:
     return CudaStats(s.graph_captures, s.graph_replays, s.eager_runs, (s.graphs_disabled_reason or b"").decode(),
                      s.weight_upload_bytes, s.weight_stage_seconds, s.weight_upload_seconds,
                      s.weight_load_seconds, (s.weight_upload_mode or b"").decode(), s.weight_upload_chunks,
-                     s.weight_upload_chunk_bytes, s.weight_upload_threads)
+                     s.weight_upload_chunk_bytes, s.weight_upload_threads, s.graph_input_copies,
+                     s.graph_output_copies)
 
 
 class _Release:

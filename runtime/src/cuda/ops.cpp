@@ -1,13 +1,16 @@
 // aoti_torch_cuda_* fallback ops: mm/addmm/bmm through cuBLAS (cublasGemmEx, no TF32: float32 results
 // match eager torch with its default allow_tf32=False), a direct convolution kernel, plain and
 // transposed (no cuDNN), and the cuBLAS path of attention (attention_gemm).
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -182,6 +185,142 @@ void gemm(Tensor& out, const Tensor& a_in, const Tensor& b_in, double alpha, dou
   if (kout) aoti_host::cuda::copy(out, *kout);
 }
 
+// addmm with a bias row, as ATen does it (gemm_and_bias): one cublasLt matmul whose epilogue adds the bias,
+// instead of a broadcast copy of the bias into out followed by a gemm with beta = 1 (two kernels, two nodes
+// in a captured graph). Descriptors and the heuristic's algorithm are made once per problem and thread.
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+  ~LtPlan() {
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+constexpr size_t kLtWorkspaceBytes = size_t{4} << 20;
+
+struct LtHandle {
+  cublasLtHandle_t h = nullptr;
+  void* workspace = nullptr;
+  // (m, n, k, dtype, op a, op b, lda, ldb, pointer alignments of a, b, c and bias) -> plan
+  std::map<std::tuple<int64_t, int64_t, int64_t, int32_t, int, int, int64_t, int64_t, int, int, int, int>,
+           std::unique_ptr<LtPlan>> plans;
+  ~LtHandle() {
+    plans.clear();
+    if (h != nullptr) cublasLtDestroy(h);
+    if (workspace != nullptr) cudaFree(workspace);
+  }
+};
+
+LtHandle& lt_for(int device) {
+  thread_local std::array<std::unique_ptr<LtHandle>, 64> handles;
+  auto& slot = handles.at(static_cast<size_t>(device));
+  if (!slot) {
+    auto h = std::make_unique<LtHandle>();
+    cublas_check(cublasLtCreate(&h->h), "cublasLtCreate");
+    AOTI_CUDA_CHECK(cudaMalloc(&h->workspace, kLtWorkspaceBytes));
+    slot = std::move(h);
+  }
+  return *slot;
+}
+
+int alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  for (int a : {16, 8, 4, 2})
+    if (v % static_cast<uintptr_t>(a) == 0) return a;
+  return 1;
+}
+
+// true when done; false when the case is not one the epilogue path takes (the caller falls back).
+bool addmm_bias_lt(Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b, double alpha) {
+  if (out.dim() != 2 || a.dim() != 2 || b.dim() != 2) return false;
+  const int32_t dt = out.dtype();
+  if (dt != dc::kFloat32 && dt != dc::kFloat16 && dt != dc::kBFloat16) return false;
+  if (a.dtype() != dt || b.dtype() != dt || bias.dtype() != dt) return false;
+  const int64_t m = out.sizes()[0], n = out.sizes()[1], k = a.sizes()[1];
+  if (m < 1 || n < 1 || k < 1 || a.sizes()[0] != m || b.sizes()[0] != k || b.sizes()[1] != n) return false;
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return false;
+  // the bias: [n] contiguous, or a row broadcast over out ([m or 1, n] with strides (0 or any for size 1, 1))
+  const bool row = (bias.dim() == 1 && bias.sizes()[0] == n && (n == 1 || bias.strides()[0] == 1)) ||
+                   (bias.dim() == 2 && bias.sizes()[1] == n && (n == 1 || bias.strides()[1] == 1) &&
+                    (bias.sizes()[0] == 1 || (bias.sizes()[0] == m && bias.strides()[0] == 0)));
+  if (!row) return false;
+  const int device = out.device_index();
+  for (const Tensor* t : {&a, &b, &bias})
+    if (t->device_type() != aoti_host::device_code::kCUDA || t->device_index() != device) return false;
+  // out row-major contiguous rows (C^T column-major with ld = its row stride); a and b as cuBLAS takes them
+  const Operand oc = operand(m, n, out.strides()[0], out.strides()[1]);
+  const Operand oa = operand(m, k, a.strides()[0], a.strides()[1]);
+  const Operand ob = operand(k, n, b.strides()[0], b.strides()[1]);
+  if (!oc.ok || oc.op != CUBLAS_OP_N || !oa.ok || !ob.ok) return false;
+  LtHandle& lt = lt_for(device);
+  const auto key = std::make_tuple(m, n, k, dt, static_cast<int>(oa.op), static_cast<int>(ob.op), oa.ld, ob.ld,
+                                   alignment(a.data_ptr()), alignment(b.data_ptr()), alignment(out.data_ptr()),
+                                   alignment(bias.data_ptr()));
+  std::unique_ptr<LtPlan>& plan = lt.plans[key];
+  if (!plan) {
+    plan = std::make_unique<LtPlan>();
+    const cudaDataType_t data = gemm_type(dt, "addmm").data;
+    const cublasOperation_t opa = ob.op, opb = oa.op;  // C^T (n x m) = B^T (n x k) * A^T (k x m)
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const int64_t rows_a = opa == CUBLAS_OP_N ? n : k, cols_a = opa == CUBLAS_OP_N ? k : n;
+    const int64_t rows_b = opb == CUBLAS_OP_N ? k : m, cols_b = opb == CUBLAS_OP_N ? m : k;
+    bool made = cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&plan->a, data, static_cast<uint64_t>(rows_a), static_cast<uint64_t>(cols_a),
+                                           ob.ld) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&plan->b, data, static_cast<uint64_t>(rows_b), static_cast<uint64_t>(cols_b),
+                                           oa.ld) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&plan->c, data, static_cast<uint64_t>(n), static_cast<uint64_t>(m), oc.ld) ==
+                    CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t pref = nullptr;
+    if (made && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+      const uint64_t ws = kLtWorkspaceBytes;
+      const uint32_t al[4] = {static_cast<uint32_t>(std::get<8>(key)), static_cast<uint32_t>(std::get<9>(key)),
+                              static_cast<uint32_t>(std::get<10>(key)), static_cast<uint32_t>(std::get<10>(key))};
+      // cuBLAS's A is our b, its B our a
+      made = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)) ==
+                 CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[1],
+                                                  sizeof(al[1])) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[0],
+                                                  sizeof(al[0])) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2],
+                                                  sizeof(al[2])) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3],
+                                                  sizeof(al[3])) == CUBLAS_STATUS_SUCCESS;
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      made = made && cublasLtMatmulAlgoGetHeuristic(lt.h, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1,
+                                                    &result, &found) == CUBLAS_STATUS_SUCCESS &&
+             found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+      if (made) plan->algo = result.algo;
+      cublasLtMatmulPreferenceDestroy(pref);
+    }
+    plan->ok = made;
+  }
+  if (!plan->ok) return false;
+  const void* bias_ptr = bias.data_ptr();
+  cublas_check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                              sizeof(bias_ptr)),
+               "cublasLtMatmulDescSetAttribute(bias)");
+  const float af = static_cast<float>(alpha), bf = 0.0f;
+  cublas_check(cublasLtMatmul(lt.h, plan->desc, &af, b.data_ptr(), plan->a, a.data_ptr(), plan->b, &bf,
+                              out.data_ptr(), plan->c, out.data_ptr(), plan->c, &plan->algo, lt.workspace,
+                              kLtWorkspaceBytes, aoti_host::cuda::stream_of(device)),
+               "cublasLtMatmul");
+  return true;
+}
+
 // ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is, as
 // suggest_memory_format decides it (c10's is_channels_last_strides_2d/3d, shared with the CPU kernels).
 // Ambiguous layouts, such as a 1x1 kernel's contiguous weight [O, I, 1, 1], count as contiguous there.
@@ -331,6 +470,9 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_addmm_out(AtenTensorHandle out, Ate
     Tensor& o = tensor_arg(out, "out");
     const Tensor& s = tensor_arg(self, "self");
     if (o.dim() != 2) throw Error("addmm: out must be 2-d, got " + list_str(o.sizes()));
+    const Tensor& m1 = tensor_arg(mat1, "mat1");
+    const Tensor& m2 = tensor_arg(mat2, "mat2");
+    if (beta == 1.0 && o.data_ptr() != s.data_ptr() && addmm_bias_lt(o, s, m1, m2, alpha)) return;
     if (beta != 0.0 && o.data_ptr() != s.data_ptr()) aoti_host::cuda::copy(o, s);
     gemm(o, tensor_arg(mat1, "mat1"), tensor_arg(mat2, "mat2"), alpha, beta, "addmm");
   });

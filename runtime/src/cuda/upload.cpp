@@ -27,15 +27,17 @@ namespace aoti_host {
 namespace cuda {
 namespace {
 
-constexpr size_t kSlots = 6;  // chunks in the pinned ring, kept for the process's later uploads
+// Chunks in the pinned ring, kept for the process's later uploads: one being filled, one being copied (and
+// CRC'd), and spares so the fill never waits for the copy engine, which moves a chunk ~10x faster than a
+// host thread fills one.
+constexpr size_t kSlots = 4;
 
-// Tuning (bench/RESULTS.md, weight upload): AOTI_HOST_UPLOAD_CHUNK_MB (chunk size, default 8) and
-// AOTI_HOST_UPLOAD_THREADS (host threads filling a chunk, default 1). Measured on the H200 (134 MB, 3 loads
-// each): more fill threads load faster end to end but slow the copy engine, which reads the same host memory
-// (8 MiB chunks: 1 thread 0.93 of pinned bandwidth and 3.3 GB/s end to end; 4 threads 0.82 and 5.7 GB/s in
-// one run, 0.71 and 3.8 GB/s in the next; 8 threads 0.69 and 6.2 GB/s); 32 MiB chunks copy at 0.88-0.97 but
-// pinning the larger ring costs more than it saves (1.5-1.9 GB/s end to end). One thread is the default:
-// the copy runs near the link's bandwidth and the load is still twice as fast as a pinned copy of the blob.
+// Tuning (bench/RESULTS.md, weight load): AOTI_HOST_UPLOAD_CHUNK_MB (chunk size, default 2) and
+// AOTI_HOST_UPLOAD_THREADS (fill threads, default 2). What a user waits for is the load's wall time, and on the
+// H200 machine (134 MB, the package in the page cache, 3 loads each) that is bound by reading the package's
+// pages (5-6 GB/s, page faults included) and by pinning the ring (cudaHostAlloc costs ~0.5 ms per MB there):
+// small chunks and a few fill threads win (2 MiB x 2 threads: 34 ms of weight load; 8 MiB x 1: 84 ms), while the
+// copy engine runs far below its 55 GB/s either way.
 size_t env_size(const char* name, size_t fallback, size_t lo, size_t hi) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
@@ -60,11 +62,12 @@ Ring& ring() {
   return *r;
 }
 
-// Parallel fill of one chunk: `threads` workers copy slices; the caller waits for all of them.
+// Fill of one chunk by `n` worker threads (slices of it), started by start() and awaited by wait(), so the
+// caller computes the previous chunk's CRC while they copy.
 class Fillers {
  public:
   explicit Fillers(size_t n) : count_(n) {
-    for (size_t t = 1; t < n; ++t) workers_.emplace_back([this, t] { loop(t); });
+    for (size_t t = 0; t < n; ++t) workers_.emplace_back([this, t] { loop(t); });
   }
   size_t size() const { return count_; }
   ~Fillers() {
@@ -76,15 +79,16 @@ class Fillers {
     cv_.notify_all();
     for (auto& w : workers_) w.join();
   }
-  void fill(void* dst, const void* src, size_t n) {
+  void start(void* dst, const void* src, size_t n) {
     {
       std::lock_guard<std::mutex> g(m_);
       dst_ = static_cast<unsigned char*>(dst), src_ = static_cast<const unsigned char*>(src), n_ = n;
-      pending_ = count_ - 1;
+      pending_ = count_;
       ++generation_;
     }
     cv_.notify_all();
-    slice(0);
+  }
+  void wait() {
     std::unique_lock<std::mutex> g(m_);
     done_.wait(g, [this] { return pending_ == 0; });
   }
@@ -139,7 +143,7 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
   AOTI_CUDA_CHECK(cudaMalloc(&dst, size == 0 ? 1 : size));
   Ring& r = ring();
   std::lock_guard<std::mutex> hold(r.use);
-  if (!r.ready) r.chunk = env_size("AOTI_HOST_UPLOAD_CHUNK_MB", 8, 1, 1024) << 20;
+  if (!r.ready) r.chunk = env_size("AOTI_HOST_UPLOAD_CHUNK_MB", 2, 1, 1024) << 20;
   const size_t kChunk = r.chunk;
   if (!r.ready) {
     for (size_t s = 0; s < kSlots; ++s) {
@@ -168,7 +172,7 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
   }
   const size_t chunks = (size + kChunk - 1) / kChunk;
   const size_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
-  Fillers fillers(std::min<size_t>(env_size("AOTI_HOST_UPLOAD_THREADS", 1, 1, std::max<size_t>(64, hw)),
+  Fillers fillers(std::min<size_t>(env_size("AOTI_HOST_UPLOAD_THREADS", 2, 1, std::max<size_t>(64, hw)),
                                    std::max<size_t>(1, chunks)));
   double dma_ms = 0;
   std::vector<bool> in_flight(kSlots, false);
@@ -182,20 +186,31 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
   };
   const auto* from = static_cast<const unsigned char*>(src);
   auto* to = static_cast<unsigned char*>(dst);
+  auto span = [&](size_t c) { return std::min(kChunk, size - c * kChunk); };
+  bool filling = false;
   try {
+    // A pipeline: the fill threads copy chunk c+1 from the source into its pinned slot while the copy engine
+    // moves chunk c to the device and this thread computes chunk c's CRC from the same (cache-warm) bytes.
+    if (chunks > 0) fillers.start(r.pinned[0], from, span(0)), filling = true;
     for (size_t c = 0; c < chunks; ++c) {
-      const size_t s = c % kSlots, off = c * kChunk, n = std::min(kChunk, size - off);
-      settle(s);  // the chunk that used this slot kSlots ago is on the device
-      fillers.fill(r.pinned[s], from + off, n);
+      const size_t s = c % kSlots, off = c * kChunk, n = span(c);
+      fillers.wait();
+      filling = false;
+      if (c + 1 < chunks) {
+        const size_t next = (c + 1) % kSlots;
+        settle(next);  // the chunk that used that slot kSlots ago is on the device
+        fillers.start(r.pinned[next], from + off + n, span(c + 1));
+        filling = true;
+      }
       AOTI_CUDA_CHECK(cudaEventRecord(start[s], stream));
       AOTI_CUDA_CHECK(cudaMemcpyAsync(to + off, r.pinned[s], n, cudaMemcpyHostToDevice, stream));
       AOTI_CUDA_CHECK(cudaEventRecord(done[s], stream));
       in_flight[s] = true;
-      // while the copy engine reads the chunk: its CRC, from the same (cache-warm) pinned bytes
       if (crc != nullptr) *crc = crc32(*crc, static_cast<const unsigned char*>(r.pinned[s]), n);
     }
     for (size_t s = 0; s < kSlots; ++s) settle(s);
   } catch (...) {
+    if (filling) fillers.wait();  // no thread writes a slot after this
     cudaStreamSynchronize(stream);
     cudaGetLastError();
     for (size_t s = 0; s < kSlots; ++s) cudaEventDestroy(start[s]), cudaEventDestroy(done[s]);
