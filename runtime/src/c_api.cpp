@@ -197,8 +197,11 @@ int aoti_host_program_run_method(aoti_host_program* program, size_t method, aoti
 int aoti_host_program_weight_stats(const aoti_host_program* program, aoti_host_weight_stats* out) {
   return guarded([&] {
     require(program, "program"), require(out, "out");
-    const aoti_host::WeightStats& s = program->set->weight_stats();
-    *out = aoti_host_weight_stats{s.constants, s.shared, s.shared_bytes, s.mismatched, s.host_copy_bytes};
+    const aoti_host::WeightStats s = program->set->weight_stats();
+    *out = aoti_host_weight_stats{s.constants,       s.shared,
+                                  s.shared_bytes,    s.mismatched,
+                                  s.host_copy_bytes, s.device_copy_bytes,
+                                  s.state_host_copy_bytes, s.state_device_copy_bytes};
   });
 }
 

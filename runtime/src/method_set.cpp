@@ -17,6 +17,10 @@
 #include "aoti_host/shims.h"
 #include "constants.h"
 #include "json.h"
+#if CUDA_AVAILABLE
+#include "aoti_host/cuda/cuda.h"
+#include "cuda/program_state.h"
+#endif
 
 namespace aoti_host {
 namespace {
@@ -94,15 +98,35 @@ bool same_layout(const Tensor& a, const Tensor& b, std::string* why) {
 size_t nbytes(const Tensor& t) { return compute_storage_nbytes(t.sizes(), t.strides(), t.itemsize(), 0); }
 
 // Same FQN and layout but other values (methods exported from different modules) must not be shared.
-// Both are in host memory at load time; device tensors are left to the layout check.
+// Called after same_layout (same dtype, sizes, strides, device), so both span nbytes(a). Host tensors are
+// compared with memcmp; CUDA tensors on the device (cuda::same_bytes, on the current stream: the method's),
+// never through host memory. Bytes, not values: -0.0 and 0.0 (or two NaN payloads) count as different,
+// which only costs a copy.
 bool same_values(const Tensor& a, const Tensor& b, std::string* why) {
-  if (a.device_type() != 0 || b.device_type() != 0) return true;
-  if (std::memcmp(a.data_ptr(), b.data_ptr(), nbytes(a)) == 0) return true;
-  *why = "same layout, different values";
-  return false;
+  if (a.device_type() != b.device_type() || a.device_index() != b.device_index()) {
+    *why = std::string("values on ") + device_type_name(b.device_type()) + " vs " + device_type_name(a.device_type()) +
+           " are not compared";
+    return false;
+  }
+  const size_t n = nbytes(a);
+  bool same = false;
+  if (a.device_type() == device_code::kCPU) {
+    same = n == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), n) == 0;
+#if CUDA_AVAILABLE
+  } else if (a.device_type() == device_code::kCUDA) {
+    same = cuda::same_bytes(a.data_ptr(), b.data_ptr(), n, a.device_index());
+#endif
+  } else {
+    *why = std::string("values on ") + device_type_name(a.device_type()) + " cannot be compared by this runtime";
+    return false;
+  }
+  if (!same) *why = "same layout, different values";
+  return same;
 }
 
-// A host-owned copy with the same dtype, sizes, strides and device.
+bool on_device(const Tensor& t) { return t.device_type() != device_code::kCPU; }
+
+// A runtime-owned copy with the same dtype, sizes, strides and device, made on the current stream.
 std::unique_ptr<Tensor> copy_of(const Tensor& t) {
   std::unique_ptr<Tensor> c(Tensor::empty_strided(t.dtype(), t.sizes(), t.strides(), t.device_type(), t.device_index()));
   if (aoti_torch_copy_(to_handle(c.get()), to_handle(const_cast<Tensor*>(&t)), 0) != AOTI_TORCH_SUCCESS)
@@ -110,9 +134,13 @@ std::unique_ptr<Tensor> copy_of(const Tensor& t) {
   return c;
 }
 
-void copy_into(AtenTensorHandle dst, const Tensor& src) {
-  if (aoti_torch_copy_(dst, to_handle(const_cast<Tensor*>(&src)), 0) != AOTI_TORCH_SUCCESS)
-    throw Error("copying session state failed: " + last_error(), AOTI_HOST_INTERNAL);
+// Waits for a CUDA program's stream (the load's copies and comparisons are done before the next method's).
+void finish(const Program& p) {
+#if CUDA_AVAILABLE
+  if (p.cuda_state() != nullptr) p.cuda_state()->synchronize();
+#else
+  (void)p;
+#endif
 }
 
 std::string plugin_why(const Plugin& plugin) {
@@ -122,6 +150,54 @@ std::string plugin_why(const Plugin& plugin) {
 }
 
 }  // namespace
+
+struct StreamScope {
+#if CUDA_AVAILABLE
+  explicit StreamScope(const cuda::ProgramState& s) : scope(s), stream(s.stream()) {}
+  cuda::ProgramState::Scope scope;
+  void* stream;
+#endif
+};
+
+void StreamScopeDeleter::operator()(StreamScope* s) const { delete s; }
+
+StreamScopePtr stream_scope(const Program& program) {
+#if CUDA_AVAILABLE
+  if (program.cuda_state() != nullptr) return StreamScopePtr(new StreamScope(*program.cuda_state()));
+#else
+  (void)program;
+#endif
+  return nullptr;
+}
+
+StreamScopePtr MethodSet::order_state(size_t method) {
+  StreamScopePtr scope = stream_scope(*methods_.at(method));
+#if CUDA_AVAILABLE
+  if (scope != nullptr && method != state_method_) {
+    const cuda::ProgramState* last = methods_.at(state_method_)->cuda_state();
+    if (last != nullptr) cuda::stream_wait(scope->stream, last->stream());
+  }
+#endif
+  state_method_ = method;
+  return scope;
+}
+
+std::unique_ptr<Tensor> MethodSet::copy_value(const Tensor& src) {
+  std::unique_ptr<Tensor> c = copy_of(src);
+  (on_device(src) ? stats_.state_device_copy_bytes : stats_.state_host_copy_bytes) += nbytes(src);
+  return c;
+}
+
+void MethodSet::copy_value(Tensor& dst, const Tensor& src) {
+  if (aoti_torch_copy_(to_handle(&dst), to_handle(const_cast<Tensor*>(&src)), 0) != AOTI_TORCH_SUCCESS)
+    throw Error("copying session state failed: " + last_error(), AOTI_HOST_INTERNAL);
+  (on_device(dst) && on_device(src) ? stats_.state_device_copy_bytes : stats_.state_host_copy_bytes) += nbytes(src);
+}
+
+WeightStats MethodSet::weight_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
 
 std::vector<MethodSpec> resolve_methods(const std::string& path) {
   struct stat st {};
@@ -183,6 +259,7 @@ std::shared_ptr<MethodSet> MethodSet::load(const std::string& path, const aoti_h
     set->methods_[k]->load_pending_weights();
     if (!share && has_entries_call(set->methods_[k]->plugin()))
       set->stats_.constants += constant_infos(set->methods_[k]->plugin(), set->methods_[k]->container()).size();
+    finish(*set->methods_[k]);  // what it holds is complete before a later method compares or borrows it
   }
   set->find_state();
   set->own_state_.reset(new SessionState());
@@ -228,6 +305,8 @@ void MethodSet::share(size_t k, const aoti_host_load_options& options, Pool& poo
     std::unique_ptr<Program> probe;
     if (pending) probe = Program::load(m.path(), options, false);
     const Program& src = probe ? *probe : m;
+    // Comparisons and copies of its tensors run on the stream of the program that holds them.
+    StreamScopePtr on_src = stream_scope(src);
     std::vector<ConstantEntry> own = extract_constants(src.plugin(), src.container());
     std::vector<AOTInductorConstantMapEntry> pairs;
     std::vector<std::string> names;
@@ -254,12 +333,14 @@ void MethodSet::share(size_t k, const aoti_host_load_options& options, Pool& poo
         }
         host_owned_.push_back(copy_of(mine));
         use = to_handle(host_owned_.back().get());
-        stats_.host_copy_bytes += nbytes(mine);
+        (on_device(mine) ? stats_.device_copy_bytes : stats_.host_copy_bytes) += nbytes(mine);
         if (p == pool.items.end()) pool.items[e.fqn] = {use, name};
       }
       names.push_back(in->second);
       pairs.push_back({names.back().c_str(), use});
     }
+    finish(src);  // the copies are complete before a probe (and the memory they read) goes
+    on_src.reset();
     clear_last_error();
     auto update = f.AOTInductorModelContainerUpdateUserManagedConstantBufferPairs;
     if (pending) {
@@ -301,23 +382,25 @@ void MethodSet::find_state() {
     }
     std::map<std::string, AtenTensorHandle> by_fqn;
     for (const auto& e : extract_constants(pl, methods_[k]->container())) by_fqn[e.fqn] = e.handle;
+    const StreamScopePtr on_k = stream_scope(*methods_[k]);  // the initial values are copied on its stream
     for (const auto& c : constant_infos(pl, methods_[k]->container())) {
       if (c.type != kBuffer || c.from_folded) continue;
       auto h = by_fqn.find(c.fqn);
       if (h == by_fqn.end()) continue;
       auto [it, fresh] = index.emplace(c.fqn, slots_.size());
-      if (fresh) slots_.push_back({c.fqn, {}, copy_of(*from_handle(h->second))});
+      if (fresh) slots_.push_back({c.fqn, {}, copy_value(*from_handle(h->second))});
       Slot& s = slots_[it->second];
       bool seen = false;
       for (auto w : s.working) seen |= from_handle(w)->data_ptr() == from_handle(h->second)->data_ptr();
       if (!seen) s.working.push_back(h->second);
     }
+    finish(*methods_[k]);
   }
 }
 
 std::vector<std::unique_ptr<Tensor>> MethodSet::copy_state(bool from_initial) {
   std::vector<std::unique_ptr<Tensor>> out;
-  for (const auto& s : slots_) out.push_back(copy_of(from_initial ? *s.initial : *from_handle(s.working[0])));
+  for (const auto& s : slots_) out.push_back(copy_value(from_initial ? *s.initial : *from_handle(s.working[0])));
   return out;
 }
 
@@ -326,10 +409,10 @@ void MethodSet::switch_to(SessionState* s) {
   if (current_ != nullptr && current_->values.empty()) {
     current_->values = copy_state(false);  // the program's own state, saved for the first time
   } else if (current_ != nullptr) {
-    for (size_t i = 0; i < slots_.size(); ++i) copy_into(to_handle(current_->values[i].get()), *from_handle(slots_[i].working[0]));
+    for (size_t i = 0; i < slots_.size(); ++i) copy_value(*current_->values[i], *from_handle(slots_[i].working[0]));
   }
   for (size_t i = 0; i < slots_.size(); ++i)
-    for (auto w : slots_[i].working) copy_into(w, *s->values[i]);
+    for (auto w : slots_[i].working) copy_value(*from_handle(w), *s->values[i]);
   current_ = s;
 }
 
@@ -353,6 +436,8 @@ void MethodSet::run(size_t method, SessionState* session, const aoti_host_tensor
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   if (!slots_.empty()) {
     lock.lock();
+    // On CUDA: after the state's last work (another method's stream), before this run on this method's.
+    const StreamScopePtr ordered = order_state(method);
     switch_to(session != nullptr ? session : own_state_.get());
   }
   methods_[method]->run(inputs, num_inputs, outputs, num_outputs);

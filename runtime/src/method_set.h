@@ -3,8 +3,9 @@
 //
 // Weight sharing: the first method that holds an FQN is its owner. A later method gets the owner's tensor
 // under its own INTERNAL name (FQN and internal name differ: fc1.weight vs fc1_weight) through
-// AOTInductorModelContainerUpdateUserManagedConstantBufferPairs, after dtype, sizes, strides and device
-// (and, for host tensors, the bytes) are compared; a mismatch keeps the method's own copy and logs a line. A method whose weights are
+// AOTInductorModelContainerUpdateUserManagedConstantBufferPairs, after dtype, sizes, strides, device and the
+// bytes are compared (host tensors with memcmp, CUDA tensors by a kernel on the device: only a 4-byte flag
+// is downloaded); a mismatch keeps the method's own copy and logs a line. A method whose weights are
 // embedded loads them at Create, gets the shared ones in its inactive buffer, swaps, and frees its own
 // blob; a method whose weights are in a blob never loads it (a temporary probe container reads the
 // blob's tensors for the checks and is deleted). Plugins without the entries call load their own weights.
@@ -15,6 +16,13 @@
 // serialised. Rebinding the container's constants per session instead is not an option: torch 2.13 caches
 // each constant's data pointer (ConstantHandle) until an Update* call, and every user-managed Update* wraps
 // the tensor in a new handle that the container never deletes.
+//
+// On CUDA every copy of constants and state is device-to-device (cuda::copy of two device tensors) on a
+// method's stream: a constant's own copy on the stream of the method (or probe) that holds it; state copies
+// on the stream of the method that last ran in the program (or is about to), made to wait (an event) for
+// the stream that queued the state's work before. Runs that mutate the state are thus ordered across the
+// methods' streams. Only the load waits for the device (each method's stream once, and the 4-byte result
+// of each value comparison). WeightStats counts the bytes copied by memory kind (host vs device).
 #pragma once
 
 #include <cstddef>
@@ -42,11 +50,26 @@ struct WeightStats {
   size_t constants = 0;       // over all methods
   size_t shared = 0;          // constants a method borrows from another method
   size_t shared_bytes = 0;    // bytes those would have taken again
-  size_t mismatched = 0;      // same FQN, different dtype/sizes/strides/device: own copy kept
-  size_t host_copy_bytes = 0; // bytes the host copied out of a method's freed blob to keep them
+  size_t mismatched = 0;      // same FQN, different dtype/sizes/strides/device/values: own copy kept
+  // Bytes copied to keep a method's unshared constants (its blob or buffer is freed): in host memory (a cpu
+  // program), and device-to-device (a cuda program; nothing of those goes through host memory).
+  size_t host_copy_bytes = 0;
+  size_t device_copy_bytes = 0;
+  // Bytes of session state copied (new, clone, reset, and a run in another session than the last one),
+  // by the same split.
+  size_t state_host_copy_bytes = 0;
+  size_t state_device_copy_bytes = 0;
 };
 
 class SessionState;
+
+// A CUDA program's stream made current on this thread (method_set.cpp); null for a cpu program.
+struct StreamScope;
+struct StreamScopeDeleter {
+  void operator()(StreamScope* s) const;
+};
+using StreamScopePtr = std::unique_ptr<StreamScope, StreamScopeDeleter>;
+StreamScopePtr stream_scope(const Program& program);
 
 class MethodSet {
  public:
@@ -61,7 +84,7 @@ class MethodSet {
   Program& method(size_t i) { return *methods_.at(i); }
   const Program& method(size_t i) const { return *methods_.at(i); }
   size_t find(const std::string& name) const;  // throws Error(NOT_FOUND) listing the methods
-  const WeightStats& weight_stats() const { return stats_; }
+  WeightStats weight_stats() const;  // a snapshot (runs in sessions update the state counters)
   const std::string& path() const { return path_; }
 
   // Empty when sessions work; else why they answer NotSupported.
@@ -82,8 +105,16 @@ class MethodSet {
   MethodSet() = default;
   void share(size_t k, const aoti_host_load_options& options, struct Pool& pool);
   void find_state();
-  void switch_to(SessionState* s);  // mu_ held
-  std::vector<std::unique_ptr<Tensor>> copy_state(bool from_initial);
+  void switch_to(SessionState* s);  // mu_ held, under order_state
+  // mu_ held: makes the stream (and device) of `method` current on this thread until the result is
+  // destroyed, ordered after the state's last work (which may have been queued on another method's stream);
+  // the state's work goes to that stream from then on. Null for a cpu program. Without a method: the stream
+  // of the method that last worked on the state.
+  StreamScopePtr order_state(size_t method);
+  StreamScopePtr order_state() { return order_state(state_method_); }
+  std::vector<std::unique_ptr<Tensor>> copy_state(bool from_initial);  // mu_ held, under order_state
+  std::unique_ptr<Tensor> copy_value(const Tensor& src);  // a new state tensor, counted
+  void copy_value(Tensor& dst, const Tensor& src);        // dst <- src, counted
 
   struct Slot {
     std::string fqn;
@@ -95,11 +126,12 @@ class MethodSet {
   std::vector<std::string> names_;
   std::vector<std::unique_ptr<Program>> methods_;
   std::vector<std::vector<std::string>> user_managed_;  // per method: internal names handed over user-managed
-  std::vector<std::unique_ptr<Tensor>> host_owned_;     // host copies the containers point into
+  std::vector<std::unique_ptr<Tensor>> host_owned_;     // copies the runtime owns and the containers point into
   WeightStats stats_;
   std::string no_sessions_;
   std::vector<Slot> slots_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  size_t state_method_ = 0;  // the method whose stream queued the state's last work (CUDA)
   std::unique_ptr<SessionState> own_state_;
   SessionState* current_ = nullptr;  // whose values the working tensors hold; nullptr: a released session's
 };

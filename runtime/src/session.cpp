@@ -4,15 +4,9 @@
 #include "aoti_host/shims.h"
 #include "method_set.h"
 
+// On CUDA the copies run device-to-device on the stream of the method that last worked on the state
+// (order_state), so they queue behind its runs and ahead of the next; nothing here waits for the device.
 namespace aoti_host {
-namespace {
-
-void copy_into(Tensor& dst, const Tensor& src) {
-  if (aoti_torch_copy_(to_handle(&dst), to_handle(const_cast<Tensor*>(&src)), 0) != AOTI_TORCH_SUCCESS)
-    throw Error("copying session state failed: " + last_error(), AOTI_HOST_INTERNAL);
-}
-
-}  // namespace
 
 SessionState::~SessionState() {
   if (keep_ != nullptr) owner_->release_session(*this);
@@ -24,6 +18,7 @@ std::unique_ptr<SessionState> MethodSet::new_session(const std::shared_ptr<Metho
   s->keep_ = self;
   s->owner_ = this;
   std::lock_guard<std::mutex> lock(mu_);
+  const StreamScopePtr ordered = order_state();
   s->values = copy_state(true);
   return s;
 }
@@ -34,13 +29,11 @@ std::unique_ptr<SessionState> MethodSet::clone_session(const std::shared_ptr<Met
   s->keep_ = self;
   s->owner_ = this;
   std::lock_guard<std::mutex> lock(mu_);
+  const StreamScopePtr ordered = order_state();
   if (current_ == &from) {
     s->values = copy_state(false);  // its latest values are in the working tensors
   } else {
-    for (const auto& v : from.values) {
-      s->values.emplace_back(Tensor::empty_strided(v->dtype(), v->sizes(), v->strides(), v->device_type(), v->device_index()));
-      copy_into(*s->values.back(), *v);
-    }
+    for (const auto& v : from.values) s->values.push_back(copy_value(*v));
   }
   return s;
 }
@@ -48,11 +41,12 @@ std::unique_ptr<SessionState> MethodSet::clone_session(const std::shared_ptr<Met
 void MethodSet::reset_session(SessionState& s) {
   if (s.owner_ != this) throw Error("the session belongs to another program", AOTI_HOST_INVALID_ARGUMENT);
   std::lock_guard<std::mutex> lock(mu_);
+  const StreamScopePtr ordered = order_state();
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (current_ == &s) {
-      for (auto w : slots_[i].working) copy_into(*from_handle(w), *slots_[i].initial);
+      for (auto w : slots_[i].working) copy_value(*from_handle(w), *slots_[i].initial);
     } else {
-      copy_into(*s.values[i], *slots_[i].initial);
+      copy_value(*s.values[i], *slots_[i].initial);
     }
   }
 }
@@ -60,6 +54,14 @@ void MethodSet::reset_session(SessionState& s) {
 void MethodSet::release_session(SessionState& s) {
   std::lock_guard<std::mutex> lock(mu_);
   if (current_ == &s) current_ = nullptr;  // the working tensors hold a dead session's values: never saved
+  try {
+    const StreamScopePtr ordered = order_state();
+    s.values.clear();  // freed in stream order after the copies that used them
+  } catch (const std::exception& e) {
+    // (called from a destructor: never throws; the values are then freed with the session, on the thread's
+    // current stream)
+    log(LogLevel::Warning, "%s: freeing a session's state on the program's stream: %s", path_.c_str(), e.what());
+  }
 }
 
 }  // namespace aoti_host

@@ -204,3 +204,52 @@ NONDETERMINISTIC = {"scatter_pool"}
 CHECKED = ["mlp", "mlp_blob", "convnet", "convnet_channels_last", "transformer", "mutated_buffer", *FALLBACK_OPS]
 MUTATED_CALLS = 4  # calls compared one by one for the stateful model
 REPLAY_CALLS = 6  # input variants (each with its eager reference) for checking graph replays call by call
+
+# tests/gpu/test_cuda_state.py: the stateful model ("mutated_buffer") run in sessions, step by step. A step
+# is (op, session[, source]): "new" a session, "clone" source into a new one, "reset" one to the state as
+# loaded, "run" in one (None: the program's own state). prepare.py replays the steps on eager torch (each
+# session a copy of the module) and writes mutated_buffer.session<i>.in0.npy / .ref0.npy for each run step i.
+SESSION_STEPS: list[tuple[str | None, ...]] = [
+    ("new", "a"), ("run", "a"), ("run", "a"),
+    ("new", "b"), ("run", "b"),                   # b sees the state as loaded, not a's
+    ("run", "a"),                                 # a's state survived b's runs
+    ("clone", "c", "a"), ("run", "c"), ("run", "a"), ("run", "c"),  # c starts from a's state, then diverges
+    ("run", None),                                # the program's own state: untouched by the sessions
+    ("reset", "a"), ("run", "a"),                 # a from the state as loaded again (it was current)
+    ("reset", "c"), ("run", "b"), ("run", "c"),   # c reset while not current
+    ("run", None),
+]
+# Two-method CUDA programs (prepare.py: OUT_DIR/<name>/methods.json, forward.pt2, embed.pt2, x.npy and each
+# method's eager <method>.ref0.npy; OUT_DIR/method_programs.json lists them): name -> (weights mode,
+# whether embed comes from a second module whose fc2.weight has other values: same FQN and layout).
+METHOD_PROGRAMS: dict[str, tuple[str, bool]] = {
+    "methods_shared": ("embedded", False),
+    "methods_shared_blob": ("blob", False),
+    "methods_mismatch": ("embedded", True),
+}
+
+
+def state_copies(steps: list[tuple[str | None, ...]]) -> int:
+    """How many state tensors a one-method program with one Buffer copies for SESSION_STEPS-like `steps`
+    (c_api.h, aoti_host_weight_stats): one at load, one per new/clone/reset, and two for a run in another
+    session than the last one's (that one's state saved, this one's loaded; the program's own state holds
+    the working tensors after load)."""
+    copies = 1
+    current: str | None = None
+    for op, session, *_ in steps:
+        if op in ("new", "clone", "reset"):
+            copies += 1
+        elif session != current:
+            copies += 2
+            current = session
+    return copies
+
+
+# A two-method stateful CUDA program (examples.stateful_methods: `forward` adds to the Buffer `total`, `peek`
+# reads it; each method runs on its own stream): (session, method) runs, None the program's own state.
+# prepare.py writes OUT_DIR/stateful_methods/{methods.json,forward.pt2,peek.pt2} and step<i>.in0/.ref0.npy.
+STATEFUL_METHOD_STEPS: list[tuple[str | None, str]] = [
+    ("a", "forward"), ("a", "peek"), ("a", "forward"), ("a", "peek"),  # peek sees forward's update at once
+    ("b", "peek"), ("b", "forward"), ("a", "peek"), ("b", "peek"),
+    (None, "peek"), (None, "forward"), ("a", "forward"), (None, "peek"),
+]

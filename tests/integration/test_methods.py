@@ -59,6 +59,7 @@ def test_both_methods_match_eager_and_share(host_lib, small, how):
         stats = prog.weight_stats()
     # embed's four constants (fc1/fc2 weight and bias) are forward's; forward's head is its own
     assert stats["shared"] == 4 and stats["mismatched"] == 0 and stats["host_copy_bytes"] == 0
+    assert stats["device_copy_bytes"] == 0 and stats["state_host_copy_bytes"] == stats["state_device_copy_bytes"] == 0
     assert stats["shared_bytes"] == (2 * 32 * 32 + 2 * 32) * 4
 
 
@@ -294,6 +295,7 @@ def test_partial_sharing_when_values_differ(host_lib, torch, small, tmp_path, we
     assert proc.returncode == 0, proc.stderr
     stats = json.loads(proc.stdout)
     assert stats["shared"] == 3 and stats["mismatched"] == 1 and stats["host_copy_bytes"] == 32 * 32 * 4, stats
+    assert stats["device_copy_bytes"] == 0, stats  # a cpu program's constants are in host memory
     assert "constant fc2.weight differs from method forward's (same layout, different values)" in proc.stderr
     with torch.no_grad():
         np.testing.assert_allclose(np.load(tmp_path / "f.npy"), base(x).numpy(), rtol=1e-4, atol=1e-5)

@@ -97,6 +97,9 @@ class WeightStats(ctypes.Structure):
         ("shared_bytes", ctypes.c_size_t),
         ("mismatched", ctypes.c_size_t),
         ("host_copy_bytes", ctypes.c_size_t),
+        ("device_copy_bytes", ctypes.c_size_t),
+        ("state_host_copy_bytes", ctypes.c_size_t),
+        ("state_device_copy_bytes", ctypes.c_size_t),
     ]
 
 

@@ -141,12 +141,21 @@ AOTI_HOST_API int aoti_host_program_run_method(aoti_host_program* program, size_
                                                const aoti_host_tensor_view* inputs, size_t num_inputs,
                                                struct AtenTensorOpaque** outputs, size_t num_outputs);
 
+/* Constants shared across methods, and the bytes the runtime copied to keep constants and session state.
+ * A copy is counted in host_* when either side is in host memory (a cpu program), in device_* when both are
+ * device memory: those run device-to-device on a method's stream and never pass through host memory, so a
+ * cuda program counts 0 in host_copy_bytes and state_host_copy_bytes. Values of two cuda constants are
+ * compared on the device (only a 4-byte result is downloaded). */
 typedef struct aoti_host_weight_stats {
   size_t constants;       /* over all methods (0 when no method has the entries call) */
   size_t shared;          /* constants a method borrows from another method instead of holding a copy */
   size_t shared_bytes;    /* the bytes those copies would have taken */
-  size_t mismatched;      /* same FQN, different dtype/sizes/strides/device: the method keeps its own copy */
-  size_t host_copy_bytes; /* bytes the host copied to keep a method's unshared constants */
+  size_t mismatched;      /* same FQN, different dtype/sizes/strides/device/values: the method keeps its own copy */
+  size_t host_copy_bytes; /* bytes copied in host memory to keep a method's unshared constants (its blob is freed) */
+  size_t device_copy_bytes;       /* the same, copied device-to-device */
+  size_t state_host_copy_bytes;   /* bytes of state copied in host memory: the initial copy at load, session
+                                     create/clone/reset, and a run in another session than the last one's */
+  size_t state_device_copy_bytes; /* the same, copied device-to-device */
 } aoti_host_weight_stats;
 AOTI_HOST_API int aoti_host_program_weight_stats(const aoti_host_program* program, aoti_host_weight_stats* out);
 

@@ -271,6 +271,16 @@ void copy(Tensor& dst, const Tensor& src) {
   }
 }
 
+void stream_wait(void* stream, void* after) {
+  if (stream == after) return;
+  cudaEvent_t ev = nullptr;
+  AOTI_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  cudaError_t rc = cudaEventRecord(ev, static_cast<cudaStream_t>(after));
+  if (rc == cudaSuccess) rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev, 0);
+  cudaEventDestroy(ev);  // released once the wait is satisfied
+  check(rc, "cudaEventRecord + cudaStreamWaitEvent");
+}
+
 Tensor* clone_contiguous(const Tensor& t) {
   std::unique_ptr<Tensor> out(
       Tensor::empty_strided(t.dtype(), t.sizes(), contiguous(t.sizes()), t.device_type(), t.device_index()));

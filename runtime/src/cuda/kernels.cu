@@ -1,5 +1,6 @@
 // Device kernels of the runtime itself (the plugin brings its own): strided copies (with dtype conversion)
-// for copy_/clone and a direct (and transposed) convolution for aoti_torch_cuda_convolution.
+// for copy_/clone, a direct (and transposed) convolution for aoti_torch_cuda_convolution, and the byte
+// comparison behind same_bytes (whether two methods' device constants hold the same values).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -127,6 +128,30 @@ bool convertible(int32_t dt) {
 unsigned grid_for(int64_t numel, unsigned block) {
   int64_t g = (numel + block - 1) / block;
   return static_cast<unsigned>(g > 65535 * 8 ? 65535 * 8 : (g < 1 ? 1 : g));
+}
+
+// Sets *differ when any of the n bytes at a and b differ. 16 bytes per load where both addresses are
+// 16-byte aligned, then byte by byte (any alignment, any n, including 0). Every writer stores the same 1.
+__global__ void bytes_differ_kernel(const unsigned char* a, const unsigned char* b, size_t n, int* differ) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  const bool wide = ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15) == 0;
+  const size_t words = wide ? n / 16 : 0;
+  const uint4* wa = reinterpret_cast<const uint4*>(a);
+  const uint4* wb = reinterpret_cast<const uint4*>(b);
+  for (size_t i = tid; i < words; i += stride) {
+    const uint4 x = wa[i], y = wb[i];
+    if (x.x != y.x || x.y != y.y || x.z != y.z || x.w != y.w) {
+      *differ = 1;
+      return;
+    }
+  }
+  for (size_t i = words * 16 + tid; i < n; i += stride) {
+    if (a[i] != b[i]) {
+      *differ = 1;
+      return;
+    }
+  }
 }
 
 template <class T>
@@ -304,6 +329,35 @@ void launch_convolution(int32_t dtype, void* out, const void* in, const void* we
       throw Error(std::string("convolution on cuda: dtype ") + dtype_name(dtype) +
                   " is not supported (float32, float64, float16, bfloat16)");
   }
+}
+
+bool same_bytes(const void* a, const void* b, size_t n, int device) {
+  if (n == 0 || a == b) return true;
+  const int prev = current_device();
+  if (prev != device) set_device(device);
+  cudaStream_t stream = stream_of(device);
+  int* flag = nullptr;
+  int differ = 0;
+  try {
+    flag = static_cast<int*>(allocate(sizeof(int), device));
+    AOTI_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+    const unsigned block = 256;
+    const bool wide = ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15) == 0;
+    const int64_t units = static_cast<int64_t>(wide ? n / 16 + 1 : n);  // one thread each, grid-stride beyond
+    bytes_differ_kernel<<<grid_for(units, block), block, 0, stream>>>(
+        static_cast<const unsigned char*>(a), static_cast<const unsigned char*>(b), n, flag);
+    AOTI_CUDA_CHECK(cudaGetLastError());
+    // The one download: 4 bytes, then the stream is waited for (pageable destination).
+    AOTI_CUDA_CHECK(cudaMemcpyAsync(&differ, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } catch (...) {
+    release(flag, device);
+    if (prev != device) cudaSetDevice(prev);
+    throw;
+  }
+  release(flag, device);
+  if (prev != device) set_device(prev);
+  return differ == 0;
 }
 
 }  // namespace cuda

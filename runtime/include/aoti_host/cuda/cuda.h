@@ -50,6 +50,14 @@ Tensor* to_host(const Tensor& t);
 // Fills with zero bytes on t's device.
 void zero(Tensor& t);
 
+// Whether the n bytes at a and at b (device memory of `device`) are equal: a kernel compares them on the
+// thread's current stream of `device` and writes a flag, the one thing downloaded (4 bytes; waits for that
+// stream). Any n, 0 included, any alignment. Nothing of a or b goes through host memory.
+bool same_bytes(const void* a, const void* b, size_t n, int device);
+// Makes `stream` wait for the work queued on `after` so far (an event recorded there; nothing when they are
+// the same stream). Both are streams of the current device.
+void stream_wait(void* stream, void* after);
+
 // Per-thread capture arena for CUDA graphs (arena.h; program_state.cpp captures the graphs).
 class Arena;
 void set_thread_arena(Arena* arena);
