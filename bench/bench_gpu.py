@@ -53,10 +53,13 @@ def _child(*args: str, timeout: int = 120) -> dict:
     return {"error": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-600:]}", "rc": proc.returncode}
 
 
+WARMUP = 2000  # untimed calls before every timed loop, on every side: the GPU at its steady clocks
+
+
 def _median_us(fn, sync, n: int = N_CALLS) -> float:
-    for _ in range(50):
+    for _ in range(WARMUP):
         fn()
-    sync()
+        sync()
     samples = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -135,11 +138,13 @@ def child_ours_python(art: Path, name: str, graphs: str) -> dict:
 
 def child_upload(art: Path) -> dict:
     """runtime.load of the blob-weights model, timed from call to return, in a process whose CUDA context
-    already exists (a serving process has one; its creation is not the load's), then a second load."""
+    already exists and whose runtime library is open (a serving process has both; creating them is not the
+    load's), then a second load."""
     from toolchain import runtime
     from toolchain.runtime import cuda
 
     cuda._check(cuda._cudart().cudaFree(0), "cudaFree(0)")  # the context
+    runtime.library(device="cuda")  # the runtime library (and cuBLAS) opened: what a server has before a load
     out: dict = {}
     for label in ("", "second_"):
         t0 = time.perf_counter()
@@ -378,7 +383,8 @@ def main() -> int:
             r.update(_child("--child", "aoti", str(art), name))
         progress(f"{name}: ours")
         for graphs in (False, True):
-            extra = ["--device-inputs", "--repeat", str(N_CALLS)] + (["--cuda-graphs"] if graphs else [])
+            extra = ["--device-inputs", "--repeat", str(N_CALLS), "--warmup", str(WARMUP)] + \
+                (["--cuda-graphs"] if graphs else [])
             rc, text = aoti_run(exe, art, name, extra)
             key = "ours_graphs_us" if graphs else "ours_us"
             r[key] = parse_median(text) if rc == 0 else None
@@ -404,6 +410,8 @@ def main() -> int:
         floor = r["graph_floor"].get("floor_us")
         if isinstance(floor, float) and isinstance(r.get("ours_graphs_us"), float):
             r["ratio_aoti_run_graphs_vs_floor"] = r["ours_graphs_us"] / floor
+        if isinstance(floor, float) and isinstance(r["graph_floor"].get("c_api_us"), float):
+            r["ratio_c_api_vs_floor_same_process"] = r["graph_floor"]["c_api_us"] / floor
         if isinstance(r.get("torch_graph_replay_us"), float):
             for key in ("ours_graphs_us", "python_graphs_borrowed_us", "python_graphs_us"):
                 if isinstance(r.get(key), float):

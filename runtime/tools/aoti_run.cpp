@@ -59,7 +59,7 @@ using aoti_host::kExitUsage;
 
 const char kUsageLine[] =
     "usage: aoti-run MODEL.pt2|PLUGIN.so|METHODS_DIR|methods.json [--method NAME] [--weights BLOB] "
-    "-i IN0.npy[:LAYOUT] [-i IN1.npy ...] -o OUTDIR [--strict] [--repeat N] [--device cpu|cuda[:N]] [--cuda-graphs] "
+    "-i IN0.npy[:LAYOUT] [-i IN1.npy ...] -o OUTDIR [--strict] [--repeat N [--warmup N]] [--device cpu|cuda[:N]] [--cuda-graphs] "
     "[--device-inputs] [--quiet]";
 
 const char kHelp[] =
@@ -78,6 +78,8 @@ const char kHelp[] =
     "  -o, --output DIR      where output_<k>.npy go (created if missing; also --output-dir)\n"
     "  --repeat N            after the first run, run N more times and print\n"
     "                        'latency_us: median=.. p10=.. p90=.. n=N'\n"
+    "  --warmup N            with --repeat: N untimed runs before the timed ones (steady state: clocks,\n"
+    "                        caches, graph capture)\n"
     "  --device DEV          cpu (default), cuda or cuda:N (a CUDA plugin, CUDA build of the runtime)\n"
     "  --device-inputs       with --device cuda: upload the inputs once and pass device memory (what a\n"
     "                        GPU server does; --repeat then times Run alone, not the input upload)\n"
@@ -110,6 +112,7 @@ struct Args {
   bool strict = false;
   bool has_outdir = false;
   long long repeat = 0;
+  long long warmup = 0;
   bool quiet = false;
   bool help = false;
   bool version = false;
@@ -118,12 +121,12 @@ struct Args {
   bool device_inputs = false;
 };
 
-long long parse_repeat(const std::string& text) {
+long long parse_repeat(const std::string& text, const char* option) {
   errno = 0;
   char* end = nullptr;
   const long long n = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE || n < 1 || n > 100000000) {
-    usage_error("--repeat wants a positive integer (1..100000000), got '" + text + "'");
+    usage_error(std::string(option) + " wants a positive integer (1..100000000), got '" + text + "'");
   }
   return n;
 }
@@ -189,7 +192,9 @@ Args parse_args(int argc, char** argv) {
       a.method = take("--method");
       if (a.method.empty()) usage_error("--method needs a name, got ''");
     } else if (arg == "--repeat") {
-      a.repeat = parse_repeat(take("--repeat"));
+      a.repeat = parse_repeat(take("--repeat"), "--repeat");
+    } else if (arg == "--warmup") {
+      a.warmup = parse_repeat(take("--warmup"), "--warmup");
     } else if (arg == "--device") {
       a.device = take("--device");
     } else if (arg == "--device-inputs") {
@@ -215,6 +220,7 @@ Args parse_args(int argc, char** argv) {
   if (!a.has_outdir) usage_error("no output directory given (-o OUTDIR)");
   if (a.cuda_graphs && a.device.rfind("cuda", 0) != 0) usage_error("--cuda-graphs needs --device cuda");
   if (a.device_inputs && a.device.rfind("cuda", 0) != 0) usage_error("--device-inputs needs --device cuda");
+  if (a.warmup > 0 && a.repeat == 0) usage_error("--warmup needs --repeat (it runs before the timed runs)");
   return a;
 }
 
@@ -546,6 +552,12 @@ int run(const Args& args) {
   }
   std::fflush(stdout);
 
+  for (long long r = 0; args.repeat > 0 && r < args.warmup; ++r) {
+    Outputs outputs(num_outputs);
+    run_once(program.get(), method, args.model, views, outputs);
+    outputs.reset();
+    aoti_host_program_synchronize(program.get());
+  }
   if (args.repeat > 0) {
     std::vector<double> us;
     us.reserve(static_cast<size_t>(args.repeat));

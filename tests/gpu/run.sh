@@ -111,7 +111,7 @@ fi
 step "GPU tests"
 echo "$COMMIT_LINE" > "$OUT/pytest.log"
 # -o addopts=: not pyproject's `-n auto` (pytest-xdist is not installed here; one GPU runs the tests in turn)
-OUT="$OUT" $PY -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_half.py tests/gpu/test_cuda_ops.py tests/gpu/test_target_gpu.py tests/gpu/test_corpus_cuda.py -v -rs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
+OUT="$OUT" $PY -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_state.py tests/gpu/test_cuda_half.py tests/gpu/test_cuda_ops.py tests/gpu/test_target_gpu.py tests/gpu/test_corpus_cuda.py -v -rs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
 

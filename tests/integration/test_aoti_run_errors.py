@@ -100,6 +100,19 @@ def test_usage_errors(host_build, tmp_path):
     assert run(host_build, "m.pt2", "--repeat", "zero", "-o", tmp_path).returncode == 2
     p = run(host_build, "m.pt2", "--bogus")
     assert p.returncode == 2 and "--bogus" in p.stderr
+    p = run(host_build, "m.pt2", "--warmup", "5", "-o", tmp_path)
+    assert p.returncode == 2 and "--warmup needs --repeat" in p.stderr
+    p = run(host_build, "m.pt2", "--repeat", "3", "--warmup", "-1", "-o", tmp_path)
+    assert p.returncode == 2 and "--warmup wants a positive integer" in p.stderr
+
+
+def test_repeat_with_warmup_times_only_the_repeats(host_build, export_example, tmp_path, torch):
+    pt2, _, inputs = export_example("mlp", "embedded")
+    x = tmp_path / "x.npy"
+    np.save(x, inputs[0].numpy())
+    p = run(host_build, pt2, "-i", x, "-o", tmp_path / "o", "--repeat", "7", "--warmup", "20", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "latency_us: median=" in p.stdout and p.stdout.rstrip().endswith("n=7"), p.stdout
 
 
 def test_toolchain_run_compare(host_build, export_example, tmp_path, torch):
