@@ -125,23 +125,27 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   preflight(package.target(), path, device.cuda ? device.index : -1);
   p->adopt_package(package);
   lap(ms[0]);
+  p->create_device_state(device);
+  // The weights start for the device now, on a thread of their own, while the plugin is stored, opened and
+  // its container created.
+  p->start_weight_prefetch(options, package, defer_weights);
+  lap(ms[3]);
   const PluginSource source = package.store_plugin();
   lap(ms[1]);
   p->plugin_ = open_plugin(source.load_path, source.shown);
   lap(ms[2]);
-  p->create_device_state(device);
   const DeviceScope scope(p->cuda_.get());
-  lap(ms[3]);
   p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);
   lap(ms[4]);
   p->apply_weights_policy(options, package, defer_weights);
   lap(ms[5]);
   p->read_signature();
   p->check_constants();
+  p->prefetch_.reset();  // a blob the plugin did not take (it embeds its weights): freed
   lap(ms[6]);
-  log(LogLevel::Info, "%s: loaded in %.1f ms: package and preflight %.1f, plugin store %.1f, dlopen %.1f, device "
-      "state %.1f, container %.1f, weights %.1f, checks %.1f", path.c_str(),
-      std::chrono::duration<double, std::milli>(t - t0).count(), ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6]);
+  log(LogLevel::Info, "%s: loaded in %.1f ms: package and preflight %.1f, device state and weights started %.1f, "
+      "plugin store %.1f, dlopen %.1f, container %.1f, weights %.1f, checks %.1f", path.c_str(),
+      std::chrono::duration<double, std::milli>(t - t0).count(), ms[0], ms[3], ms[1], ms[2], ms[4], ms[5], ms[6]);
   return p;
 }
 
@@ -150,6 +154,32 @@ void Program::adopt_package(const Package& package) {
   inputs_ = package.contract().inputs;
   outputs_ = package.contract().outputs;
   constant_layouts_ = package.constant_layouts();
+}
+
+void Program::start_weight_prefetch(const aoti_host_load_options& options, const Package& package,
+                                    bool defer_weights) {
+#if CUDA_AVAILABLE
+  // Only what place_weights will upload through the host ring anyway: the package's own blob, weights not left
+  // to a later decision (sharing across methods), layouts recorded, the host upload mode.
+  const ZipEntry* blob = package.weights_blob();
+  if (!cuda_ || defer_weights || blob == nullptr || constant_layouts_.empty() ||
+      (options.weights_path != nullptr && *options.weights_path != '\0') ||
+      cuda::upload_mode() != cuda::UploadMode::Host)
+    return;
+  const std::shared_ptr<ZipArchive> zip = package.archive();
+  prefetch_.reset(new cuda::WeightPrefetch(zip->unchecked_data(*blob), static_cast<size_t>(blob->size), zip,
+                                           cuda_->device(), cuda_->stream()));
+#else
+  (void)options, (void)package, (void)defer_weights;
+#endif
+}
+
+void Program::PrefetchDeleter::operator()(cuda::WeightPrefetch* w) const {
+#if CUDA_AVAILABLE
+  delete w;
+#else
+  (void)w;
+#endif
 }
 
 void Program::create_device_state(const Device& device) {
@@ -381,14 +411,21 @@ bool Program::place_weights(const unsigned char* blob, size_t size, const std::s
     cuda::UploadTimes t;
     const bool unchecked = check != nullptr && !check->zip->verified(*check->entry);
     uint32_t crc = 0;
-    const size_t upload = std::min(plan.total, size);
-    void* mem = cuda::upload_to_device(blob, upload, cuda_->device(), cuda_->stream(), &t, unchecked ? &crc : nullptr);
+    size_t upload = std::min(plan.total, size);
+    void* mem = nullptr;
+    if (prefetch_ && prefetch_->source() == blob && prefetch_->size() == size) {
+      upload = size;  // the whole blob went, its CRC computed on the way
+      const std::unique_ptr<cuda::WeightPrefetch, PrefetchDeleter> prefetched = std::move(prefetch_);
+      mem = prefetched->take(&t, &crc);
+    } else {
+      mem = cuda::upload_to_device(blob, upload, cuda_->device(), cuda_->stream(), &t, unchecked ? &crc : nullptr);
+    }
     placed = std::make_unique<PlacedWeights>(mem, &cuda::device_free);
     // the bytes the upload left out (past the last constant) complete the blob's CRC; a mismatch throws here,
     // before the plugin sees any of it (placed frees the device copy)
     if (unchecked) check->zip->verify(*check->entry, crc32(crc, blob + upload, size - upload));
     placed->hand_over(*plugin_, container_, plan, device_code::kCUDA, cuda_->device());
-    cuda_->record_upload(plan.total, t.wall_s - t.dma_s, t.dma_s, t.wall_s);
+    cuda_->record_upload(upload, t.wall_s - t.dma_s, t.dma_s, t.wall_s);
     cuda_->record_upload_path("host", t.chunks, t.chunk_bytes, t.threads);
     log(LogLevel::Info, "%s: %zu constants (%llu bytes) from %s uploaded by the host in %zu chunks: %.2f ms copy "
         "engine (%.1f GB/s), %.2f ms in all (%.1f GB/s)", path_.c_str(), plan.items.size(),

@@ -16,6 +16,7 @@
 namespace aoti_host {
 namespace cuda {
 class ProgramState;  // runtime/src/cuda/program_state.h; only created by a CUDA build
+class WeightPrefetch;  // aoti_host/cuda/cuda.h; likewise
 }
 namespace cpu {
 class PackCache;  // packed_gemm.h
@@ -104,6 +105,13 @@ class Program {
     void operator()(cuda::ProgramState* s) const;
   };
   std::unique_ptr<cuda::ProgramState, CudaStateDeleter> cuda_;
+  // A package's weight blob already on its way to the device while the load goes on (start_weight_prefetch);
+  // place_weights takes it. Waited for (and its memory freed if untaken) before cuda_ goes.
+  struct PrefetchDeleter {
+    void operator()(cuda::WeightPrefetch* w) const;
+  };
+  std::unique_ptr<cuda::WeightPrefetch, PrefetchDeleter> prefetch_;
+  void start_weight_prefetch(const aoti_host_load_options& options, const Package& package, bool defer_weights);
   // Blob weights placed by the host (weights.h): the package's layouts, and the memory the constants live
   // in (destroyed before cuda_, after the container: ~Program deletes the container first).
   std::vector<ConstantLayout> constant_layouts_;

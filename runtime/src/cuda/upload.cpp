@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../crc32.h"
@@ -226,6 +227,37 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
     times->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return dst;
+}
+
+WeightPrefetch::WeightPrefetch(const void* src, size_t size, std::shared_ptr<const void> source, int device,
+                               void* stream)
+    : src_(src), size_(size), source_(std::move(source)) {
+  worker_ = std::thread([this, device, stream] {
+    try {
+      mem_ = upload_to_device(src_, size_, device, stream, &times_, &crc_);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
+}
+
+void WeightPrefetch::wait() {
+  if (worker_.joinable()) worker_.join();
+}
+
+WeightPrefetch::~WeightPrefetch() {
+  wait();
+  device_free(mem_);
+}
+
+void* WeightPrefetch::take(UploadTimes* times, uint32_t* crc) {
+  wait();
+  if (error_) std::rethrow_exception(error_);
+  if (times != nullptr) *times = times_;
+  if (crc != nullptr) *crc = crc_;
+  void* mem = mem_;
+  mem_ = nullptr;
+  return mem;
 }
 
 PinnedBuffer::~PinnedBuffer() {

@@ -13,8 +13,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aoti_host/tensor.h"
@@ -78,6 +80,33 @@ struct UploadTimes {
 void* upload_to_device(const void* src, size_t size, int device, void* stream, UploadTimes* times,
                        uint32_t* crc = nullptr);
 void device_free(void* ptr);
+
+// upload_to_device on a thread of its own, started while the load goes on (storing and opening the plugin,
+// creating its container), with the CRC-32 of the bytes computed on the way. take() waits for it and hands
+// over the device memory (the caller frees it with device_free), or rethrows the upload's error. The
+// destructor waits too, and frees memory nobody took.
+class WeightPrefetch {
+ public:
+  // source: what keeps [src, src + size) mapped until the upload is done (the package's archive)
+  WeightPrefetch(const void* src, size_t size, std::shared_ptr<const void> source, int device, void* stream);
+  ~WeightPrefetch();
+  WeightPrefetch(const WeightPrefetch&) = delete;
+  WeightPrefetch& operator=(const WeightPrefetch&) = delete;
+  const void* source() const { return src_; }
+  size_t size() const { return size_; }
+  void* take(UploadTimes* times, uint32_t* crc);
+
+ private:
+  void wait();
+  const void* src_;
+  size_t size_;
+  std::shared_ptr<const void> source_;
+  void* mem_ = nullptr;
+  UploadTimes times_;
+  uint32_t crc_ = 0;
+  std::exception_ptr error_;
+  std::thread worker_;
+};
 
 // Pinned-host staging for weight uploads: a copy of [data, data+size) in page-locked memory, so the
 // plugin's cudaMemcpy of it runs at the pinned host-to-device bandwidth. Null when pinning fails.
