@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.elf.reader import ElfError, ElfFile, Symbol, open_library
 from toolchain.elf.symtab import DynSymTable
+from toolchain.record import field, record
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 SYSTEM_DIRS = frozenset(DEFAULT_DIRS) | {"/usr/local/lib", "/usr/local/lib64", "/usr/local/lib/x86_64-linux-gnu"}
@@ -50,7 +50,7 @@ def ld_so_conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _depth: int = 0) -> li
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Loaded:
     """An object in a lookup scope: the file, and why it is there."""
 
@@ -59,7 +59,7 @@ class Loaded:
     needed_by: str | None
 
 
-@dataclass
+@record
 class Scope:
     """The objects a DT_NEEDED closure loads, in load order, and the libraries not found."""
 

@@ -10,10 +10,10 @@ and c_api.toml (the host runtime's C API: ``load_c_api``). A malformed spec is r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.errors import SpecError
+from toolchain.record import record
 from toolchain.speccache import TomlError, parse_toml
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
@@ -47,7 +47,7 @@ _SPACES_RE = re.compile(r"\s+")
 _STAR_RE = re.compile(r"\s*\*\s*")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Param:
     """One parameter of a C prototype: its type and name."""
 
@@ -55,7 +55,7 @@ class Param:
     name: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Function:
     """A C function of the spec: name, return type, parameters, and the prototype's text."""
 
@@ -65,7 +65,7 @@ class Function:
     prototype: str  # normalised: "RET NAME(TYPE NAME, ...)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EntryPoint(Function):
     """An AOTInductor entry point a plugin exports (entry_points.toml)."""
 
@@ -75,7 +75,7 @@ class EntryPoint(Function):
     since_note: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Shim(Function):
     """A shim function the host provides to plugins (shims.toml), with its group and header."""
 
@@ -94,7 +94,7 @@ class Shim(Function):
         )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Provider:
     """A library that provides symbols a plugin may import (providers.toml): its SONAMEs and patterns."""
 
@@ -105,7 +105,7 @@ class Provider:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Spec:
     """The entry points, shims and providers of the spec, and the files they were read from."""
 
@@ -367,7 +367,7 @@ def _load_providers(path: Path) -> tuple[Provider, ...]:
 # abi.toml: dtypes, constant codes, package member names, C++-runtime symbols
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dtype:
     """One torch dtype: its name, code and item size (abi.toml)."""
 
@@ -384,7 +384,7 @@ class Dtype:
         return self.numpy[1] if self.numpy else ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PackageLayout:
     """The .pt2 members the runtime reads and their schema versions (abi.toml)."""
 
@@ -406,7 +406,7 @@ CONSTANT_TABLES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Abi:
     """The ABI facts both languages share: dtypes, constant tables, the package layout (abi.toml)."""
 
@@ -505,7 +505,7 @@ def load_abi(path: Path | None = None) -> Abi:
 # c_api.toml: the host runtime's C API
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Status:
     """One aoti_host_status value of the C API (c_api.toml)."""
 
@@ -514,7 +514,7 @@ class Status:
     meaning: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CStruct:
     """A struct of the C API and its fields (c_api.toml)."""
 
@@ -522,7 +522,7 @@ class CStruct:
     fields: tuple[Param, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CApi:
     """The runtime's C API: statuses, structs, functions and the shims it exports (c_api.toml)."""
 

@@ -1,0 +1,131 @@
+"""toolchain.record builds the classes dataclasses.dataclass would: same methods' behaviour, same dataclass API."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pickle
+
+import pytest
+
+from toolchain import record as rec
+
+
+def _pair(frozen: bool):
+    """The same declarations built by dataclasses and by record."""
+    out = []
+    for deco, fld in ((dataclasses.dataclass, dataclasses.field), (rec.record, rec.field)):
+        @deco(frozen=frozen)
+        class Base:
+            """A base."""
+
+            name: str
+            size: int = 3
+
+        @deco(frozen=frozen)
+        class Child(Base):
+            """A child with a factory, a field out of the hash and a redefined base field."""
+
+            tags: list = fld(default_factory=list)
+            meta: dict = fld(default_factory=dict, hash=False)
+            size: int = 5
+            note: str | None = None
+
+        out.append((Base, Child))
+    return out
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_same_behaviour_as_dataclasses(frozen):
+    (dbase, dchild), (rbase, rchild) = _pair(frozen)
+    for args, kw in [(("a",), {}), (("a", 7, ["x"]), {"note": "n"}), ((), {"name": "b", "meta": {"k": 1}})]:
+        d, r = dchild(*args, **kw), rchild(*args, **kw)
+        assert repr(d).replace(dchild.__qualname__, "C") == repr(r).replace(rchild.__qualname__, "C")
+        assert dataclasses.asdict(d) == dataclasses.asdict(r) == rec.asdict(r)
+        assert [f.name for f in dataclasses.fields(d)] == [f.name for f in dataclasses.fields(r)]
+        assert [(f.default, f.default_factory, f.hash) for f in dataclasses.fields(d)] == \
+               [(f.default, f.default_factory, f.hash) for f in dataclasses.fields(r)]
+        assert r == rchild(*args, **kw) and r != rbase("a") and (r == d) is False
+        r2 = dataclasses.replace(r, name="other")
+        assert type(r2) is rchild and r2.name == "other" and r2.size == r.size
+        assert dataclasses.is_dataclass(r) and dataclasses.is_dataclass(rchild)
+        assert rchild.__match_args__ == dchild.__match_args__
+        if frozen:
+            assert hash(rbase("a", 1)) == hash(dbase("a", 1))
+            with pytest.raises(AttributeError, match="cannot assign to field 'name'"):
+                r.name = "x"
+            with pytest.raises(AttributeError, match="cannot delete field 'size'"):
+                del r.size
+        else:
+            assert rchild.__hash__ is None and dchild.__hash__ is None
+            r.name = "x"
+            assert r.name == "x"
+    for fn in (rchild.__init__, rchild.__repr__, rchild.__eq__):
+        assert fn.__qualname__.startswith(rchild.__qualname__ + ".")
+    with pytest.raises(TypeError):
+        rchild()  # `name` is required, as in the dataclass
+    assert dataclasses.fields(rbase)[1].default == 3
+    assert rchild.size == 5 and "tags" not in rchild.__dict__
+
+
+def test_defaults_not_shared_and_recursive_repr():
+    @rec.record
+    class Node:
+        """A node that may hold itself."""
+
+        items: list = rec.field(default_factory=list)
+
+    a, b = Node(), Node()
+    a.items.append(a)
+    assert b.items == [] and repr(a) == "test_defaults_not_shared_and_recursive_repr.<locals>.Node(items=[...])"
+
+
+def test_refuses_what_it_does_not_build():
+    with pytest.raises(ValueError, match="mutable default"):
+        @rec.record
+        class Bad:
+            """A mutable default."""
+
+            x: list = []  # noqa: RUF012
+    with pytest.raises(TypeError, match="ClassVar"):
+        @rec.record
+        class Bad2:
+            """A class variable."""
+
+            x: ClassVar[int] = 1  # noqa: F821
+    with pytest.raises(TypeError, match="non-default argument"):
+        @rec.record
+        class Bad3:
+            """A required field after a default."""
+
+            x: int = 1
+            y: int
+    with pytest.raises(TypeError, match="frozen"):
+        @rec.record(frozen=True)
+        class Base:
+            """A frozen base."""
+
+            x: int
+
+        @rec.record
+        class Child(Base):
+            """Not frozen."""
+
+            y: int = 0
+
+
+def test_toolchain_records_are_dataclasses():
+    """Every record in the modules that use it: the dataclass view agrees with record's, and instances pickle."""
+    from toolchain.findings import Finding
+
+    f = Finding("r", "error", "f", "m", "fix", fix_op=("op", "arg"))
+    assert pickle.loads(pickle.dumps(f)) == f
+    assert dataclasses.asdict(f) == rec.asdict(f)
+    for name in ("toolchain.findings", "toolchain.spec", "toolchain.elf.base", "toolchain.elf.reader",
+                 "toolchain.elf.resolve", "toolchain.verify.profiles", "toolchain.verify.checks", "toolchain.isa"):
+        mod = importlib.import_module(name)
+        for obj in vars(mod).values():
+            if isinstance(obj, type) and "__record_fields__" in obj.__dict__:
+                names = [f.name for f in dataclasses.fields(obj)]
+                assert names == [f.name for f in obj.__record_fields__] == list(obj.__match_args__)
+
