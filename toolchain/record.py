@@ -9,6 +9,11 @@ Python 3.11's `dataclasses.dataclass` compiles every generated method with its o
 `dataclasses.dataclass`, so the API and its checks are the standard ones. mypy sees `dataclasses.dataclass`
 itself (below), so typing is checked against the real thing.
 
+The generated methods of the classes in RECORD_MODULES are also compiled ahead of time, into
+toolchain/_record_code.py (`python -m toolchain.codegen --records`; a test fails when it is stale), so that the
+bytecode cache holds them: a class whose generated text equals the stored text takes the stored code objects (with
+its own globals and defaults), any other is compiled here. Compiling ~4 KB of methods takes ~1 ms a class.
+
 Supported: `@record` / `@record(frozen=True)` with `field(default=..., default_factory=..., hash=...)`, and
 inheritance from other records (fields of bases first, as in dataclasses). Anything else a dataclass can declare
 (ClassVar, InitVar, KW_ONLY, order, slots) is refused with a TypeError rather than built differently.
@@ -17,6 +22,14 @@ inheritance from other records (fields of bases first, as in dataclasses). Anyth
 from __future__ import annotations
 
 TYPE_CHECKING = False
+
+# the modules whose records toolchain/_record_code.py holds compiled (the ones the CLI's start-up imports)
+RECORD_MODULES = ("toolchain.cuda_bin", "toolchain.distpack", "toolchain.elf.base", "toolchain.elf.config_records",
+                  "toolchain.elf.reader", "toolchain.elf.resolve", "toolchain.errors", "toolchain.findings",
+                  "toolchain.isa", "toolchain.spec", "toolchain.spec.cpu_isa", "toolchain.verify.checks",
+                  "toolchain.verify.package", "toolchain.verify.profiles")
+SOURCES: dict[str, tuple[str, str]] = {}  # "module.qualname" -> (module, text of its generated methods): codegen
+
 if TYPE_CHECKING:
     from dataclasses import asdict as asdict
     from dataclasses import dataclass as record
@@ -164,6 +177,36 @@ else:
                       "    super(__record_cls, self).__delattr__(name)"]
         return "\n".join(lines) + "\n", env
 
+    _stored: dict | None = None
+
+    def _stored_code(key: str) -> tuple | None:
+        """(function whose nested code objects are the methods, their text) from toolchain/_record_code.py."""
+        global _stored
+        if _stored is None:
+            try:
+                from toolchain._record_code import CODE
+            except ImportError:
+                CODE = {}  # noqa: N806 - the generated module's name
+            _stored = CODE if isinstance(CODE, dict) else {}
+        return _stored.get(key)
+
+    def _methods(cls, flds, text: str, env: dict) -> dict:
+        """The generated methods: the stored code objects when their text is `text`, else compiled here."""
+        key = f"{cls.__module__}.{cls.__qualname__}"
+        SOURCES[key] = (cls.__module__, text)
+        stored = _stored_code(key)
+        ns: dict = {}
+        if stored is not None and stored[1] == text:
+            defaults = tuple(f.default if f.default_factory is _MISSING else _MISSING for f in flds
+                             if f.default is not _MISSING or f.default_factory is not _MISSING) or None
+            code_type, fn_type = type(_methods.__code__), type(_methods)
+            for code in stored[0].__code__.co_consts:
+                if isinstance(code, code_type):
+                    ns[code.co_name] = fn_type(code, env, code.co_name, defaults if code.co_name == "__init__" else None)
+        else:
+            exec(text, env, ns)  # noqa: S102 - the text is built above from the class's own field names
+        return ns
+
     def _process(cls, frozen: bool):
         import reprlib
 
@@ -176,8 +219,7 @@ else:
         class_hash = own.get("__hash__", _MISSING)
         explicit_hash = not (class_hash is _MISSING or (class_hash is None and "__eq__" in own))
         text, env = _source(cls, flds, frozen, frozen and not explicit_hash)
-        ns: dict = {}
-        exec(text, env, ns)  # noqa: S102 - the text is built above from the class's own field names
+        ns = _methods(cls, flds, text, env)
         ns["__repr__"] = reprlib.recursive_repr()(ns["__repr__"])
         for name, fn in ns.items():
             fn.__qualname__ = f"{cls.__qualname__}.{fn.__name__}"

@@ -129,3 +129,47 @@ def test_toolchain_records_are_dataclasses():
                 names = [f.name for f in dataclasses.fields(obj)]
                 assert names == [f.name for f in obj.__record_fields__] == list(obj.__match_args__)
 
+
+
+def test_stored_code_is_fresh():
+    """toolchain/_record_code.py holds the current text of every start-up record (else each is compiled)."""
+    from toolchain import codegen
+
+    assert codegen.RECORD_CODE.read_text(encoding="utf-8") == codegen.render_record_code(), \
+        "stale: run python -m toolchain.codegen --records and commit toolchain/_record_code.py"
+    from toolchain._record_code import CODE
+
+    assert set(CODE) == {k for k, (m, _t) in rec.SOURCES.items() if m in rec.RECORD_MODULES and "<locals>" not in k}
+
+
+def test_stored_code_used_only_for_its_text(monkeypatch):
+    """A stored entry is used only when its text is the class's: a stale one is ignored (the class compiled)."""
+    from toolchain._record_code import CODE
+    from toolchain.elf.base import Segment
+
+    assert Segment.__init__.__code__.co_filename.endswith("_record_code.py")  # the start-up records use it
+
+    def make():
+        @rec.record(frozen=True)
+        class Pt:
+            """Two fields."""
+
+            x: int
+            y: int = 2
+
+        return Pt
+
+    key = f"{__name__}.test_stored_code_used_only_for_its_text.<locals>.make.<locals>.Pt"
+    monkeypatch.setattr(rec, "_stored", {key: CODE["toolchain.elf.base.Segment"]})  # another class's methods
+    pt = make()
+    assert pt.__init__.__code__.co_filename == "<string>"
+    assert repr(pt(1)) == "test_stored_code_used_only_for_its_text.<locals>.make.<locals>.Pt(x=1, y=2)"
+    text = rec.SOURCES[key][1]
+    ns: dict = {}
+    exec("def stored():\n" + "".join(f"    {line}\n" for line in text.splitlines()), {}, ns)  # noqa: S102
+    monkeypatch.setattr(rec, "_stored", {key: (ns["stored"], text)})
+    pt = make()
+    assert pt.__init__.__code__ in ns["stored"].__code__.co_consts  # the stored code, with this class's defaults
+    assert repr(pt(1)) == repr(pt(1, 2)) and pt(1) == pt(1, 2) and hash(pt(1)) == hash((1, 2))
+    with pytest.raises(AttributeError, match="cannot assign"):
+        pt(1).x = 3
