@@ -264,6 +264,7 @@ def render_parsed_spec(spec_dir: Path | None = None) -> str:
     from toolchain.speccache import SCHEMA
 
     files = {}
+    prototypes: dict[str, list] = {}
     for path in sorted((SPEC_DIR if spec_dir is None else Path(spec_dir)).glob("*.toml")):
         text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text)
@@ -276,8 +277,29 @@ def render_parsed_spec(spec_dir: Path | None = None) -> str:
             msg = f"{path}: holds a value JSON does not carry as it is ({why if encoded is None else 'changes'})"
             raise SpecError(msg, fix="use strings, integers, finite floats, booleans, arrays and tables only")
         files[path.name] = {"text": text, "data": encoded}
-    return json.dumps({"schema": SCHEMA, "generator": "python -m toolchain.codegen --parsed-spec", "files": files},
-                      ensure_ascii=False, indent=0) + "\n"
+        _collect_prototypes(data, prototypes)
+    return json.dumps({"schema": SCHEMA, "generator": "python -m toolchain.codegen --parsed-spec", "files": files,
+                       "prototypes": prototypes}, ensure_ascii=False, indent=0) + "\n"
+
+
+def _collect_prototypes(data: object, out: dict[str, list]) -> None:
+    """parse_prototype's result for every string `prototype` value in a parsed spec file (those it cannot
+    parse are left out: load_spec reports them)."""
+    from toolchain.spec import parse_prototype_text
+
+    if isinstance(data, list):
+        for item in data:
+            _collect_prototypes(item, out)
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if key == "prototype" and isinstance(value, str) and value not in out:
+                try:
+                    fn = parse_prototype_text(value)
+                except ValueError:
+                    continue
+                out[value] = [fn.name, fn.returns, [[p.type, p.name] for p in fn.params], fn.prototype]
+            else:
+                _collect_prototypes(value, out)
 
 
 RECORD_CODE = Path(__file__).resolve().parent / "_record_code.py"

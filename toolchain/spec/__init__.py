@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolchain.errors import SpecError
 from toolchain.record import record
-from toolchain.speccache import TomlError, parse_toml
+from toolchain.speccache import TomlError, parse_toml, stored_prototype
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ CONSTANT_PREFIXES: tuple[str, ...] = (
 _IDENT = r"[A-Za-z_]\w*"
 _TYPE = (rf"(?:(?:const|unsigned|signed|long|short|struct)\s+)*(?:{_IDENT}::)*{_IDENT}"
          rf"(?:\s*\*(?:\s*const\b)?)*")
-_PROTO_RE = re.compile(rf"^\s*(?P<ret>{_TYPE})\s*\b(?P<name>{_IDENT})\s*\((?P<params>[^()]*)\)\s*$")
-_PARAM_RE = re.compile(rf"^\s*(?P<type>{_TYPE})\s*\b(?P<name>{_IDENT})\s*$")
+_PROTO_PATTERN = rf"^\s*(?P<ret>{_TYPE})\s*\b(?P<name>{_IDENT})\s*\((?P<params>[^()]*)\)\s*$"
+_PARAM_PATTERN = rf"^\s*(?P<type>{_TYPE})\s*\b(?P<name>{_IDENT})\s*$"
 _VERSION_RE = re.compile(r"^\d+\.\d+$")
 _SPACES_RE = re.compile(r"\s+")
 _STAR_RE = re.compile(r"\s*\*\s*")
@@ -152,9 +152,20 @@ def normalise_type(text: str) -> str:
 def parse_prototype(text: str) -> Function:
     """Parse ``RET NAME(TYPE NAME, ...)``; ``()`` and ``(void)`` mean no parameters.
 
-    Raises ``ValueError`` with the reason when the text is not such a prototype.
+    Raises ``ValueError`` with the reason when the text is not such a prototype. The spec's own prototypes
+    come parsed from toolchain/spec/parsed.json (this function's result, stored by codegen: no regex work at
+    start-up); any other text is parsed here.
     """
-    m = _PROTO_RE.match(text)
+    stored = stored_prototype(text)
+    if stored is not None:
+        name, returns, params, prototype = stored
+        return Function(name, returns, tuple(Param(t, n) for t, n in params), prototype)
+    return parse_prototype_text(text)
+
+
+def parse_prototype_text(text: str) -> Function:
+    """parse_prototype without the stored results: what codegen stores."""
+    m = re.match(_PROTO_PATTERN, text)
     if m is None:
         msg = f"cannot parse {text!r} as 'RET NAME(TYPE NAME, ...)'"
         raise ValueError(msg)
@@ -163,7 +174,7 @@ def parse_prototype(text: str) -> Function:
     params: list[Param] = []
     if raw_params not in ("", "void"):
         for i, part in enumerate(raw_params.split(",")):
-            pm = _PARAM_RE.match(part)
+            pm = re.match(_PARAM_PATTERN, part)
             if pm is None:
                 msg = f"cannot parse parameter {i + 1} {part.strip()!r} as 'TYPE NAME'"
                 raise ValueError(msg)
@@ -558,7 +569,7 @@ def load_c_api(path: Path | None = None) -> CApi:
         _check_keys(path, where, row, {"name": (str, True), "fields": (list, True)})
         fields: list[Param] = []
         for k, text in enumerate(row["fields"]):
-            m = _PARAM_RE.match(text)
+            m = re.match(_PARAM_PATTERN, text)
             if m is None:
                 raise _error(path, f"{where}.fields[{k}]", f"cannot parse {text!r} as 'TYPE NAME'",
                              "write each field as in c_api.h, one per entry")
