@@ -11,10 +11,11 @@ CODE = {}
 
 def _c0():
     def __init__(self, kind, sm, ptx_version, where):
-        __record_object.__setattr__(self, 'kind', kind)
-        __record_object.__setattr__(self, 'sm', sm)
-        __record_object.__setattr__(self, 'ptx_version', ptx_version)
-        __record_object.__setattr__(self, 'where', where)
+        __record_dict = self.__dict__
+        __record_dict['kind'] = kind
+        __record_dict['sm'] = sm
+        __record_dict['ptx_version'] = ptx_version
+        __record_dict['where'] = where
     def __repr__(self):
         return f'{self.__class__.__qualname__}(kind={self.kind!r}, sm={self.sm!r}, ptx_version={self.ptx_version!r}, where={self.where!r})'
     def __eq__(self, other):
@@ -31,7 +32,7 @@ def _c0():
         if type(self) is __record_cls or name in ('kind', 'sm', 'ptx_version', 'where'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.cuda_bin.CudaImage'] = (_c0, "def __init__(self, kind, sm, ptx_version, where):\n    __record_object.__setattr__(self, 'kind', kind)\n    __record_object.__setattr__(self, 'sm', sm)\n    __record_object.__setattr__(self, 'ptx_version', ptx_version)\n    __record_object.__setattr__(self, 'where', where)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(kind={self.kind!r}, sm={self.sm!r}, ptx_version={self.ptx_version!r}, where={self.where!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.kind,self.sm,self.ptx_version,self.where,) == (other.kind,other.sm,other.ptx_version,other.where,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.kind,self.sm,self.ptx_version,self.where,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('kind', 'sm', 'ptx_version', 'where'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('kind', 'sm', 'ptx_version', 'where'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.cuda_bin.CudaImage'] = (_c0, "def __init__(self, kind, sm, ptx_version, where):\n    __record_dict = self.__dict__\n    __record_dict['kind'] = kind\n    __record_dict['sm'] = sm\n    __record_dict['ptx_version'] = ptx_version\n    __record_dict['where'] = where\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(kind={self.kind!r}, sm={self.sm!r}, ptx_version={self.ptx_version!r}, where={self.where!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.kind,self.sm,self.ptx_version,self.where,) == (other.kind,other.sm,other.ptx_version,other.where,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.kind,self.sm,self.ptx_version,self.where,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('kind', 'sm', 'ptx_version', 'where'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('kind', 'sm', 'ptx_version', 'where'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c1():
     def __init__(self, path, message):
@@ -47,9 +48,10 @@ CODE['toolchain.distpack.Problem'] = (_c1, "def __init__(self, path, message):\n
 
 def _c2():
     def __init__(self, owner, type, desc):
-        __record_object.__setattr__(self, 'owner', owner)
-        __record_object.__setattr__(self, 'type', type)
-        __record_object.__setattr__(self, 'desc', desc)
+        __record_dict = self.__dict__
+        __record_dict['owner'] = owner
+        __record_dict['type'] = type
+        __record_dict['desc'] = desc
     def __repr__(self):
         return f'{self.__class__.__qualname__}(owner={self.owner!r}, type={self.type!r}, desc={self.desc!r})'
     def __eq__(self, other):
@@ -66,16 +68,17 @@ def _c2():
         if type(self) is __record_cls or name in ('owner', 'type', 'desc'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.elf.base.Note'] = (_c2, "def __init__(self, owner, type, desc):\n    __record_object.__setattr__(self, 'owner', owner)\n    __record_object.__setattr__(self, 'type', type)\n    __record_object.__setattr__(self, 'desc', desc)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(owner={self.owner!r}, type={self.type!r}, desc={self.desc!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.owner,self.type,self.desc,) == (other.owner,other.type,other.desc,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.owner,self.type,self.desc,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('owner', 'type', 'desc'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('owner', 'type', 'desc'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.elf.base.Note'] = (_c2, "def __init__(self, owner, type, desc):\n    __record_dict = self.__dict__\n    __record_dict['owner'] = owner\n    __record_dict['type'] = type\n    __record_dict['desc'] = desc\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(owner={self.owner!r}, type={self.type!r}, desc={self.desc!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.owner,self.type,self.desc,) == (other.owner,other.type,other.desc,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.owner,self.type,self.desc,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('owner', 'type', 'desc'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('owner', 'type', 'desc'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c3():
     def __init__(self, type, flags, offset, vaddr, filesz, memsz):
-        __record_object.__setattr__(self, 'type', type)
-        __record_object.__setattr__(self, 'flags', flags)
-        __record_object.__setattr__(self, 'offset', offset)
-        __record_object.__setattr__(self, 'vaddr', vaddr)
-        __record_object.__setattr__(self, 'filesz', filesz)
-        __record_object.__setattr__(self, 'memsz', memsz)
+        __record_dict = self.__dict__
+        __record_dict['type'] = type
+        __record_dict['flags'] = flags
+        __record_dict['offset'] = offset
+        __record_dict['vaddr'] = vaddr
+        __record_dict['filesz'] = filesz
+        __record_dict['memsz'] = memsz
     def __repr__(self):
         return f'{self.__class__.__qualname__}(type={self.type!r}, flags={self.flags!r}, offset={self.offset!r}, vaddr={self.vaddr!r}, filesz={self.filesz!r}, memsz={self.memsz!r})'
     def __eq__(self, other):
@@ -92,18 +95,19 @@ def _c3():
         if type(self) is __record_cls or name in ('type', 'flags', 'offset', 'vaddr', 'filesz', 'memsz'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.elf.base.Segment'] = (_c3, "def __init__(self, type, flags, offset, vaddr, filesz, memsz):\n    __record_object.__setattr__(self, 'type', type)\n    __record_object.__setattr__(self, 'flags', flags)\n    __record_object.__setattr__(self, 'offset', offset)\n    __record_object.__setattr__(self, 'vaddr', vaddr)\n    __record_object.__setattr__(self, 'filesz', filesz)\n    __record_object.__setattr__(self, 'memsz', memsz)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(type={self.type!r}, flags={self.flags!r}, offset={self.offset!r}, vaddr={self.vaddr!r}, filesz={self.filesz!r}, memsz={self.memsz!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.type,self.flags,self.offset,self.vaddr,self.filesz,self.memsz,) == (other.type,other.flags,other.offset,other.vaddr,other.filesz,other.memsz,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.type,self.flags,self.offset,self.vaddr,self.filesz,self.memsz,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('type', 'flags', 'offset', 'vaddr', 'filesz', 'memsz'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('type', 'flags', 'offset', 'vaddr', 'filesz', 'memsz'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.elf.base.Segment'] = (_c3, "def __init__(self, type, flags, offset, vaddr, filesz, memsz):\n    __record_dict = self.__dict__\n    __record_dict['type'] = type\n    __record_dict['flags'] = flags\n    __record_dict['offset'] = offset\n    __record_dict['vaddr'] = vaddr\n    __record_dict['filesz'] = filesz\n    __record_dict['memsz'] = memsz\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(type={self.type!r}, flags={self.flags!r}, offset={self.offset!r}, vaddr={self.vaddr!r}, filesz={self.filesz!r}, memsz={self.memsz!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.type,self.flags,self.offset,self.vaddr,self.filesz,self.memsz,) == (other.type,other.flags,other.offset,other.vaddr,other.filesz,other.memsz,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.type,self.flags,self.offset,self.vaddr,self.filesz,self.memsz,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('type', 'flags', 'offset', 'vaddr', 'filesz', 'memsz'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('type', 'flags', 'offset', 'vaddr', 'filesz', 'memsz'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c4():
     def __init__(self, name, defined, binding, type, visibility, version, hidden, version_file):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'defined', defined)
-        __record_object.__setattr__(self, 'binding', binding)
-        __record_object.__setattr__(self, 'type', type)
-        __record_object.__setattr__(self, 'visibility', visibility)
-        __record_object.__setattr__(self, 'version', version)
-        __record_object.__setattr__(self, 'hidden', hidden)
-        __record_object.__setattr__(self, 'version_file', version_file)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['defined'] = defined
+        __record_dict['binding'] = binding
+        __record_dict['type'] = type
+        __record_dict['visibility'] = visibility
+        __record_dict['version'] = version
+        __record_dict['hidden'] = hidden
+        __record_dict['version_file'] = version_file
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, defined={self.defined!r}, binding={self.binding!r}, type={self.type!r}, visibility={self.visibility!r}, version={self.version!r}, hidden={self.hidden!r}, version_file={self.version_file!r})'
     def __eq__(self, other):
@@ -120,16 +124,17 @@ def _c4():
         if type(self) is __record_cls or name in ('name', 'defined', 'binding', 'type', 'visibility', 'version', 'hidden', 'version_file'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.elf.base.Symbol'] = (_c4, "def __init__(self, name, defined, binding, type, visibility, version, hidden, version_file):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'defined', defined)\n    __record_object.__setattr__(self, 'binding', binding)\n    __record_object.__setattr__(self, 'type', type)\n    __record_object.__setattr__(self, 'visibility', visibility)\n    __record_object.__setattr__(self, 'version', version)\n    __record_object.__setattr__(self, 'hidden', hidden)\n    __record_object.__setattr__(self, 'version_file', version_file)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, defined={self.defined!r}, binding={self.binding!r}, type={self.type!r}, visibility={self.visibility!r}, version={self.version!r}, hidden={self.hidden!r}, version_file={self.version_file!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.defined,self.binding,self.type,self.visibility,self.version,self.hidden,self.version_file,) == (other.name,other.defined,other.binding,other.type,other.visibility,other.version,other.hidden,other.version_file,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.defined,self.binding,self.type,self.visibility,self.version,self.hidden,self.version_file,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'defined', 'binding', 'type', 'visibility', 'version', 'hidden', 'version_file'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'defined', 'binding', 'type', 'visibility', 'version', 'hidden', 'version_file'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.elf.base.Symbol'] = (_c4, "def __init__(self, name, defined, binding, type, visibility, version, hidden, version_file):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['defined'] = defined\n    __record_dict['binding'] = binding\n    __record_dict['type'] = type\n    __record_dict['visibility'] = visibility\n    __record_dict['version'] = version\n    __record_dict['hidden'] = hidden\n    __record_dict['version_file'] = version_file\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, defined={self.defined!r}, binding={self.binding!r}, type={self.type!r}, visibility={self.visibility!r}, version={self.version!r}, hidden={self.hidden!r}, version_file={self.version_file!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.defined,self.binding,self.type,self.visibility,self.version,self.hidden,self.version_file,) == (other.name,other.defined,other.binding,other.type,other.visibility,other.version,other.hidden,other.version_file,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.defined,self.binding,self.type,self.visibility,self.version,self.hidden,self.version_file,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'defined', 'binding', 'type', 'visibility', 'version', 'hidden', 'version_file'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'defined', 'binding', 'type', 'visibility', 'version', 'hidden', 'version_file'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c5():
     def __init__(self, type, offset, size, link, info, entsize):
-        __record_object.__setattr__(self, 'type', type)
-        __record_object.__setattr__(self, 'offset', offset)
-        __record_object.__setattr__(self, 'size', size)
-        __record_object.__setattr__(self, 'link', link)
-        __record_object.__setattr__(self, 'info', info)
-        __record_object.__setattr__(self, 'entsize', entsize)
+        __record_dict = self.__dict__
+        __record_dict['type'] = type
+        __record_dict['offset'] = offset
+        __record_dict['size'] = size
+        __record_dict['link'] = link
+        __record_dict['info'] = info
+        __record_dict['entsize'] = entsize
     def __repr__(self):
         return f'{self.__class__.__qualname__}(type={self.type!r}, offset={self.offset!r}, size={self.size!r}, link={self.link!r}, info={self.info!r}, entsize={self.entsize!r})'
     def __eq__(self, other):
@@ -146,12 +151,13 @@ def _c5():
         if type(self) is __record_cls or name in ('type', 'offset', 'size', 'link', 'info', 'entsize'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.elf.base._Section'] = (_c5, "def __init__(self, type, offset, size, link, info, entsize):\n    __record_object.__setattr__(self, 'type', type)\n    __record_object.__setattr__(self, 'offset', offset)\n    __record_object.__setattr__(self, 'size', size)\n    __record_object.__setattr__(self, 'link', link)\n    __record_object.__setattr__(self, 'info', info)\n    __record_object.__setattr__(self, 'entsize', entsize)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(type={self.type!r}, offset={self.offset!r}, size={self.size!r}, link={self.link!r}, info={self.info!r}, entsize={self.entsize!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.type,self.offset,self.size,self.link,self.info,self.entsize,) == (other.type,other.offset,other.size,other.link,other.info,other.entsize,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.type,self.offset,self.size,self.link,self.info,self.entsize,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('type', 'offset', 'size', 'link', 'info', 'entsize'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('type', 'offset', 'size', 'link', 'info', 'entsize'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.elf.base._Section'] = (_c5, "def __init__(self, type, offset, size, link, info, entsize):\n    __record_dict = self.__dict__\n    __record_dict['type'] = type\n    __record_dict['offset'] = offset\n    __record_dict['size'] = size\n    __record_dict['link'] = link\n    __record_dict['info'] = info\n    __record_dict['entsize'] = entsize\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(type={self.type!r}, offset={self.offset!r}, size={self.size!r}, link={self.link!r}, info={self.info!r}, entsize={self.entsize!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.type,self.offset,self.size,self.link,self.info,self.entsize,) == (other.type,other.offset,other.size,other.link,other.info,other.entsize,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.type,self.offset,self.size,self.link,self.info,self.entsize,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('type', 'offset', 'size', 'link', 'info', 'entsize'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('type', 'offset', 'size', 'link', 'info', 'entsize'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c6():
     def __init__(self, key, by_value):
-        __record_object.__setattr__(self, 'key', key)
-        __record_object.__setattr__(self, 'by_value', by_value)
+        __record_dict = self.__dict__
+        __record_dict['key'] = key
+        __record_dict['by_value'] = by_value
     def __repr__(self):
         return f'{self.__class__.__qualname__}(key={self.key!r}, by_value={self.by_value!r})'
     def __eq__(self, other):
@@ -168,12 +174,13 @@ def _c6():
         if type(self) is __record_cls or name in ('key', 'by_value'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.elf.config_records.ConfigConflict'] = (_c6, "def __init__(self, key, by_value):\n    __record_object.__setattr__(self, 'key', key)\n    __record_object.__setattr__(self, 'by_value', by_value)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(key={self.key!r}, by_value={self.by_value!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.key,self.by_value,) == (other.key,other.by_value,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.key,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('key', 'by_value'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('key', 'by_value'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.elf.config_records.ConfigConflict'] = (_c6, "def __init__(self, key, by_value):\n    __record_dict = self.__dict__\n    __record_dict['key'] = key\n    __record_dict['by_value'] = by_value\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(key={self.key!r}, by_value={self.by_value!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.key,self.by_value,) == (other.key,other.by_value,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.key,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('key', 'by_value'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('key', 'by_value'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c7():
     def __init__(self, object_name, defines):
-        __record_object.__setattr__(self, 'object_name', object_name)
-        __record_object.__setattr__(self, 'defines', defines)
+        __record_dict = self.__dict__
+        __record_dict['object_name'] = object_name
+        __record_dict['defines'] = defines
     def __repr__(self):
         return f'{self.__class__.__qualname__}(object_name={self.object_name!r}, defines={self.defines!r})'
     def __eq__(self, other):
@@ -190,30 +197,31 @@ def _c7():
         if type(self) is __record_cls or name in ('object_name', 'defines'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.elf.config_records.ConfigRecord'] = (_c7, "def __init__(self, object_name, defines):\n    __record_object.__setattr__(self, 'object_name', object_name)\n    __record_object.__setattr__(self, 'defines', defines)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(object_name={self.object_name!r}, defines={self.defines!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.object_name,self.defines,) == (other.object_name,other.defines,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.object_name,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('object_name', 'defines'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('object_name', 'defines'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.elf.config_records.ConfigRecord'] = (_c7, "def __init__(self, object_name, defines):\n    __record_dict = self.__dict__\n    __record_dict['object_name'] = object_name\n    __record_dict['defines'] = defines\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(object_name={self.object_name!r}, defines={self.defines!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.object_name,self.defines,) == (other.object_name,other.defines,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.object_name,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('object_name', 'defines'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('object_name', 'defines'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c8():
     def __init__(self, name, size, elf_class, little_endian, machine, machine_id, etype, interp, segments, needed, soname, runpath, rpath, flags, flags_1, textrel, symbols, verneed=__record_missing, verdef=__record_default_verdef, notes=__record_default_notes):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'size', size)
-        __record_object.__setattr__(self, 'elf_class', elf_class)
-        __record_object.__setattr__(self, 'little_endian', little_endian)
-        __record_object.__setattr__(self, 'machine', machine)
-        __record_object.__setattr__(self, 'machine_id', machine_id)
-        __record_object.__setattr__(self, 'etype', etype)
-        __record_object.__setattr__(self, 'interp', interp)
-        __record_object.__setattr__(self, 'segments', segments)
-        __record_object.__setattr__(self, 'needed', needed)
-        __record_object.__setattr__(self, 'soname', soname)
-        __record_object.__setattr__(self, 'runpath', runpath)
-        __record_object.__setattr__(self, 'rpath', rpath)
-        __record_object.__setattr__(self, 'flags', flags)
-        __record_object.__setattr__(self, 'flags_1', flags_1)
-        __record_object.__setattr__(self, 'textrel', textrel)
-        __record_object.__setattr__(self, 'symbols', symbols)
-        __record_object.__setattr__(self, 'verneed', __record_factory_verneed() if verneed is __record_missing else verneed)
-        __record_object.__setattr__(self, 'verdef', verdef)
-        __record_object.__setattr__(self, 'notes', notes)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['size'] = size
+        __record_dict['elf_class'] = elf_class
+        __record_dict['little_endian'] = little_endian
+        __record_dict['machine'] = machine
+        __record_dict['machine_id'] = machine_id
+        __record_dict['etype'] = etype
+        __record_dict['interp'] = interp
+        __record_dict['segments'] = segments
+        __record_dict['needed'] = needed
+        __record_dict['soname'] = soname
+        __record_dict['runpath'] = runpath
+        __record_dict['rpath'] = rpath
+        __record_dict['flags'] = flags
+        __record_dict['flags_1'] = flags_1
+        __record_dict['textrel'] = textrel
+        __record_dict['symbols'] = symbols
+        __record_dict['verneed'] = __record_factory_verneed() if verneed is __record_missing else verneed
+        __record_dict['verdef'] = verdef
+        __record_dict['notes'] = notes
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, size={self.size!r}, elf_class={self.elf_class!r}, little_endian={self.little_endian!r}, machine={self.machine!r}, machine_id={self.machine_id!r}, etype={self.etype!r}, interp={self.interp!r}, segments={self.segments!r}, needed={self.needed!r}, soname={self.soname!r}, runpath={self.runpath!r}, rpath={self.rpath!r}, flags={self.flags!r}, flags_1={self.flags_1!r}, textrel={self.textrel!r}, symbols={self.symbols!r}, verneed={self.verneed!r}, verdef={self.verdef!r}, notes={self.notes!r})'
     def __eq__(self, other):
@@ -230,13 +238,14 @@ def _c8():
         if type(self) is __record_cls or name in ('name', 'size', 'elf_class', 'little_endian', 'machine', 'machine_id', 'etype', 'interp', 'segments', 'needed', 'soname', 'runpath', 'rpath', 'flags', 'flags_1', 'textrel', 'symbols', 'verneed', 'verdef', 'notes'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.elf.reader.ElfFile'] = (_c8, "def __init__(self, name, size, elf_class, little_endian, machine, machine_id, etype, interp, segments, needed, soname, runpath, rpath, flags, flags_1, textrel, symbols, verneed=__record_missing, verdef=__record_default_verdef, notes=__record_default_notes):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'size', size)\n    __record_object.__setattr__(self, 'elf_class', elf_class)\n    __record_object.__setattr__(self, 'little_endian', little_endian)\n    __record_object.__setattr__(self, 'machine', machine)\n    __record_object.__setattr__(self, 'machine_id', machine_id)\n    __record_object.__setattr__(self, 'etype', etype)\n    __record_object.__setattr__(self, 'interp', interp)\n    __record_object.__setattr__(self, 'segments', segments)\n    __record_object.__setattr__(self, 'needed', needed)\n    __record_object.__setattr__(self, 'soname', soname)\n    __record_object.__setattr__(self, 'runpath', runpath)\n    __record_object.__setattr__(self, 'rpath', rpath)\n    __record_object.__setattr__(self, 'flags', flags)\n    __record_object.__setattr__(self, 'flags_1', flags_1)\n    __record_object.__setattr__(self, 'textrel', textrel)\n    __record_object.__setattr__(self, 'symbols', symbols)\n    __record_object.__setattr__(self, 'verneed', __record_factory_verneed() if verneed is __record_missing else verneed)\n    __record_object.__setattr__(self, 'verdef', verdef)\n    __record_object.__setattr__(self, 'notes', notes)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, size={self.size!r}, elf_class={self.elf_class!r}, little_endian={self.little_endian!r}, machine={self.machine!r}, machine_id={self.machine_id!r}, etype={self.etype!r}, interp={self.interp!r}, segments={self.segments!r}, needed={self.needed!r}, soname={self.soname!r}, runpath={self.runpath!r}, rpath={self.rpath!r}, flags={self.flags!r}, flags_1={self.flags_1!r}, textrel={self.textrel!r}, symbols={self.symbols!r}, verneed={self.verneed!r}, verdef={self.verdef!r}, notes={self.notes!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.size,self.elf_class,self.little_endian,self.machine,self.machine_id,self.etype,self.interp,self.segments,self.needed,self.soname,self.runpath,self.rpath,self.flags,self.flags_1,self.textrel,self.symbols,self.verneed,self.verdef,self.notes,) == (other.name,other.size,other.elf_class,other.little_endian,other.machine,other.machine_id,other.etype,other.interp,other.segments,other.needed,other.soname,other.runpath,other.rpath,other.flags,other.flags_1,other.textrel,other.symbols,other.verneed,other.verdef,other.notes,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.size,self.elf_class,self.little_endian,self.machine,self.machine_id,self.etype,self.interp,self.segments,self.needed,self.soname,self.runpath,self.rpath,self.flags,self.flags_1,self.textrel,self.symbols,self.verneed,self.verdef,self.notes,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'size', 'elf_class', 'little_endian', 'machine', 'machine_id', 'etype', 'interp', 'segments', 'needed', 'soname', 'runpath', 'rpath', 'flags', 'flags_1', 'textrel', 'symbols', 'verneed', 'verdef', 'notes'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'size', 'elf_class', 'little_endian', 'machine', 'machine_id', 'etype', 'interp', 'segments', 'needed', 'soname', 'runpath', 'rpath', 'flags', 'flags_1', 'textrel', 'symbols', 'verneed', 'verdef', 'notes'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.elf.reader.ElfFile'] = (_c8, "def __init__(self, name, size, elf_class, little_endian, machine, machine_id, etype, interp, segments, needed, soname, runpath, rpath, flags, flags_1, textrel, symbols, verneed=__record_missing, verdef=__record_default_verdef, notes=__record_default_notes):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['size'] = size\n    __record_dict['elf_class'] = elf_class\n    __record_dict['little_endian'] = little_endian\n    __record_dict['machine'] = machine\n    __record_dict['machine_id'] = machine_id\n    __record_dict['etype'] = etype\n    __record_dict['interp'] = interp\n    __record_dict['segments'] = segments\n    __record_dict['needed'] = needed\n    __record_dict['soname'] = soname\n    __record_dict['runpath'] = runpath\n    __record_dict['rpath'] = rpath\n    __record_dict['flags'] = flags\n    __record_dict['flags_1'] = flags_1\n    __record_dict['textrel'] = textrel\n    __record_dict['symbols'] = symbols\n    __record_dict['verneed'] = __record_factory_verneed() if verneed is __record_missing else verneed\n    __record_dict['verdef'] = verdef\n    __record_dict['notes'] = notes\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, size={self.size!r}, elf_class={self.elf_class!r}, little_endian={self.little_endian!r}, machine={self.machine!r}, machine_id={self.machine_id!r}, etype={self.etype!r}, interp={self.interp!r}, segments={self.segments!r}, needed={self.needed!r}, soname={self.soname!r}, runpath={self.runpath!r}, rpath={self.rpath!r}, flags={self.flags!r}, flags_1={self.flags_1!r}, textrel={self.textrel!r}, symbols={self.symbols!r}, verneed={self.verneed!r}, verdef={self.verdef!r}, notes={self.notes!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.size,self.elf_class,self.little_endian,self.machine,self.machine_id,self.etype,self.interp,self.segments,self.needed,self.soname,self.runpath,self.rpath,self.flags,self.flags_1,self.textrel,self.symbols,self.verneed,self.verdef,self.notes,) == (other.name,other.size,other.elf_class,other.little_endian,other.machine,other.machine_id,other.etype,other.interp,other.segments,other.needed,other.soname,other.runpath,other.rpath,other.flags,other.flags_1,other.textrel,other.symbols,other.verneed,other.verdef,other.notes,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.size,self.elf_class,self.little_endian,self.machine,self.machine_id,self.etype,self.interp,self.segments,self.needed,self.soname,self.runpath,self.rpath,self.flags,self.flags_1,self.textrel,self.symbols,self.verneed,self.verdef,self.notes,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'size', 'elf_class', 'little_endian', 'machine', 'machine_id', 'etype', 'interp', 'segments', 'needed', 'soname', 'runpath', 'rpath', 'flags', 'flags_1', 'textrel', 'symbols', 'verneed', 'verdef', 'notes'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'size', 'elf_class', 'little_endian', 'machine', 'machine_id', 'etype', 'interp', 'segments', 'needed', 'soname', 'runpath', 'rpath', 'flags', 'flags_1', 'textrel', 'symbols', 'verneed', 'verdef', 'notes'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c9():
     def __init__(self, path, elf, needed_by):
-        __record_object.__setattr__(self, 'path', path)
-        __record_object.__setattr__(self, 'elf', elf)
-        __record_object.__setattr__(self, 'needed_by', needed_by)
+        __record_dict = self.__dict__
+        __record_dict['path'] = path
+        __record_dict['elf'] = elf
+        __record_dict['needed_by'] = needed_by
     def __repr__(self):
         return f'{self.__class__.__qualname__}(path={self.path!r}, elf={self.elf!r}, needed_by={self.needed_by!r})'
     def __eq__(self, other):
@@ -253,7 +262,7 @@ def _c9():
         if type(self) is __record_cls or name in ('path', 'elf', 'needed_by'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.elf.resolve.Loaded'] = (_c9, "def __init__(self, path, elf, needed_by):\n    __record_object.__setattr__(self, 'path', path)\n    __record_object.__setattr__(self, 'elf', elf)\n    __record_object.__setattr__(self, 'needed_by', needed_by)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(path={self.path!r}, elf={self.elf!r}, needed_by={self.needed_by!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.path,self.elf,self.needed_by,) == (other.path,other.elf,other.needed_by,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.path,self.elf,self.needed_by,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('path', 'elf', 'needed_by'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('path', 'elf', 'needed_by'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.elf.resolve.Loaded'] = (_c9, "def __init__(self, path, elf, needed_by):\n    __record_dict = self.__dict__\n    __record_dict['path'] = path\n    __record_dict['elf'] = elf\n    __record_dict['needed_by'] = needed_by\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(path={self.path!r}, elf={self.elf!r}, needed_by={self.needed_by!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.path,self.elf,self.needed_by,) == (other.path,other.elf,other.needed_by,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.path,self.elf,self.needed_by,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('path', 'elf', 'needed_by'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('path', 'elf', 'needed_by'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c10():
     def __init__(self, objects=__record_missing, missing=__record_missing):
@@ -269,12 +278,13 @@ CODE['toolchain.elf.resolve.Scope'] = (_c10, "def __init__(self, objects=__recor
 
 def _c11():
     def __init__(self, name, code, meaning, tools, classes, statuses):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'code', code)
-        __record_object.__setattr__(self, 'meaning', meaning)
-        __record_object.__setattr__(self, 'tools', tools)
-        __record_object.__setattr__(self, 'classes', classes)
-        __record_object.__setattr__(self, 'statuses', statuses)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['code'] = code
+        __record_dict['meaning'] = meaning
+        __record_dict['tools'] = tools
+        __record_dict['classes'] = classes
+        __record_dict['statuses'] = statuses
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, code={self.code!r}, meaning={self.meaning!r}, tools={self.tools!r}, classes={self.classes!r}, statuses={self.statuses!r})'
     def __eq__(self, other):
@@ -291,7 +301,7 @@ def _c11():
         if type(self) is __record_cls or name in ('name', 'code', 'meaning', 'tools', 'classes', 'statuses'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.errors.ExitCode'] = (_c11, "def __init__(self, name, code, meaning, tools, classes, statuses):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'code', code)\n    __record_object.__setattr__(self, 'meaning', meaning)\n    __record_object.__setattr__(self, 'tools', tools)\n    __record_object.__setattr__(self, 'classes', classes)\n    __record_object.__setattr__(self, 'statuses', statuses)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, code={self.code!r}, meaning={self.meaning!r}, tools={self.tools!r}, classes={self.classes!r}, statuses={self.statuses!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.code,self.meaning,self.tools,self.classes,self.statuses,) == (other.name,other.code,other.meaning,other.tools,other.classes,other.statuses,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.code,self.meaning,self.tools,self.classes,self.statuses,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'code', 'meaning', 'tools', 'classes', 'statuses'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'code', 'meaning', 'tools', 'classes', 'statuses'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.errors.ExitCode'] = (_c11, "def __init__(self, name, code, meaning, tools, classes, statuses):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['code'] = code\n    __record_dict['meaning'] = meaning\n    __record_dict['tools'] = tools\n    __record_dict['classes'] = classes\n    __record_dict['statuses'] = statuses\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, code={self.code!r}, meaning={self.meaning!r}, tools={self.tools!r}, classes={self.classes!r}, statuses={self.statuses!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.code,self.meaning,self.tools,self.classes,self.statuses,) == (other.name,other.code,other.meaning,other.tools,other.classes,other.statuses,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.code,self.meaning,self.tools,self.classes,self.statuses,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'code', 'meaning', 'tools', 'classes', 'statuses'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'code', 'meaning', 'tools', 'classes', 'statuses'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c12():
     def __init__(self, path, kind, machine=__record_default_machine, findings=__record_missing, resolved=__record_missing):
@@ -310,16 +320,17 @@ CODE['toolchain.findings.FileResult'] = (_c12, "def __init__(self, path, kind, m
 
 def _c13():
     def __init__(self, rule, severity, file, message, fix, symbol=__record_default_symbol, version=__record_default_version, entry_point=__record_default_entry_point, library=__record_default_library, fix_op=__record_default_fix_op):
-        __record_object.__setattr__(self, 'rule', rule)
-        __record_object.__setattr__(self, 'severity', severity)
-        __record_object.__setattr__(self, 'file', file)
-        __record_object.__setattr__(self, 'message', message)
-        __record_object.__setattr__(self, 'fix', fix)
-        __record_object.__setattr__(self, 'symbol', symbol)
-        __record_object.__setattr__(self, 'version', version)
-        __record_object.__setattr__(self, 'entry_point', entry_point)
-        __record_object.__setattr__(self, 'library', library)
-        __record_object.__setattr__(self, 'fix_op', fix_op)
+        __record_dict = self.__dict__
+        __record_dict['rule'] = rule
+        __record_dict['severity'] = severity
+        __record_dict['file'] = file
+        __record_dict['message'] = message
+        __record_dict['fix'] = fix
+        __record_dict['symbol'] = symbol
+        __record_dict['version'] = version
+        __record_dict['entry_point'] = entry_point
+        __record_dict['library'] = library
+        __record_dict['fix_op'] = fix_op
     def __repr__(self):
         return f'{self.__class__.__qualname__}(rule={self.rule!r}, severity={self.severity!r}, file={self.file!r}, message={self.message!r}, fix={self.fix!r}, symbol={self.symbol!r}, version={self.version!r}, entry_point={self.entry_point!r}, library={self.library!r}, fix_op={self.fix_op!r})'
     def __eq__(self, other):
@@ -336,7 +347,7 @@ def _c13():
         if type(self) is __record_cls or name in ('rule', 'severity', 'file', 'message', 'fix', 'symbol', 'version', 'entry_point', 'library', 'fix_op'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.findings.Finding'] = (_c13, "def __init__(self, rule, severity, file, message, fix, symbol=__record_default_symbol, version=__record_default_version, entry_point=__record_default_entry_point, library=__record_default_library, fix_op=__record_default_fix_op):\n    __record_object.__setattr__(self, 'rule', rule)\n    __record_object.__setattr__(self, 'severity', severity)\n    __record_object.__setattr__(self, 'file', file)\n    __record_object.__setattr__(self, 'message', message)\n    __record_object.__setattr__(self, 'fix', fix)\n    __record_object.__setattr__(self, 'symbol', symbol)\n    __record_object.__setattr__(self, 'version', version)\n    __record_object.__setattr__(self, 'entry_point', entry_point)\n    __record_object.__setattr__(self, 'library', library)\n    __record_object.__setattr__(self, 'fix_op', fix_op)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(rule={self.rule!r}, severity={self.severity!r}, file={self.file!r}, message={self.message!r}, fix={self.fix!r}, symbol={self.symbol!r}, version={self.version!r}, entry_point={self.entry_point!r}, library={self.library!r}, fix_op={self.fix_op!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.rule,self.severity,self.file,self.message,self.fix,self.symbol,self.version,self.entry_point,self.library,self.fix_op,) == (other.rule,other.severity,other.file,other.message,other.fix,other.symbol,other.version,other.entry_point,other.library,other.fix_op,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.rule,self.severity,self.file,self.message,self.fix,self.symbol,self.version,self.entry_point,self.library,self.fix_op,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('rule', 'severity', 'file', 'message', 'fix', 'symbol', 'version', 'entry_point', 'library', 'fix_op'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('rule', 'severity', 'file', 'message', 'fix', 'symbol', 'version', 'entry_point', 'library', 'fix_op'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.findings.Finding'] = (_c13, "def __init__(self, rule, severity, file, message, fix, symbol=__record_default_symbol, version=__record_default_version, entry_point=__record_default_entry_point, library=__record_default_library, fix_op=__record_default_fix_op):\n    __record_dict = self.__dict__\n    __record_dict['rule'] = rule\n    __record_dict['severity'] = severity\n    __record_dict['file'] = file\n    __record_dict['message'] = message\n    __record_dict['fix'] = fix\n    __record_dict['symbol'] = symbol\n    __record_dict['version'] = version\n    __record_dict['entry_point'] = entry_point\n    __record_dict['library'] = library\n    __record_dict['fix_op'] = fix_op\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(rule={self.rule!r}, severity={self.severity!r}, file={self.file!r}, message={self.message!r}, fix={self.fix!r}, symbol={self.symbol!r}, version={self.version!r}, entry_point={self.entry_point!r}, library={self.library!r}, fix_op={self.fix_op!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.rule,self.severity,self.file,self.message,self.fix,self.symbol,self.version,self.entry_point,self.library,self.fix_op,) == (other.rule,other.severity,other.file,other.message,other.fix,other.symbol,other.version,other.entry_point,other.library,other.fix_op,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.rule,self.severity,self.file,self.message,self.fix,self.symbol,self.version,self.entry_point,self.library,self.fix_op,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('rule', 'severity', 'file', 'message', 'fix', 'symbol', 'version', 'entry_point', 'library', 'fix_op'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('rule', 'severity', 'file', 'message', 'fix', 'symbol', 'version', 'entry_point', 'library', 'fix_op'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c14():
     def __init__(self, profile, host, strict, files=__record_missing, host_source=__record_default_host_source):
@@ -355,13 +366,14 @@ CODE['toolchain.findings.Report'] = (_c14, "def __init__(self, profile, host, st
 
 def _c15():
     def __init__(self, id, severity, stages, applies_to, summary, fix, fixes=__record_missing):
-        __record_object.__setattr__(self, 'id', id)
-        __record_object.__setattr__(self, 'severity', severity)
-        __record_object.__setattr__(self, 'stages', stages)
-        __record_object.__setattr__(self, 'applies_to', applies_to)
-        __record_object.__setattr__(self, 'summary', summary)
-        __record_object.__setattr__(self, 'fix', fix)
-        __record_object.__setattr__(self, 'fixes', __record_factory_fixes() if fixes is __record_missing else fixes)
+        __record_dict = self.__dict__
+        __record_dict['id'] = id
+        __record_dict['severity'] = severity
+        __record_dict['stages'] = stages
+        __record_dict['applies_to'] = applies_to
+        __record_dict['summary'] = summary
+        __record_dict['fix'] = fix
+        __record_dict['fixes'] = __record_factory_fixes() if fixes is __record_missing else fixes
     def __repr__(self):
         return f'{self.__class__.__qualname__}(id={self.id!r}, severity={self.severity!r}, stages={self.stages!r}, applies_to={self.applies_to!r}, summary={self.summary!r}, fix={self.fix!r}, fixes={self.fixes!r})'
     def __eq__(self, other):
@@ -378,7 +390,7 @@ def _c15():
         if type(self) is __record_cls or name in ('id', 'severity', 'stages', 'applies_to', 'summary', 'fix', 'fixes'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.findings.Rule'] = (_c15, "def __init__(self, id, severity, stages, applies_to, summary, fix, fixes=__record_missing):\n    __record_object.__setattr__(self, 'id', id)\n    __record_object.__setattr__(self, 'severity', severity)\n    __record_object.__setattr__(self, 'stages', stages)\n    __record_object.__setattr__(self, 'applies_to', applies_to)\n    __record_object.__setattr__(self, 'summary', summary)\n    __record_object.__setattr__(self, 'fix', fix)\n    __record_object.__setattr__(self, 'fixes', __record_factory_fixes() if fixes is __record_missing else fixes)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(id={self.id!r}, severity={self.severity!r}, stages={self.stages!r}, applies_to={self.applies_to!r}, summary={self.summary!r}, fix={self.fix!r}, fixes={self.fixes!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.id,self.severity,self.stages,self.applies_to,self.summary,self.fix,self.fixes,) == (other.id,other.severity,other.stages,other.applies_to,other.summary,other.fix,other.fixes,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.id,self.severity,self.stages,self.applies_to,self.summary,self.fix,self.fixes,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('id', 'severity', 'stages', 'applies_to', 'summary', 'fix', 'fixes'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('id', 'severity', 'stages', 'applies_to', 'summary', 'fix', 'fixes'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.findings.Rule'] = (_c15, "def __init__(self, id, severity, stages, applies_to, summary, fix, fixes=__record_missing):\n    __record_dict = self.__dict__\n    __record_dict['id'] = id\n    __record_dict['severity'] = severity\n    __record_dict['stages'] = stages\n    __record_dict['applies_to'] = applies_to\n    __record_dict['summary'] = summary\n    __record_dict['fix'] = fix\n    __record_dict['fixes'] = __record_factory_fixes() if fixes is __record_missing else fixes\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(id={self.id!r}, severity={self.severity!r}, stages={self.stages!r}, applies_to={self.applies_to!r}, summary={self.summary!r}, fix={self.fix!r}, fixes={self.fixes!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.id,self.severity,self.stages,self.applies_to,self.summary,self.fix,self.fixes,) == (other.id,other.severity,other.stages,other.applies_to,other.summary,other.fix,other.fixes,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.id,self.severity,self.stages,self.applies_to,self.summary,self.fix,self.fixes,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('id', 'severity', 'stages', 'applies_to', 'summary', 'fix', 'fixes'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('id', 'severity', 'stages', 'applies_to', 'summary', 'fix', 'fixes'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c16():
     def __init__(self, extensions=__record_missing, level=__record_default_level, decoded_bytes=__record_default_decoded_bytes, text_bytes=__record_default_text_bytes, undecodable=__record_default_undecodable):
@@ -411,14 +423,15 @@ CODE['toolchain.isa.IsaUse'] = (_c17, "def __init__(self, count=__record_default
 
 def _c18():
     def __init__(self, name, type, flags, addr, offset, size, link, entsize):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'type', type)
-        __record_object.__setattr__(self, 'flags', flags)
-        __record_object.__setattr__(self, 'addr', addr)
-        __record_object.__setattr__(self, 'offset', offset)
-        __record_object.__setattr__(self, 'size', size)
-        __record_object.__setattr__(self, 'link', link)
-        __record_object.__setattr__(self, 'entsize', entsize)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['type'] = type
+        __record_dict['flags'] = flags
+        __record_dict['addr'] = addr
+        __record_dict['offset'] = offset
+        __record_dict['size'] = size
+        __record_dict['link'] = link
+        __record_dict['entsize'] = entsize
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, type={self.type!r}, flags={self.flags!r}, addr={self.addr!r}, offset={self.offset!r}, size={self.size!r}, link={self.link!r}, entsize={self.entsize!r})'
     def __eq__(self, other):
@@ -435,15 +448,16 @@ def _c18():
         if type(self) is __record_cls or name in ('name', 'type', 'flags', 'addr', 'offset', 'size', 'link', 'entsize'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.isa._Section'] = (_c18, "def __init__(self, name, type, flags, addr, offset, size, link, entsize):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'type', type)\n    __record_object.__setattr__(self, 'flags', flags)\n    __record_object.__setattr__(self, 'addr', addr)\n    __record_object.__setattr__(self, 'offset', offset)\n    __record_object.__setattr__(self, 'size', size)\n    __record_object.__setattr__(self, 'link', link)\n    __record_object.__setattr__(self, 'entsize', entsize)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, type={self.type!r}, flags={self.flags!r}, addr={self.addr!r}, offset={self.offset!r}, size={self.size!r}, link={self.link!r}, entsize={self.entsize!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.type,self.flags,self.addr,self.offset,self.size,self.link,self.entsize,) == (other.name,other.type,other.flags,other.addr,other.offset,other.size,other.link,other.entsize,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.type,self.flags,self.addr,self.offset,self.size,self.link,self.entsize,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'type', 'flags', 'addr', 'offset', 'size', 'link', 'entsize'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'type', 'flags', 'addr', 'offset', 'size', 'link', 'entsize'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.isa._Section'] = (_c18, "def __init__(self, name, type, flags, addr, offset, size, link, entsize):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['type'] = type\n    __record_dict['flags'] = flags\n    __record_dict['addr'] = addr\n    __record_dict['offset'] = offset\n    __record_dict['size'] = size\n    __record_dict['link'] = link\n    __record_dict['entsize'] = entsize\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, type={self.type!r}, flags={self.flags!r}, addr={self.addr!r}, offset={self.offset!r}, size={self.size!r}, link={self.link!r}, entsize={self.entsize!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.type,self.flags,self.addr,self.offset,self.size,self.link,self.entsize,) == (other.name,other.type,other.flags,other.addr,other.offset,other.size,other.link,other.entsize,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.type,self.flags,self.addr,self.offset,self.size,self.link,self.entsize,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'type', 'flags', 'addr', 'offset', 'size', 'link', 'entsize'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'type', 'flags', 'addr', 'offset', 'size', 'link', 'entsize'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c19():
     def __init__(self, dtypes, constants, package, cxx_runtime_core, source):
-        __record_object.__setattr__(self, 'dtypes', dtypes)
-        __record_object.__setattr__(self, 'constants', constants)
-        __record_object.__setattr__(self, 'package', package)
-        __record_object.__setattr__(self, 'cxx_runtime_core', cxx_runtime_core)
-        __record_object.__setattr__(self, 'source', source)
+        __record_dict = self.__dict__
+        __record_dict['dtypes'] = dtypes
+        __record_dict['constants'] = constants
+        __record_dict['package'] = package
+        __record_dict['cxx_runtime_core'] = cxx_runtime_core
+        __record_dict['source'] = source
     def __repr__(self):
         return f'{self.__class__.__qualname__}(dtypes={self.dtypes!r}, constants={self.constants!r}, package={self.package!r}, cxx_runtime_core={self.cxx_runtime_core!r}, source={self.source!r})'
     def __eq__(self, other):
@@ -460,15 +474,16 @@ def _c19():
         if type(self) is __record_cls or name in ('dtypes', 'constants', 'package', 'cxx_runtime_core', 'source'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Abi'] = (_c19, "def __init__(self, dtypes, constants, package, cxx_runtime_core, source):\n    __record_object.__setattr__(self, 'dtypes', dtypes)\n    __record_object.__setattr__(self, 'constants', constants)\n    __record_object.__setattr__(self, 'package', package)\n    __record_object.__setattr__(self, 'cxx_runtime_core', cxx_runtime_core)\n    __record_object.__setattr__(self, 'source', source)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(dtypes={self.dtypes!r}, constants={self.constants!r}, package={self.package!r}, cxx_runtime_core={self.cxx_runtime_core!r}, source={self.source!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.dtypes,self.constants,self.package,self.cxx_runtime_core,self.source,) == (other.dtypes,other.constants,other.package,other.cxx_runtime_core,other.source,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.dtypes,self.constants,self.package,self.cxx_runtime_core,self.source,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('dtypes', 'constants', 'package', 'cxx_runtime_core', 'source'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('dtypes', 'constants', 'package', 'cxx_runtime_core', 'source'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Abi'] = (_c19, "def __init__(self, dtypes, constants, package, cxx_runtime_core, source):\n    __record_dict = self.__dict__\n    __record_dict['dtypes'] = dtypes\n    __record_dict['constants'] = constants\n    __record_dict['package'] = package\n    __record_dict['cxx_runtime_core'] = cxx_runtime_core\n    __record_dict['source'] = source\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(dtypes={self.dtypes!r}, constants={self.constants!r}, package={self.package!r}, cxx_runtime_core={self.cxx_runtime_core!r}, source={self.source!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.dtypes,self.constants,self.package,self.cxx_runtime_core,self.source,) == (other.dtypes,other.constants,other.package,other.cxx_runtime_core,other.source,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.dtypes,self.constants,self.package,self.cxx_runtime_core,self.source,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('dtypes', 'constants', 'package', 'cxx_runtime_core', 'source'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('dtypes', 'constants', 'package', 'cxx_runtime_core', 'source'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c20():
     def __init__(self, statuses, structs, functions, shims, source):
-        __record_object.__setattr__(self, 'statuses', statuses)
-        __record_object.__setattr__(self, 'structs', structs)
-        __record_object.__setattr__(self, 'functions', functions)
-        __record_object.__setattr__(self, 'shims', shims)
-        __record_object.__setattr__(self, 'source', source)
+        __record_dict = self.__dict__
+        __record_dict['statuses'] = statuses
+        __record_dict['structs'] = structs
+        __record_dict['functions'] = functions
+        __record_dict['shims'] = shims
+        __record_dict['source'] = source
     def __repr__(self):
         return f'{self.__class__.__qualname__}(statuses={self.statuses!r}, structs={self.structs!r}, functions={self.functions!r}, shims={self.shims!r}, source={self.source!r})'
     def __eq__(self, other):
@@ -485,12 +500,13 @@ def _c20():
         if type(self) is __record_cls or name in ('statuses', 'structs', 'functions', 'shims', 'source'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.CApi'] = (_c20, "def __init__(self, statuses, structs, functions, shims, source):\n    __record_object.__setattr__(self, 'statuses', statuses)\n    __record_object.__setattr__(self, 'structs', structs)\n    __record_object.__setattr__(self, 'functions', functions)\n    __record_object.__setattr__(self, 'shims', shims)\n    __record_object.__setattr__(self, 'source', source)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(statuses={self.statuses!r}, structs={self.structs!r}, functions={self.functions!r}, shims={self.shims!r}, source={self.source!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.statuses,self.structs,self.functions,self.shims,self.source,) == (other.statuses,other.structs,other.functions,other.shims,other.source,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.statuses,self.structs,self.functions,self.shims,self.source,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('statuses', 'structs', 'functions', 'shims', 'source'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('statuses', 'structs', 'functions', 'shims', 'source'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.CApi'] = (_c20, "def __init__(self, statuses, structs, functions, shims, source):\n    __record_dict = self.__dict__\n    __record_dict['statuses'] = statuses\n    __record_dict['structs'] = structs\n    __record_dict['functions'] = functions\n    __record_dict['shims'] = shims\n    __record_dict['source'] = source\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(statuses={self.statuses!r}, structs={self.structs!r}, functions={self.functions!r}, shims={self.shims!r}, source={self.source!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.statuses,self.structs,self.functions,self.shims,self.source,) == (other.statuses,other.structs,other.functions,other.shims,other.source,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.statuses,self.structs,self.functions,self.shims,self.source,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('statuses', 'structs', 'functions', 'shims', 'source'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('statuses', 'structs', 'functions', 'shims', 'source'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c21():
     def __init__(self, name, fields):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'fields', fields)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['fields'] = fields
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, fields={self.fields!r})'
     def __eq__(self, other):
@@ -507,16 +523,17 @@ def _c21():
         if type(self) is __record_cls or name in ('name', 'fields'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.CStruct'] = (_c21, "def __init__(self, name, fields):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'fields', fields)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, fields={self.fields!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.fields,) == (other.name,other.fields,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.fields,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'fields'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'fields'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.CStruct'] = (_c21, "def __init__(self, name, fields):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['fields'] = fields\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, fields={self.fields!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.fields,) == (other.name,other.fields,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.fields,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'fields'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'fields'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c22():
     def __init__(self, name, code, itemsize, runtime, numpy, aliases):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'code', code)
-        __record_object.__setattr__(self, 'itemsize', itemsize)
-        __record_object.__setattr__(self, 'runtime', runtime)
-        __record_object.__setattr__(self, 'numpy', numpy)
-        __record_object.__setattr__(self, 'aliases', aliases)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['code'] = code
+        __record_dict['itemsize'] = itemsize
+        __record_dict['runtime'] = runtime
+        __record_dict['numpy'] = numpy
+        __record_dict['aliases'] = aliases
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, code={self.code!r}, itemsize={self.itemsize!r}, runtime={self.runtime!r}, numpy={self.numpy!r}, aliases={self.aliases!r})'
     def __eq__(self, other):
@@ -533,18 +550,19 @@ def _c22():
         if type(self) is __record_cls or name in ('name', 'code', 'itemsize', 'runtime', 'numpy', 'aliases'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Dtype'] = (_c22, "def __init__(self, name, code, itemsize, runtime, numpy, aliases):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'code', code)\n    __record_object.__setattr__(self, 'itemsize', itemsize)\n    __record_object.__setattr__(self, 'runtime', runtime)\n    __record_object.__setattr__(self, 'numpy', numpy)\n    __record_object.__setattr__(self, 'aliases', aliases)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, code={self.code!r}, itemsize={self.itemsize!r}, runtime={self.runtime!r}, numpy={self.numpy!r}, aliases={self.aliases!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.code,self.itemsize,self.runtime,self.numpy,self.aliases,) == (other.name,other.code,other.itemsize,other.runtime,other.numpy,other.aliases,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.code,self.itemsize,self.runtime,self.numpy,self.aliases,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'code', 'itemsize', 'runtime', 'numpy', 'aliases'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'code', 'itemsize', 'runtime', 'numpy', 'aliases'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Dtype'] = (_c22, "def __init__(self, name, code, itemsize, runtime, numpy, aliases):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['code'] = code\n    __record_dict['itemsize'] = itemsize\n    __record_dict['runtime'] = runtime\n    __record_dict['numpy'] = numpy\n    __record_dict['aliases'] = aliases\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, code={self.code!r}, itemsize={self.itemsize!r}, runtime={self.runtime!r}, numpy={self.numpy!r}, aliases={self.aliases!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.code,self.itemsize,self.runtime,self.numpy,self.aliases,) == (other.name,other.code,other.itemsize,other.runtime,other.numpy,other.aliases,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.code,self.itemsize,self.runtime,self.numpy,self.aliases,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'code', 'itemsize', 'runtime', 'numpy', 'aliases'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'code', 'itemsize', 'runtime', 'numpy', 'aliases'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c23():
     def __init__(self, name, returns, params, prototype, required, since, deprecated, since_note=__record_default_since_note):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'returns', returns)
-        __record_object.__setattr__(self, 'params', params)
-        __record_object.__setattr__(self, 'prototype', prototype)
-        __record_object.__setattr__(self, 'required', required)
-        __record_object.__setattr__(self, 'since', since)
-        __record_object.__setattr__(self, 'deprecated', deprecated)
-        __record_object.__setattr__(self, 'since_note', since_note)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['returns'] = returns
+        __record_dict['params'] = params
+        __record_dict['prototype'] = prototype
+        __record_dict['required'] = required
+        __record_dict['since'] = since
+        __record_dict['deprecated'] = deprecated
+        __record_dict['since_note'] = since_note
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r}, required={self.required!r}, since={self.since!r}, deprecated={self.deprecated!r}, since_note={self.since_note!r})'
     def __eq__(self, other):
@@ -561,14 +579,15 @@ def _c23():
         if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'required', 'since', 'deprecated', 'since_note'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.EntryPoint'] = (_c23, "def __init__(self, name, returns, params, prototype, required, since, deprecated, since_note=__record_default_since_note):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'returns', returns)\n    __record_object.__setattr__(self, 'params', params)\n    __record_object.__setattr__(self, 'prototype', prototype)\n    __record_object.__setattr__(self, 'required', required)\n    __record_object.__setattr__(self, 'since', since)\n    __record_object.__setattr__(self, 'deprecated', deprecated)\n    __record_object.__setattr__(self, 'since_note', since_note)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r}, required={self.required!r}, since={self.since!r}, deprecated={self.deprecated!r}, since_note={self.since_note!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.returns,self.params,self.prototype,self.required,self.since,self.deprecated,self.since_note,) == (other.name,other.returns,other.params,other.prototype,other.required,other.since,other.deprecated,other.since_note,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.returns,self.params,self.prototype,self.required,self.since,self.deprecated,self.since_note,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'required', 'since', 'deprecated', 'since_note'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'required', 'since', 'deprecated', 'since_note'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.EntryPoint'] = (_c23, "def __init__(self, name, returns, params, prototype, required, since, deprecated, since_note=__record_default_since_note):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['returns'] = returns\n    __record_dict['params'] = params\n    __record_dict['prototype'] = prototype\n    __record_dict['required'] = required\n    __record_dict['since'] = since\n    __record_dict['deprecated'] = deprecated\n    __record_dict['since_note'] = since_note\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r}, required={self.required!r}, since={self.since!r}, deprecated={self.deprecated!r}, since_note={self.since_note!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.returns,self.params,self.prototype,self.required,self.since,self.deprecated,self.since_note,) == (other.name,other.returns,other.params,other.prototype,other.required,other.since,other.deprecated,other.since_note,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.returns,self.params,self.prototype,self.required,self.since,self.deprecated,self.since_note,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'required', 'since', 'deprecated', 'since_note'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'required', 'since', 'deprecated', 'since_note'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c24():
     def __init__(self, name, returns, params, prototype):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'returns', returns)
-        __record_object.__setattr__(self, 'params', params)
-        __record_object.__setattr__(self, 'prototype', prototype)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['returns'] = returns
+        __record_dict['params'] = params
+        __record_dict['prototype'] = prototype
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r})'
     def __eq__(self, other):
@@ -585,19 +604,20 @@ def _c24():
         if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Function'] = (_c24, "def __init__(self, name, returns, params, prototype):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'returns', returns)\n    __record_object.__setattr__(self, 'params', params)\n    __record_object.__setattr__(self, 'prototype', prototype)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.returns,self.params,self.prototype,) == (other.name,other.returns,other.params,other.prototype,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.returns,self.params,self.prototype,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Function'] = (_c24, "def __init__(self, name, returns, params, prototype):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['returns'] = returns\n    __record_dict['params'] = params\n    __record_dict['prototype'] = prototype\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.returns,self.params,self.prototype,) == (other.name,other.returns,other.params,other.prototype,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.returns,self.params,self.prototype,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c25():
     def __init__(self, contract_entry, contract_schema, constants_entry, constants_schema, plugin_dir, methods_manifest, methods_schema, target_entry, target_schema):
-        __record_object.__setattr__(self, 'contract_entry', contract_entry)
-        __record_object.__setattr__(self, 'contract_schema', contract_schema)
-        __record_object.__setattr__(self, 'constants_entry', constants_entry)
-        __record_object.__setattr__(self, 'constants_schema', constants_schema)
-        __record_object.__setattr__(self, 'plugin_dir', plugin_dir)
-        __record_object.__setattr__(self, 'methods_manifest', methods_manifest)
-        __record_object.__setattr__(self, 'methods_schema', methods_schema)
-        __record_object.__setattr__(self, 'target_entry', target_entry)
-        __record_object.__setattr__(self, 'target_schema', target_schema)
+        __record_dict = self.__dict__
+        __record_dict['contract_entry'] = contract_entry
+        __record_dict['contract_schema'] = contract_schema
+        __record_dict['constants_entry'] = constants_entry
+        __record_dict['constants_schema'] = constants_schema
+        __record_dict['plugin_dir'] = plugin_dir
+        __record_dict['methods_manifest'] = methods_manifest
+        __record_dict['methods_schema'] = methods_schema
+        __record_dict['target_entry'] = target_entry
+        __record_dict['target_schema'] = target_schema
     def __repr__(self):
         return f'{self.__class__.__qualname__}(contract_entry={self.contract_entry!r}, contract_schema={self.contract_schema!r}, constants_entry={self.constants_entry!r}, constants_schema={self.constants_schema!r}, plugin_dir={self.plugin_dir!r}, methods_manifest={self.methods_manifest!r}, methods_schema={self.methods_schema!r}, target_entry={self.target_entry!r}, target_schema={self.target_schema!r})'
     def __eq__(self, other):
@@ -614,12 +634,13 @@ def _c25():
         if type(self) is __record_cls or name in ('contract_entry', 'contract_schema', 'constants_entry', 'constants_schema', 'plugin_dir', 'methods_manifest', 'methods_schema', 'target_entry', 'target_schema'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.PackageLayout'] = (_c25, "def __init__(self, contract_entry, contract_schema, constants_entry, constants_schema, plugin_dir, methods_manifest, methods_schema, target_entry, target_schema):\n    __record_object.__setattr__(self, 'contract_entry', contract_entry)\n    __record_object.__setattr__(self, 'contract_schema', contract_schema)\n    __record_object.__setattr__(self, 'constants_entry', constants_entry)\n    __record_object.__setattr__(self, 'constants_schema', constants_schema)\n    __record_object.__setattr__(self, 'plugin_dir', plugin_dir)\n    __record_object.__setattr__(self, 'methods_manifest', methods_manifest)\n    __record_object.__setattr__(self, 'methods_schema', methods_schema)\n    __record_object.__setattr__(self, 'target_entry', target_entry)\n    __record_object.__setattr__(self, 'target_schema', target_schema)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(contract_entry={self.contract_entry!r}, contract_schema={self.contract_schema!r}, constants_entry={self.constants_entry!r}, constants_schema={self.constants_schema!r}, plugin_dir={self.plugin_dir!r}, methods_manifest={self.methods_manifest!r}, methods_schema={self.methods_schema!r}, target_entry={self.target_entry!r}, target_schema={self.target_schema!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.contract_entry,self.contract_schema,self.constants_entry,self.constants_schema,self.plugin_dir,self.methods_manifest,self.methods_schema,self.target_entry,self.target_schema,) == (other.contract_entry,other.contract_schema,other.constants_entry,other.constants_schema,other.plugin_dir,other.methods_manifest,other.methods_schema,other.target_entry,other.target_schema,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.contract_entry,self.contract_schema,self.constants_entry,self.constants_schema,self.plugin_dir,self.methods_manifest,self.methods_schema,self.target_entry,self.target_schema,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('contract_entry', 'contract_schema', 'constants_entry', 'constants_schema', 'plugin_dir', 'methods_manifest', 'methods_schema', 'target_entry', 'target_schema'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('contract_entry', 'contract_schema', 'constants_entry', 'constants_schema', 'plugin_dir', 'methods_manifest', 'methods_schema', 'target_entry', 'target_schema'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.PackageLayout'] = (_c25, "def __init__(self, contract_entry, contract_schema, constants_entry, constants_schema, plugin_dir, methods_manifest, methods_schema, target_entry, target_schema):\n    __record_dict = self.__dict__\n    __record_dict['contract_entry'] = contract_entry\n    __record_dict['contract_schema'] = contract_schema\n    __record_dict['constants_entry'] = constants_entry\n    __record_dict['constants_schema'] = constants_schema\n    __record_dict['plugin_dir'] = plugin_dir\n    __record_dict['methods_manifest'] = methods_manifest\n    __record_dict['methods_schema'] = methods_schema\n    __record_dict['target_entry'] = target_entry\n    __record_dict['target_schema'] = target_schema\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(contract_entry={self.contract_entry!r}, contract_schema={self.contract_schema!r}, constants_entry={self.constants_entry!r}, constants_schema={self.constants_schema!r}, plugin_dir={self.plugin_dir!r}, methods_manifest={self.methods_manifest!r}, methods_schema={self.methods_schema!r}, target_entry={self.target_entry!r}, target_schema={self.target_schema!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.contract_entry,self.contract_schema,self.constants_entry,self.constants_schema,self.plugin_dir,self.methods_manifest,self.methods_schema,self.target_entry,self.target_schema,) == (other.contract_entry,other.contract_schema,other.constants_entry,other.constants_schema,other.plugin_dir,other.methods_manifest,other.methods_schema,other.target_entry,other.target_schema,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.contract_entry,self.contract_schema,self.constants_entry,self.constants_schema,self.plugin_dir,self.methods_manifest,self.methods_schema,self.target_entry,self.target_schema,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('contract_entry', 'contract_schema', 'constants_entry', 'constants_schema', 'plugin_dir', 'methods_manifest', 'methods_schema', 'target_entry', 'target_schema'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('contract_entry', 'contract_schema', 'constants_entry', 'constants_schema', 'plugin_dir', 'methods_manifest', 'methods_schema', 'target_entry', 'target_schema'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c26():
     def __init__(self, type, name):
-        __record_object.__setattr__(self, 'type', type)
-        __record_object.__setattr__(self, 'name', name)
+        __record_dict = self.__dict__
+        __record_dict['type'] = type
+        __record_dict['name'] = name
     def __repr__(self):
         return f'{self.__class__.__qualname__}(type={self.type!r}, name={self.name!r})'
     def __eq__(self, other):
@@ -636,15 +657,16 @@ def _c26():
         if type(self) is __record_cls or name in ('type', 'name'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Param'] = (_c26, "def __init__(self, type, name):\n    __record_object.__setattr__(self, 'type', type)\n    __record_object.__setattr__(self, 'name', name)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(type={self.type!r}, name={self.name!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.type,self.name,) == (other.type,other.name,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.type,self.name,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('type', 'name'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('type', 'name'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Param'] = (_c26, "def __init__(self, type, name):\n    __record_dict = self.__dict__\n    __record_dict['type'] = type\n    __record_dict['name'] = name\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(type={self.type!r}, name={self.name!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.type,self.name,) == (other.type,other.name,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.type,self.name,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('type', 'name'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('type', 'name'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c27():
     def __init__(self, name, sonames, symbol_patterns, preload, note=__record_default_note):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'sonames', sonames)
-        __record_object.__setattr__(self, 'symbol_patterns', symbol_patterns)
-        __record_object.__setattr__(self, 'preload', preload)
-        __record_object.__setattr__(self, 'note', note)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['sonames'] = sonames
+        __record_dict['symbol_patterns'] = symbol_patterns
+        __record_dict['preload'] = preload
+        __record_dict['note'] = note
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, sonames={self.sonames!r}, symbol_patterns={self.symbol_patterns!r}, preload={self.preload!r}, note={self.note!r})'
     def __eq__(self, other):
@@ -661,17 +683,18 @@ def _c27():
         if type(self) is __record_cls or name in ('name', 'sonames', 'symbol_patterns', 'preload', 'note'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Provider'] = (_c27, "def __init__(self, name, sonames, symbol_patterns, preload, note=__record_default_note):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'sonames', sonames)\n    __record_object.__setattr__(self, 'symbol_patterns', symbol_patterns)\n    __record_object.__setattr__(self, 'preload', preload)\n    __record_object.__setattr__(self, 'note', note)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, sonames={self.sonames!r}, symbol_patterns={self.symbol_patterns!r}, preload={self.preload!r}, note={self.note!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.sonames,self.symbol_patterns,self.preload,self.note,) == (other.name,other.sonames,other.symbol_patterns,other.preload,other.note,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.sonames,self.symbol_patterns,self.preload,self.note,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'sonames', 'symbol_patterns', 'preload', 'note'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'sonames', 'symbol_patterns', 'preload', 'note'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Provider'] = (_c27, "def __init__(self, name, sonames, symbol_patterns, preload, note=__record_default_note):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['sonames'] = sonames\n    __record_dict['symbol_patterns'] = symbol_patterns\n    __record_dict['preload'] = preload\n    __record_dict['note'] = note\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, sonames={self.sonames!r}, symbol_patterns={self.symbol_patterns!r}, preload={self.preload!r}, note={self.note!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.sonames,self.symbol_patterns,self.preload,self.note,) == (other.name,other.sonames,other.symbol_patterns,other.preload,other.note,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.sonames,self.symbol_patterns,self.preload,self.note,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'sonames', 'symbol_patterns', 'preload', 'note'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'sonames', 'symbol_patterns', 'preload', 'note'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c28():
     def __init__(self, name, returns, params, prototype, group, header, loads=__record_default_loads):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'returns', returns)
-        __record_object.__setattr__(self, 'params', params)
-        __record_object.__setattr__(self, 'prototype', prototype)
-        __record_object.__setattr__(self, 'group', group)
-        __record_object.__setattr__(self, 'header', header)
-        __record_object.__setattr__(self, 'loads', loads)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['returns'] = returns
+        __record_dict['params'] = params
+        __record_dict['prototype'] = prototype
+        __record_dict['group'] = group
+        __record_dict['header'] = header
+        __record_dict['loads'] = loads
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r}, group={self.group!r}, header={self.header!r}, loads={self.loads!r})'
     def __eq__(self, other):
@@ -688,15 +711,16 @@ def _c28():
         if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'group', 'header', 'loads'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Shim'] = (_c28, "def __init__(self, name, returns, params, prototype, group, header, loads=__record_default_loads):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'returns', returns)\n    __record_object.__setattr__(self, 'params', params)\n    __record_object.__setattr__(self, 'prototype', prototype)\n    __record_object.__setattr__(self, 'group', group)\n    __record_object.__setattr__(self, 'header', header)\n    __record_object.__setattr__(self, 'loads', loads)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r}, group={self.group!r}, header={self.header!r}, loads={self.loads!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.returns,self.params,self.prototype,self.group,self.header,self.loads,) == (other.name,other.returns,other.params,other.prototype,other.group,other.header,other.loads,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.returns,self.params,self.prototype,self.group,self.header,self.loads,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'group', 'header', 'loads'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'group', 'header', 'loads'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Shim'] = (_c28, "def __init__(self, name, returns, params, prototype, group, header, loads=__record_default_loads):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['returns'] = returns\n    __record_dict['params'] = params\n    __record_dict['prototype'] = prototype\n    __record_dict['group'] = group\n    __record_dict['header'] = header\n    __record_dict['loads'] = loads\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r}, group={self.group!r}, header={self.header!r}, loads={self.loads!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.returns,self.params,self.prototype,self.group,self.header,self.loads,) == (other.name,other.returns,other.params,other.prototype,other.group,other.header,other.loads,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.returns,self.params,self.prototype,self.group,self.header,self.loads,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'group', 'header', 'loads'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'group', 'header', 'loads'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c29():
     def __init__(self, entry_points, shims, providers, types, sources):
-        __record_object.__setattr__(self, 'entry_points', entry_points)
-        __record_object.__setattr__(self, 'shims', shims)
-        __record_object.__setattr__(self, 'providers', providers)
-        __record_object.__setattr__(self, 'types', types)
-        __record_object.__setattr__(self, 'sources', sources)
+        __record_dict = self.__dict__
+        __record_dict['entry_points'] = entry_points
+        __record_dict['shims'] = shims
+        __record_dict['providers'] = providers
+        __record_dict['types'] = types
+        __record_dict['sources'] = sources
     def __repr__(self):
         return f'{self.__class__.__qualname__}(entry_points={self.entry_points!r}, shims={self.shims!r}, providers={self.providers!r}, types={self.types!r}, sources={self.sources!r})'
     def __eq__(self, other):
@@ -713,13 +737,14 @@ def _c29():
         if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Spec'] = (_c29, "def __init__(self, entry_points, shims, providers, types, sources):\n    __record_object.__setattr__(self, 'entry_points', entry_points)\n    __record_object.__setattr__(self, 'shims', shims)\n    __record_object.__setattr__(self, 'providers', providers)\n    __record_object.__setattr__(self, 'types', types)\n    __record_object.__setattr__(self, 'sources', sources)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(entry_points={self.entry_points!r}, shims={self.shims!r}, providers={self.providers!r}, types={self.types!r}, sources={self.sources!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.entry_points,self.shims,self.providers,self.types,self.sources,) == (other.entry_points,other.shims,other.providers,other.types,other.sources,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.entry_points,self.shims,self.providers,self.types,self.sources,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Spec'] = (_c29, "def __init__(self, entry_points, shims, providers, types, sources):\n    __record_dict = self.__dict__\n    __record_dict['entry_points'] = entry_points\n    __record_dict['shims'] = shims\n    __record_dict['providers'] = providers\n    __record_dict['types'] = types\n    __record_dict['sources'] = sources\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(entry_points={self.entry_points!r}, shims={self.shims!r}, providers={self.providers!r}, types={self.types!r}, sources={self.sources!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.entry_points,self.shims,self.providers,self.types,self.sources,) == (other.entry_points,other.shims,other.providers,other.types,other.sources,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.entry_points,self.shims,self.providers,self.types,self.sources,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c30():
     def __init__(self, name, value, meaning):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'value', value)
-        __record_object.__setattr__(self, 'meaning', meaning)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['value'] = value
+        __record_dict['meaning'] = meaning
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, value={self.value!r}, meaning={self.meaning!r})'
     def __eq__(self, other):
@@ -736,17 +761,18 @@ def _c30():
         if type(self) is __record_cls or name in ('name', 'value', 'meaning'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Status'] = (_c30, "def __init__(self, name, value, meaning):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'value', value)\n    __record_object.__setattr__(self, 'meaning', meaning)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, value={self.value!r}, meaning={self.meaning!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.value,self.meaning,) == (other.name,other.value,other.meaning,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.value,self.meaning,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'value', 'meaning'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'value', 'meaning'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Status'] = (_c30, "def __init__(self, name, value, meaning):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['value'] = value\n    __record_dict['meaning'] = meaning\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, value={self.value!r}, meaning={self.meaning!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.value,self.meaning,) == (other.name,other.value,other.meaning,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.value,self.meaning,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'value', 'meaning'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'value', 'meaning'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c31():
     def __init__(self, name, level, leaf, subleaf, reg, bit, xcr0):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'level', level)
-        __record_object.__setattr__(self, 'leaf', leaf)
-        __record_object.__setattr__(self, 'subleaf', subleaf)
-        __record_object.__setattr__(self, 'reg', reg)
-        __record_object.__setattr__(self, 'bit', bit)
-        __record_object.__setattr__(self, 'xcr0', xcr0)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['level'] = level
+        __record_dict['leaf'] = leaf
+        __record_dict['subleaf'] = subleaf
+        __record_dict['reg'] = reg
+        __record_dict['bit'] = bit
+        __record_dict['xcr0'] = xcr0
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, level={self.level!r}, leaf={self.leaf!r}, subleaf={self.subleaf!r}, reg={self.reg!r}, bit={self.bit!r}, xcr0={self.xcr0!r})'
     def __eq__(self, other):
@@ -763,14 +789,15 @@ def _c31():
         if type(self) is __record_cls or name in ('name', 'level', 'leaf', 'subleaf', 'reg', 'bit', 'xcr0'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.cpu_isa.Extension'] = (_c31, "def __init__(self, name, level, leaf, subleaf, reg, bit, xcr0):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'level', level)\n    __record_object.__setattr__(self, 'leaf', leaf)\n    __record_object.__setattr__(self, 'subleaf', subleaf)\n    __record_object.__setattr__(self, 'reg', reg)\n    __record_object.__setattr__(self, 'bit', bit)\n    __record_object.__setattr__(self, 'xcr0', xcr0)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, level={self.level!r}, leaf={self.leaf!r}, subleaf={self.subleaf!r}, reg={self.reg!r}, bit={self.bit!r}, xcr0={self.xcr0!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.level,self.leaf,self.subleaf,self.reg,self.bit,self.xcr0,) == (other.name,other.level,other.leaf,other.subleaf,other.reg,other.bit,other.xcr0,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.level,self.leaf,self.subleaf,self.reg,self.bit,self.xcr0,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'level', 'leaf', 'subleaf', 'reg', 'bit', 'xcr0'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'level', 'leaf', 'subleaf', 'reg', 'bit', 'xcr0'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.cpu_isa.Extension'] = (_c31, "def __init__(self, name, level, leaf, subleaf, reg, bit, xcr0):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['level'] = level\n    __record_dict['leaf'] = leaf\n    __record_dict['subleaf'] = subleaf\n    __record_dict['reg'] = reg\n    __record_dict['bit'] = bit\n    __record_dict['xcr0'] = xcr0\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, level={self.level!r}, leaf={self.leaf!r}, subleaf={self.subleaf!r}, reg={self.reg!r}, bit={self.bit!r}, xcr0={self.xcr0!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.level,self.leaf,self.subleaf,self.reg,self.bit,self.xcr0,) == (other.name,other.level,other.leaf,other.subleaf,other.reg,other.bit,other.xcr0,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.level,self.leaf,self.subleaf,self.reg,self.bit,self.xcr0,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'level', 'leaf', 'subleaf', 'reg', 'bit', 'xcr0'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'level', 'leaf', 'subleaf', 'reg', 'bit', 'xcr0'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c32():
     def __init__(self, levels, exports, vec_bits, extensions):
-        __record_object.__setattr__(self, 'levels', levels)
-        __record_object.__setattr__(self, 'exports', exports)
-        __record_object.__setattr__(self, 'vec_bits', vec_bits)
-        __record_object.__setattr__(self, 'extensions', extensions)
+        __record_dict = self.__dict__
+        __record_dict['levels'] = levels
+        __record_dict['exports'] = exports
+        __record_dict['vec_bits'] = vec_bits
+        __record_dict['extensions'] = extensions
     def __repr__(self):
         return f'{self.__class__.__qualname__}(levels={self.levels!r}, exports={self.exports!r}, vec_bits={self.vec_bits!r}, extensions={self.extensions!r})'
     def __eq__(self, other):
@@ -787,7 +814,7 @@ def _c32():
         if type(self) is __record_cls or name in ('levels', 'exports', 'vec_bits', 'extensions'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.cpu_isa.IsaSpec'] = (_c32, "def __init__(self, levels, exports, vec_bits, extensions):\n    __record_object.__setattr__(self, 'levels', levels)\n    __record_object.__setattr__(self, 'exports', exports)\n    __record_object.__setattr__(self, 'vec_bits', vec_bits)\n    __record_object.__setattr__(self, 'extensions', extensions)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(levels={self.levels!r}, exports={self.exports!r}, vec_bits={self.vec_bits!r}, extensions={self.extensions!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.levels,self.exports,self.vec_bits,self.extensions,) == (other.levels,other.exports,other.vec_bits,other.extensions,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.levels,self.exports,self.vec_bits,self.extensions,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('levels', 'exports', 'vec_bits', 'extensions'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('levels', 'exports', 'vec_bits', 'extensions'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.cpu_isa.IsaSpec'] = (_c32, "def __init__(self, levels, exports, vec_bits, extensions):\n    __record_dict = self.__dict__\n    __record_dict['levels'] = levels\n    __record_dict['exports'] = exports\n    __record_dict['vec_bits'] = vec_bits\n    __record_dict['extensions'] = extensions\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(levels={self.levels!r}, exports={self.exports!r}, vec_bits={self.vec_bits!r}, extensions={self.extensions!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.levels,self.exports,self.vec_bits,self.extensions,) == (other.levels,other.exports,other.vec_bits,other.extensions,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.levels,self.exports,self.vec_bits,self.extensions,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('levels', 'exports', 'vec_bits', 'extensions'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('levels', 'exports', 'vec_bits', 'extensions'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c33():
     def __init__(self, spec, profile, resolver, host=__record_default_host, host_scope=__record_default_host_scope, shim_groups=__record_default_shim_groups, expected_config=__record_default_expected_config, variant=__record_default_variant, build_runpath=__record_default_build_runpath, proxy_ops=__record_missing, interpreter=__record_default_interpreter):
@@ -812,9 +839,10 @@ CODE['toolchain.verify.checks.Context'] = (_c33, "def __init__(self, spec, profi
 
 def _c34():
     def __init__(self, name, size, read):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'size', size)
-        __record_object.__setattr__(self, 'read', read)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['size'] = size
+        __record_dict['read'] = read
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, size={self.size!r}, read={self.read!r})'
     def __eq__(self, other):
@@ -831,7 +859,7 @@ def _c34():
         if type(self) is __record_cls or name in ('name', 'size', 'read'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.verify.package.Member'] = (_c34, "def __init__(self, name, size, read):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'size', size)\n    __record_object.__setattr__(self, 'read', read)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, size={self.size!r}, read={self.read!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.size,self.read,) == (other.name,other.size,other.read,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.size,self.read,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'size', 'read'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'size', 'read'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.verify.package.Member'] = (_c34, "def __init__(self, name, size, read):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['size'] = size\n    __record_dict['read'] = read\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, size={self.size!r}, read={self.read!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.size,self.read,) == (other.name,other.size,other.read,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.size,self.read,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'size', 'read'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'size', 'read'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c35():
     def __init__(self, rule, message, fix_variant=__record_default_fix_variant):
@@ -848,15 +876,16 @@ CODE['toolchain.verify.package.PackageFinding'] = (_c35, "def __init__(self, rul
 
 def _c36():
     def __init__(self, name, description, source, machine, max_versions, allowed, packages=__record_missing, exec_stack_refused=__record_default_exec_stack_refused, target=__record_missing):
-        __record_object.__setattr__(self, 'name', name)
-        __record_object.__setattr__(self, 'description', description)
-        __record_object.__setattr__(self, 'source', source)
-        __record_object.__setattr__(self, 'machine', machine)
-        __record_object.__setattr__(self, 'max_versions', max_versions)
-        __record_object.__setattr__(self, 'allowed', allowed)
-        __record_object.__setattr__(self, 'packages', __record_factory_packages() if packages is __record_missing else packages)
-        __record_object.__setattr__(self, 'exec_stack_refused', exec_stack_refused)
-        __record_object.__setattr__(self, 'target', __record_factory_target() if target is __record_missing else target)
+        __record_dict = self.__dict__
+        __record_dict['name'] = name
+        __record_dict['description'] = description
+        __record_dict['source'] = source
+        __record_dict['machine'] = machine
+        __record_dict['max_versions'] = max_versions
+        __record_dict['allowed'] = allowed
+        __record_dict['packages'] = __record_factory_packages() if packages is __record_missing else packages
+        __record_dict['exec_stack_refused'] = exec_stack_refused
+        __record_dict['target'] = __record_factory_target() if target is __record_missing else target
     def __repr__(self):
         return f'{self.__class__.__qualname__}(name={self.name!r}, description={self.description!r}, source={self.source!r}, machine={self.machine!r}, max_versions={self.max_versions!r}, allowed={self.allowed!r}, packages={self.packages!r}, exec_stack_refused={self.exec_stack_refused!r}, target={self.target!r})'
     def __eq__(self, other):
@@ -873,15 +902,16 @@ def _c36():
         if type(self) is __record_cls or name in ('name', 'description', 'source', 'machine', 'max_versions', 'allowed', 'packages', 'exec_stack_refused', 'target'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.verify.profiles.Profile'] = (_c36, "def __init__(self, name, description, source, machine, max_versions, allowed, packages=__record_missing, exec_stack_refused=__record_default_exec_stack_refused, target=__record_missing):\n    __record_object.__setattr__(self, 'name', name)\n    __record_object.__setattr__(self, 'description', description)\n    __record_object.__setattr__(self, 'source', source)\n    __record_object.__setattr__(self, 'machine', machine)\n    __record_object.__setattr__(self, 'max_versions', max_versions)\n    __record_object.__setattr__(self, 'allowed', allowed)\n    __record_object.__setattr__(self, 'packages', __record_factory_packages() if packages is __record_missing else packages)\n    __record_object.__setattr__(self, 'exec_stack_refused', exec_stack_refused)\n    __record_object.__setattr__(self, 'target', __record_factory_target() if target is __record_missing else target)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, description={self.description!r}, source={self.source!r}, machine={self.machine!r}, max_versions={self.max_versions!r}, allowed={self.allowed!r}, packages={self.packages!r}, exec_stack_refused={self.exec_stack_refused!r}, target={self.target!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.description,self.source,self.machine,self.max_versions,self.allowed,self.packages,self.exec_stack_refused,self.target,) == (other.name,other.description,other.source,other.machine,other.max_versions,other.allowed,other.packages,other.exec_stack_refused,other.target,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.description,self.source,self.machine,self.max_versions,self.allowed,self.packages,self.exec_stack_refused,self.target,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'description', 'source', 'machine', 'max_versions', 'allowed', 'packages', 'exec_stack_refused', 'target'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'description', 'source', 'machine', 'max_versions', 'allowed', 'packages', 'exec_stack_refused', 'target'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.verify.profiles.Profile'] = (_c36, "def __init__(self, name, description, source, machine, max_versions, allowed, packages=__record_missing, exec_stack_refused=__record_default_exec_stack_refused, target=__record_missing):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['description'] = description\n    __record_dict['source'] = source\n    __record_dict['machine'] = machine\n    __record_dict['max_versions'] = max_versions\n    __record_dict['allowed'] = allowed\n    __record_dict['packages'] = __record_factory_packages() if packages is __record_missing else packages\n    __record_dict['exec_stack_refused'] = exec_stack_refused\n    __record_dict['target'] = __record_factory_target() if target is __record_missing else target\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, description={self.description!r}, source={self.source!r}, machine={self.machine!r}, max_versions={self.max_versions!r}, allowed={self.allowed!r}, packages={self.packages!r}, exec_stack_refused={self.exec_stack_refused!r}, target={self.target!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.description,self.source,self.machine,self.max_versions,self.allowed,self.packages,self.exec_stack_refused,self.target,) == (other.name,other.description,other.source,other.machine,other.max_versions,other.allowed,other.packages,other.exec_stack_refused,other.target,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.description,self.source,self.machine,self.max_versions,self.allowed,self.packages,self.exec_stack_refused,self.target,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'description', 'source', 'machine', 'max_versions', 'allowed', 'packages', 'exec_stack_refused', 'target'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'description', 'source', 'machine', 'max_versions', 'allowed', 'packages', 'exec_stack_refused', 'target'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c37():
     def __init__(self, cpu_isa=__record_default_cpu_isa, cpu_extensions=__record_default_cpu_extensions, cuda_arch=__record_default_cuda_arch, cuda_driver=__record_default_cuda_driver, sources=__record_missing):
-        __record_object.__setattr__(self, 'cpu_isa', cpu_isa)
-        __record_object.__setattr__(self, 'cpu_extensions', cpu_extensions)
-        __record_object.__setattr__(self, 'cuda_arch', cuda_arch)
-        __record_object.__setattr__(self, 'cuda_driver', cuda_driver)
-        __record_object.__setattr__(self, 'sources', __record_factory_sources() if sources is __record_missing else sources)
+        __record_dict = self.__dict__
+        __record_dict['cpu_isa'] = cpu_isa
+        __record_dict['cpu_extensions'] = cpu_extensions
+        __record_dict['cuda_arch'] = cuda_arch
+        __record_dict['cuda_driver'] = cuda_driver
+        __record_dict['sources'] = __record_factory_sources() if sources is __record_missing else sources
     def __repr__(self):
         return f'{self.__class__.__qualname__}(cpu_isa={self.cpu_isa!r}, cpu_extensions={self.cpu_extensions!r}, cuda_arch={self.cuda_arch!r}, cuda_driver={self.cuda_driver!r}, sources={self.sources!r})'
     def __eq__(self, other):
@@ -898,4 +928,4 @@ def _c37():
         if type(self) is __record_cls or name in ('cpu_isa', 'cpu_extensions', 'cuda_arch', 'cuda_driver', 'sources'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.verify.profiles.TargetProfile'] = (_c37, "def __init__(self, cpu_isa=__record_default_cpu_isa, cpu_extensions=__record_default_cpu_extensions, cuda_arch=__record_default_cuda_arch, cuda_driver=__record_default_cuda_driver, sources=__record_missing):\n    __record_object.__setattr__(self, 'cpu_isa', cpu_isa)\n    __record_object.__setattr__(self, 'cpu_extensions', cpu_extensions)\n    __record_object.__setattr__(self, 'cuda_arch', cuda_arch)\n    __record_object.__setattr__(self, 'cuda_driver', cuda_driver)\n    __record_object.__setattr__(self, 'sources', __record_factory_sources() if sources is __record_missing else sources)\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(cpu_isa={self.cpu_isa!r}, cpu_extensions={self.cpu_extensions!r}, cuda_arch={self.cuda_arch!r}, cuda_driver={self.cuda_driver!r}, sources={self.sources!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.cpu_isa,self.cpu_extensions,self.cuda_arch,self.cuda_driver,self.sources,) == (other.cpu_isa,other.cpu_extensions,other.cuda_arch,other.cuda_driver,other.sources,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.cpu_isa,self.cpu_extensions,self.cuda_arch,self.cuda_driver,self.sources,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('cpu_isa', 'cpu_extensions', 'cuda_arch', 'cuda_driver', 'sources'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('cpu_isa', 'cpu_extensions', 'cuda_arch', 'cuda_driver', 'sources'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.verify.profiles.TargetProfile'] = (_c37, "def __init__(self, cpu_isa=__record_default_cpu_isa, cpu_extensions=__record_default_cpu_extensions, cuda_arch=__record_default_cuda_arch, cuda_driver=__record_default_cuda_driver, sources=__record_missing):\n    __record_dict = self.__dict__\n    __record_dict['cpu_isa'] = cpu_isa\n    __record_dict['cpu_extensions'] = cpu_extensions\n    __record_dict['cuda_arch'] = cuda_arch\n    __record_dict['cuda_driver'] = cuda_driver\n    __record_dict['sources'] = __record_factory_sources() if sources is __record_missing else sources\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(cpu_isa={self.cpu_isa!r}, cpu_extensions={self.cpu_extensions!r}, cuda_arch={self.cuda_arch!r}, cuda_driver={self.cuda_driver!r}, sources={self.sources!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.cpu_isa,self.cpu_extensions,self.cuda_arch,self.cuda_driver,self.sources,) == (other.cpu_isa,other.cpu_extensions,other.cuda_arch,other.cuda_driver,other.sources,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.cpu_isa,self.cpu_extensions,self.cuda_arch,self.cuda_driver,self.sources,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('cpu_isa', 'cpu_extensions', 'cuda_arch', 'cuda_driver', 'sources'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('cpu_isa', 'cpu_extensions', 'cuda_arch', 'cuda_driver', 'sources'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")

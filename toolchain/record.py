@@ -118,6 +118,8 @@ else:
             else:
                 f = _Field(value, _MISSING, None)
             f.name = name
+            if name.startswith("__record"):
+                raise TypeError(f"{cls.__qualname__}.{name}: names starting with __record are record's own")
             if f.default is not _MISSING and type(f.default).__hash__ is None:
                 raise ValueError(f"mutable default {type(f.default)} for field {name} is not allowed: use "
                                  "default_factory")
@@ -137,6 +139,10 @@ else:
         env: dict = {"__record_cls": cls, "__record_missing": _MISSING, "__record_frozen_error": FrozenInstanceError,
                      "__record_object": object}
         params, body = [], []
+        # A frozen record's fields go straight into the instance's __dict__ (what object.__setattr__ does for
+        # a name no class attribute of the MRO intercepts, at a third of the cost: verify makes thousands of
+        # Symbols); where one does (a property, a slot), through object.__setattr__ as dataclasses does.
+        in_dict = frozen and not any(hasattr(type(getattr(cls, f.name, None)), "__set__") for f in flds)
         for f in flds:
             n = f.name
             if f.default_factory is not _MISSING:
@@ -150,8 +156,11 @@ else:
             else:
                 params.append(n)
                 value = n
-            body.append(f"__record_object.__setattr__(self, {n!r}, {value})" if frozen else f"self.{n} = {value}")
+            body.append(f"__record_dict[{n!r}] = {value}" if in_dict else
+                        f"__record_object.__setattr__(self, {n!r}, {value})" if frozen else f"self.{n} = {value}")
         lines = [f"def __init__(self, {', '.join(params)}):" if params else "def __init__(self):"]
+        if in_dict and body:
+            lines.append("    __record_dict = self.__dict__")
         lines += [f"    {b}" for b in body] or ["    pass"]
         fields_repr = ", ".join(f"{f.name}={{self.{f.name}!r}}" for f in flds)
         lines += ["def __repr__(self):",

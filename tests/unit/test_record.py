@@ -173,3 +173,23 @@ def test_stored_code_used_only_for_its_text(monkeypatch):
     assert repr(pt(1)) == repr(pt(1, 2)) and pt(1) == pt(1, 2) and hash(pt(1)) == hash((1, 2))
     with pytest.raises(AttributeError, match="cannot assign"):
         pt(1).x = 3
+
+
+def test_frozen_field_behind_a_data_descriptor_is_set_as_dataclasses_sets_it():
+    """A frozen record fills its fields' __dict__ entries directly, unless a data descriptor of the class
+    intercepts the name: then object.__setattr__, as dataclasses does (here: a property with no setter)."""
+    class Base:
+        @property
+        def x(self):
+            return 1
+
+    for deco in (dataclasses.dataclass(frozen=True), rec.record(frozen=True)):
+        @deco
+        class Pt(Base):
+            """A field a property of the base intercepts."""
+
+            x: int
+
+        with pytest.raises(AttributeError):
+            Pt(2)
+    assert rec.record(frozen=True)(type("Plain", (), {"__annotations__": {"x": "int"}, "__doc__": "d"}))(3).x == 3
