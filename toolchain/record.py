@@ -86,6 +86,8 @@ else:
 
     def _check_annotation(cls, name: str, ann) -> None:
         text = ann if isinstance(ann, str) else getattr(ann, "__name__", repr(ann))
+        if "Var" not in text and "KW_ONLY" not in text:
+            return
         for word in ("ClassVar", "InitVar", "KW_ONLY"):
             if word in text.replace(" ", "").split("[")[0]:
                 raise TypeError(f"{cls.__qualname__}.{name}: record does not support {word} (use dataclasses)")
