@@ -7,7 +7,6 @@ standalone; the CLI's default host is this project's runtime library (``default_
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from toolchain.elf.reader import ElfError, ElfFile, MalformedError, parse_elf, read_elf
@@ -144,24 +143,6 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
     reads them. `host_source` says in the report where the host came from (e.g. "default: this project's
     runtime")."""
     prof = load_profile(profile)
-    ahead = None
-    if host is not None and prof.target.cpu_isa is not None and _cpus() > 1:
-        # the plugins' CPU-extension decode runs in a thread while the host is read and checked
-        from toolchain.verify.target_checks import ScanAhead
-
-        ahead = ScanAhead([Path(p) for p in paths])
-    try:
-        return _verify(paths, host, prof, strict, kind, host_source, ahead)
-    finally:
-        if ahead is not None:
-            ahead.close()
-
-
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _verify(paths, host, prof, strict: bool, kind: str, host_source: str | None, ahead) -> Report:
     ctx = checks.Context(spec=_spec(), profile=prof, resolver=Resolver())  # type: ignore[arg-type]
     report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict,
                     host_source=host_source or ("--host" if host else "none: each file checked standalone"))
@@ -191,11 +172,11 @@ def _verify(paths, host, prof, strict: bool, kind: str, host_source: str | None,
             else:
                 # inside a package every .so is a plugin: the runtime loads it as one
                 report.files.append(check_elf(label, elf, ctx, "plugin" if in_package else kind))
-        _check_targets(path, in_package, report, prof, members, ahead)
+        _check_targets(path, in_package, report, prof, members)
     return report
 
 
-def _check_targets(path: Path, in_package: bool, report: Report, prof, members, ahead=None) -> None:
+def _check_targets(path: Path, in_package: bool, report: Report, prof, members) -> None:
     """The target rules (cpu-isa-too-new, cuda-*) on the plugins just checked: they read code and GPU images,
     which the ELF reader does not keep (toolchain.verify.target_checks)."""
     from toolchain.verify import target_checks
@@ -208,7 +189,7 @@ def _check_targets(path: Path, in_package: bool, report: Report, prof, members, 
         if res is not None and not any(f.rule == "wrong-arch" for f in res.findings):
             elf = dict(members).get(str(path))  # as parsed for the checks: its DT_NEEDED
             needed = elf.needed if isinstance(elf, ElfFile) else read_elf(path).needed
-            target_checks.check_file(path, str(path), res, prof, needed, ahead)
+            target_checks.check_file(path, str(path), res, prof, needed)
         return
     from toolchain.pt2 import PackageError, open_package
 

@@ -14,22 +14,18 @@ from toolchain.verify.profiles import Profile, vstr
 GPU_SUFFIXES = (".cubin", ".fatbin")
 
 
-def check_cpu(data, label: str, res: FileResult, profile: Profile, scan=None) -> None:
-    """cpu-isa-too-new: the highest extension used beyond the profile's level, with its instruction. `scan`:
-    scan_elf's result for `data` when already made (ScanAhead), NOT_X86 where it raised IsaDecodeError."""
+def check_cpu(data, label: str, res: FileResult, profile: Profile) -> None:
+    """cpu-isa-too-new: the highest extension used beyond the profile's level, with its instruction."""
     from toolchain.isa import IsaDecodeError, load_isa_spec, scan_elf
 
     target = profile.target
     if target.cpu_isa is None:
         return
     spec = load_isa_spec()
-    if scan is None:
-        try:
-            scan = scan_elf(data, label)
-        except IsaDecodeError:
-            return  # not x86-64 ELF64: wrong-arch and the readers report it
-    if scan is NOT_X86:
-        return
+    try:
+        scan = scan_elf(data, label)
+    except IsaDecodeError:
+        return  # not x86-64 ELF64: wrong-arch and the readers report it
     beyond = spec.beyond(list(scan.extensions), target.cpu_isa, target.cpu_extensions)
     if not beyond:
         return
@@ -101,97 +97,17 @@ def _driver_table():
 
 
 def check_plugin_target(data, label: str, res: FileResult, profile: Profile, members: dict[str, bytes] | None = None,
-                        needed: tuple[str, ...] = (), scan=None) -> None:
-    check_cpu(data, label, res, profile, scan)
+                        needed: tuple[str, ...] = ()) -> None:
+    check_cpu(data, label, res, profile)
     check_cuda(data, label, res, profile, members or {}, needed)
 
 
-def check_file(path: Path, label: str, res: FileResult, profile: Profile, needed: tuple[str, ...],
-               ahead: ScanAhead | None = None) -> None:
-    """A plugin file on disk, mapped (only its code, symbol table and data sections holding GPU code are read).
-    `ahead`: the decode already made of this file, used only where the file is still the one it read."""
+def check_file(path: Path, label: str, res: FileResult, profile: Profile, needed: tuple[str, ...]) -> None:
+    """A plugin file on disk, mapped (only its code, symbol table and data sections holding GPU code are read)."""
     import mmap
-    import os
 
     with open(path, "rb") as f:
         if f.seek(0, 2) == 0:
             return
-        scan = ahead.result(path, _identity(os.fstat(f.fileno()))) if ahead is not None else None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            check_plugin_target(m, label, res, profile, {}, needed, scan)
-
-
-NOT_X86 = object()  # ScanAhead's result for a file scan_elf refuses (IsaDecodeError: check_cpu returns)
-
-
-def _identity(st) -> tuple[int, int, int, int]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-class ScanAhead:
-    """check_cpu's decode of plugin files, made in a thread while verify checks the host (its scope and
-    resolution are Python; the decode is libcapstone's C, which runs without the GIL): the same scan_elf of
-    the same bytes, started earlier. Only files that are ELF and export an AOTInductor symbol (a plugin, by
-    checks.classify's rule) are decoded; a result is used only for a file whose (device, inode, size, mtime)
-    is still what the thread read, else check_cpu decodes it itself. `close()` waits for the thread."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        import threading
-
-        from toolchain import isa
-
-        self._isa = isa
-        self._results: dict[str, tuple[tuple[int, int, int, int], object]] = {}
-        self._thread = threading.Thread(target=self._run, args=(list(paths),), name="aoti-verify-isa-scan")
-        self._thread.start()
-
-    def _run(self, paths: list[Path]) -> None:
-        import mmap
-        import os
-
-        for path in paths:
-            try:
-                with open(path, "rb") as f:
-                    ident = _identity(os.fstat(f.fileno()))
-                    if f.read(4) != b"\x7fELF":
-                        continue
-                    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                        result = self._scan(m, str(path))
-                if result is not None:
-                    self._results[str(path)] = (ident, result)
-            except (OSError, ValueError, self._isa.IsaDecodeError):
-                continue  # check_cpu reads the file itself and meets the same
-
-    def _scan(self, data, label: str) -> object:
-        isa = self._isa
-        try:
-            if not _exports_aotinductor(data, isa._sections(data, label)):
-                return None
-            return isa.scan_elf(data, label)
-        except isa.IsaDecodeError:
-            return NOT_X86
-
-    def result(self, path: Path, ident: tuple[int, int, int, int]) -> object:
-        """The scan of `path` (or NOT_X86) if the thread made it of the file now open as `ident`, else None."""
-        self._thread.join()
-        got = self._results.get(str(path))
-        return got[1] if got is not None and got[0] == ident else None
-
-    def close(self) -> None:
-        self._thread.join()
-
-
-def _exports_aotinductor(data, sections) -> bool:
-    """Whether the .dynsym defines a non-local symbol named AOTInductor* (checks.classify's plugin rule)."""
-    import struct
-
-    tab = next((s for s in sections if s.type == 11 and s.entsize == 24), None)  # SHT_DYNSYM, ELF64
-    if tab is None or tab.link >= len(sections):
-        return False
-    strs = sections[tab.link]
-    for i in range(tab.size // 24):
-        st_name, st_info, _other, shndx = struct.unpack_from("<IBBH", data, tab.offset + i * 24)
-        if shndx != 0 and st_info >> 4 != 0 and st_name < strs.size and \
-                data[strs.offset + st_name:strs.offset + st_name + 11] == b"AOTInductor":
-            return True
-    return False
+            check_plugin_target(m, label, res, profile, {}, needed)
