@@ -121,6 +121,9 @@ class Resolver:
         """The defined entries named `name` in one object: a GNU hash lookup for libraries."""
         table = self._tables.get(loaded.path)
         if table is not None and not loaded.elf.symbols and loaded.path not in self._defs:
+            hashes = self._chains.get(loaded.path)
+            if hashes is not None and gnu_hash(name) >> 1 not in hashes:
+                return []  # what table.lookup finds: nothing (its first test)
             found = table.lookup(name)
             if found is not None:
                 header = table._hash_header()
