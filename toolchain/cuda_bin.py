@@ -15,7 +15,8 @@ PTX ISA version; the CUDA version that introduced each PTX ISA and each toolkit'
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+from toolchain.record import record
 
 EM_CUDA = 190
 FATBIN_MAGIC = 0xBA55ED50
@@ -40,7 +41,7 @@ class CudaBinaryError(ValueError):
     """A cubin or fatbin whose headers contradict its size."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CudaImage:
     """One GPU image: SASS or PTX, its architecture and PTX ISA version."""
 

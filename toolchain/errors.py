@@ -7,9 +7,9 @@ gets the same table as a generated C++ header, toolchain/codegen.py). Each class
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.record import record
 from toolchain.speccache import TomlError, parse_toml
 
 EXIT_CODES_FILE = Path(__file__).resolve().parent / "spec" / "exit_codes.toml"
@@ -96,7 +96,7 @@ ERROR_CLASSES: dict[str, type[ToolchainError]] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExitCode:
     """One row of the exit-code table (toolchain/spec/exit_codes.toml)."""
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import string
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from toolchain.errors import SpecError, exit_code
+from toolchain.record import asdict, field, record
 from toolchain.speccache import TomlError, parse_toml
 
 RULES_FILE = Path(__file__).resolve().parent / "spec" / "rules.toml"
@@ -35,7 +35,7 @@ def template_fields(template: str) -> tuple[str, ...]:
     return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f is not None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rule:
     """One row of the rule table (toolchain/spec/rules.toml): severity, stages, what it applies to, fixes."""
 
@@ -114,7 +114,7 @@ def verify_rules() -> list[Rule]:
     return [r for r in RULES.values() if "verify" in r.stages]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One rule's finding on one file, with the fix the rule table gives."""
 
@@ -135,7 +135,7 @@ class Finding:
         return d
 
 
-@dataclass
+@record
 class FileResult:
     """What verify found in one file: its kind, machine, findings and where its imports bound."""
 
@@ -159,7 +159,7 @@ class FileResult:
         self.findings.append(Finding(rule, severity or r.severity, self.path, message, fix, **kw))
 
 
-@dataclass
+@record
 class Report:
     """Every file's result under one profile and host, with the verdict and exit code."""
 

@@ -13,11 +13,11 @@ preflight is generated from the same file).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from toolchain.errors import InputError
+from toolchain.record import field, record
 from toolchain.spec.cpu_isa import IsaSpec, load_isa_spec
 
 __all__ = ["IsaScan", "IsaUse", "IsaDecodeError", "IsaSpec", "load_isa_spec", "scan_elf", "scan_file"]
@@ -52,7 +52,7 @@ _PREFIXES = frozenset(b"\x66\x67\xf2\xf3\x2e\x3e\x26\x64\x65\x36")
 _ESCAPES = (b"\x62", b"\xc4", b"\xc5", b"\x0f\x38", b"\x0f\x3a", b"\xf3\x0f\xb8", b"\xf3\x0f\xbc", b"\xf3\x0f\xbd")
 
 
-@dataclass
+@record
 class IsaUse:
     """One extension's use: how many instructions, and the first one met (its text, function, address)."""
 
@@ -62,7 +62,7 @@ class IsaUse:
     address: int = 0
 
 
-@dataclass
+@record
 class IsaScan:
     """The extensions a file's code uses, the level they need, and how much code was decoded."""
 
@@ -92,7 +92,7 @@ class IsaDecodeError(InputError):
     pass
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Section:
     """The fields of a section header the scan uses."""
 

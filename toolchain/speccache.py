@@ -1,7 +1,8 @@
 """The spec's TOML files parsed ahead of time, so that a command's start-up does not import and run tomllib.
 
 toolchain/spec/parsed.json holds, for each toolchain/spec/*.toml, its text and tomllib's parse of it (as JSON,
-which holds every value the spec uses). `python -m toolchain.codegen --parsed-spec` writes it from the spec;
+which holds every value the spec uses), and toolchain.spec.parse_prototype's result for each `prototype` in
+them (keyed by the prototype's text, so an edited one is parsed again). `python -m toolchain.codegen --parsed-spec` writes it from the spec;
 tests/unit/test_speccache.py fails when it is stale. The spec stays the one owner of the facts: `parse_toml`
 returns the stored parse only for a text equal to the stored text, and tomllib's parse of anything else (an
 edited spec is read as it stands, only slower). Each call returns new objects: callers may change them.
@@ -16,6 +17,7 @@ PARSED_FILE = Path(__file__).resolve().parent / "spec" / "parsed.json"
 SCHEMA = 1
 
 _store: dict[str, tuple[str, str]] | None = None
+_prototypes: dict[str, tuple[str, str, tuple[tuple[str, str], ...], str]] = {}
 
 
 class TomlError(ValueError):
@@ -34,7 +36,24 @@ def _load_store() -> dict[str, tuple[str, str]]:
         if isinstance(files, dict):
             _store = {name: (e["text"], e["data"]) for name, e in files.items()
                       if isinstance(e, dict) and isinstance(e.get("text"), str) and isinstance(e.get("data"), str)}
+        protos = doc.get("prototypes") if isinstance(doc, dict) and doc.get("schema") == SCHEMA else None
+        if isinstance(protos, dict):
+            for text, p in protos.items():
+                try:
+                    name, returns, params, prototype = p
+                    pairs = tuple((t, n) for t, n in params)
+                except (TypeError, ValueError):
+                    continue  # not the shape codegen writes: parsed by the caller instead
+                if all(isinstance(x, str) for x in (name, returns, prototype, *(y for pair in pairs for y in pair))):
+                    _prototypes[text] = (name, returns, pairs, prototype)
     return _store
+
+
+def stored_prototype(text: str) -> tuple[str, str, tuple[tuple[str, str], ...], str] | None:
+    """toolchain.spec.parse_prototype's result for `text` as codegen stored it (name, return type, (type, name)
+    of each parameter, normalised prototype), for a prototype of the spec; None for any other text."""
+    _load_store()
+    return _prototypes.get(text)
 
 
 def parse_toml(text: str, name: str) -> dict:

@@ -1,4 +1,4 @@
-"""`aoti-toolchain verify` imports only what it needs: not torch, numpy, jinja2, ray, lief, tomllib, nor
+"""`aoti-toolchain verify` imports only what it needs: not torch, numpy, jinja2, ray, lief, tomllib, dataclasses, nor
 capstone's Python package (the CPU-extension scan calls libcapstone through ctypes), so that its start-up
 stays near readelf's plus Python's own (bench/bench_verify.py --startup-only measures it). Run as the CLI
 runs, in a fresh interpreter, on a plugin whose code the scan must decode (AVX2) and against the default
@@ -14,7 +14,8 @@ import sys
 from tests.integration import elf_builders as eb
 from tests.integration.test_target_rules import KERNELS
 
-NOT_FOR_VERIFY = ("torch", "numpy", "jinja2", "ray", "lief", "tomllib", "capstone")
+# dataclasses (and the inspect it imports): the classes of verify's modules are toolchain.record's
+NOT_FOR_VERIFY = ("torch", "numpy", "jinja2", "ray", "lief", "tomllib", "capstone", "dataclasses", "inspect")
 
 WRAPPER = """
 import json, sys

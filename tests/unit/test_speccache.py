@@ -51,3 +51,21 @@ def test_an_edited_spec_file_is_read_as_it_stands(tmp_path):
     shims.write_text(shims.read_text(encoding="utf-8") + "\nnot toml [\n", encoding="utf-8")
     with pytest.raises(SpecError, match="invalid TOML"):
         load_spec(tmp_path)
+
+
+def test_stored_prototypes_are_the_parsers():
+    """Every prototype of the spec comes stored, equal to what the parser gives; other text is parsed."""
+    from toolchain.spec import Function, Param, load_spec, parse_prototype, parse_prototype_text
+
+    spec = load_spec()
+    functions = [*spec.entry_points, *spec.shims]
+    for fn in functions:
+        text = next(t for t, p in json.loads(speccache.PARSED_FILE.read_text())["prototypes"].items()
+                    if p[0] == fn.name)
+        assert speccache.stored_prototype(text) is not None
+        assert parse_prototype(text) == parse_prototype_text(text)
+        assert (fn.name, fn.returns, fn.params, fn.prototype) == tuple(vars(parse_prototype(text)).values())
+    assert speccache.stored_prototype("int f(int x)") is None
+    assert parse_prototype("int f(int x)") == Function("f", "int", (Param("int", "x"),), "int f(int x)")
+    with pytest.raises(ValueError, match="cannot parse"):
+        parse_prototype("not a prototype")

@@ -8,7 +8,38 @@ import sys
 from toolchain.errors import ToolchainError, UsageError, exit_code
 
 
+def _columns() -> int:
+    """shutil.get_terminal_size().columns (COLUMNS, else the terminal of sys.__stdout__, else 80), without
+    importing shutil (and the zlib/bz2/lzma it imports) on every start."""
+    import os
+
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or 80
+    return columns
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's default help format, its width found as argparse finds it (argparse builds a formatter for
+    every argument it registers, and its first one imports shutil for the width)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         # main() prefixes "aoti-toolchain: error:", so only a sub-command's name goes in front
         command = self.prog.removeprefix("aoti-toolchain").strip()

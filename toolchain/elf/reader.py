@@ -14,7 +14,6 @@ from __future__ import annotations
 import mmap
 import struct
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.elf.base import (
@@ -61,6 +60,7 @@ from toolchain.elf.base import (
 )
 from toolchain.elf.symtab import DynSymTable
 from toolchain.errors import InputError
+from toolchain.record import field, record
 
 __all__ = [
     "MAX_SYMBOLS", "PF_R", "PF_W", "PF_X", "PT_GNU_STACK", "PT_LOAD", "PT_NOTE", "SHT_DYNSYM", "SHT_GNU_HASH",
@@ -71,7 +71,7 @@ __all__ = [
 #: How often each file (by name) was parsed in this process: a linked binary is parsed once per check.
 PARSES: Counter[str] = Counter()
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ElfFile:
     """What the reader keeps of one ELF file: headers, segments, dynamic section, symbols, versions, notes."""
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.elf.reader import ElfError, ElfFile, Symbol, open_library
-from toolchain.elf.symtab import DynSymTable
+from toolchain.elf.symtab import DynSymTable, gnu_hash
+from toolchain.record import field, record
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 SYSTEM_DIRS = frozenset(DEFAULT_DIRS) | {"/usr/local/lib", "/usr/local/lib64", "/usr/local/lib/x86_64-linux-gnu"}
@@ -50,7 +50,7 @@ def ld_so_conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _depth: int = 0) -> li
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Loaded:
     """An object in a lookup scope: the file, and why it is there."""
 
@@ -59,7 +59,7 @@ class Loaded:
     needed_by: str | None
 
 
-@dataclass
+@record
 class Scope:
     """The objects a DT_NEEDED closure loads, in load order, and the libraries not found."""
 
@@ -86,6 +86,9 @@ class Resolver:
         self._cache: dict[str, ElfFile | None] = {}
         self._defs: dict[str, dict[str, list[Symbol]]] = {}
         self._tables: dict[str, DynSymTable] = {}
+        # path -> the hash values of its GNU hash chains, once a lookup went through its table: a name whose
+        # hash none of them has is not defined there (lookup() skips the object without a call per name)
+        self._chains: dict[str, frozenset[int]] = {}
 
     def read(self, path: str) -> ElfFile | None:
         """A library's headers (its symbols are looked up by name, through its GNU hash table)."""
@@ -118,8 +121,14 @@ class Resolver:
         """The defined entries named `name` in one object: a GNU hash lookup for libraries."""
         table = self._tables.get(loaded.path)
         if table is not None and not loaded.elf.symbols and loaded.path not in self._defs:
+            hashes = self._chains.get(loaded.path)
+            if hashes is not None and gnu_hash(name) >> 1 not in hashes:
+                return []  # what table.lookup finds: nothing (its first test)
             found = table.lookup(name)
             if found is not None:
+                header = table._hash_header()
+                if header is not None and header[4] is not None:
+                    self._chains[loaded.path] = header[4]
                 return found
         return self.defs(loaded).get(name, [])
 
@@ -171,9 +180,14 @@ class Resolver:
 
     def lookup(self, sym: Symbol, scopes: list[Loaded], skip: str | None = None) -> Loaded | None:
         """The first object in `scopes` whose definition binds `sym` (a reference), or None."""
+        h = gnu_hash(sym.name) >> 1
+        chains = self._chains
         for lo in scopes:
             if skip is not None and lo.path == skip:
                 continue
+            hashes = chains.get(lo.path)
+            if hashes is not None and h not in hashes and not lo.elf.symbols and lo.path not in self._defs:
+                continue  # what find_defs would find: nothing (DynSymTable.lookup's first test)
             cands = self.find_defs(lo, sym.name)
             if not cands:
                 continue

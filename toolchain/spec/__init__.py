@@ -10,11 +10,11 @@ and c_api.toml (the host runtime's C API: ``load_c_api``). A malformed spec is r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.errors import SpecError
-from toolchain.speccache import TomlError, parse_toml
+from toolchain.record import record
+from toolchain.speccache import TomlError, parse_toml, stored_prototype
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -40,14 +40,14 @@ CONSTANT_PREFIXES: tuple[str, ...] = (
 _IDENT = r"[A-Za-z_]\w*"
 _TYPE = (rf"(?:(?:const|unsigned|signed|long|short|struct)\s+)*(?:{_IDENT}::)*{_IDENT}"
          rf"(?:\s*\*(?:\s*const\b)?)*")
-_PROTO_RE = re.compile(rf"^\s*(?P<ret>{_TYPE})\s*\b(?P<name>{_IDENT})\s*\((?P<params>[^()]*)\)\s*$")
-_PARAM_RE = re.compile(rf"^\s*(?P<type>{_TYPE})\s*\b(?P<name>{_IDENT})\s*$")
+_PROTO_PATTERN = rf"^\s*(?P<ret>{_TYPE})\s*\b(?P<name>{_IDENT})\s*\((?P<params>[^()]*)\)\s*$"
+_PARAM_PATTERN = rf"^\s*(?P<type>{_TYPE})\s*\b(?P<name>{_IDENT})\s*$"
 _VERSION_RE = re.compile(r"^\d+\.\d+$")
 _SPACES_RE = re.compile(r"\s+")
 _STAR_RE = re.compile(r"\s*\*\s*")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Param:
     """One parameter of a C prototype: its type and name."""
 
@@ -55,7 +55,7 @@ class Param:
     name: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Function:
     """A C function of the spec: name, return type, parameters, and the prototype's text."""
 
@@ -65,7 +65,7 @@ class Function:
     prototype: str  # normalised: "RET NAME(TYPE NAME, ...)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EntryPoint(Function):
     """An AOTInductor entry point a plugin exports (entry_points.toml)."""
 
@@ -75,7 +75,7 @@ class EntryPoint(Function):
     since_note: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Shim(Function):
     """A shim function the host provides to plugins (shims.toml), with its group and header."""
 
@@ -94,7 +94,7 @@ class Shim(Function):
         )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Provider:
     """A library that provides symbols a plugin may import (providers.toml): its SONAMEs and patterns."""
 
@@ -105,7 +105,7 @@ class Provider:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Spec:
     """The entry points, shims and providers of the spec, and the files they were read from."""
 
@@ -152,9 +152,20 @@ def normalise_type(text: str) -> str:
 def parse_prototype(text: str) -> Function:
     """Parse ``RET NAME(TYPE NAME, ...)``; ``()`` and ``(void)`` mean no parameters.
 
-    Raises ``ValueError`` with the reason when the text is not such a prototype.
+    Raises ``ValueError`` with the reason when the text is not such a prototype. The spec's own prototypes
+    come parsed from toolchain/spec/parsed.json (this function's result, stored by codegen: no regex work at
+    start-up); any other text is parsed here.
     """
-    m = _PROTO_RE.match(text)
+    stored = stored_prototype(text)
+    if stored is not None:
+        name, returns, params, prototype = stored
+        return Function(name, returns, tuple(Param(t, n) for t, n in params), prototype)
+    return parse_prototype_text(text)
+
+
+def parse_prototype_text(text: str) -> Function:
+    """parse_prototype without the stored results: what codegen stores."""
+    m = re.match(_PROTO_PATTERN, text)
     if m is None:
         msg = f"cannot parse {text!r} as 'RET NAME(TYPE NAME, ...)'"
         raise ValueError(msg)
@@ -163,7 +174,7 @@ def parse_prototype(text: str) -> Function:
     params: list[Param] = []
     if raw_params not in ("", "void"):
         for i, part in enumerate(raw_params.split(",")):
-            pm = _PARAM_RE.match(part)
+            pm = re.match(_PARAM_PATTERN, part)
             if pm is None:
                 msg = f"cannot parse parameter {i + 1} {part.strip()!r} as 'TYPE NAME'"
                 raise ValueError(msg)
@@ -367,7 +378,7 @@ def _load_providers(path: Path) -> tuple[Provider, ...]:
 # abi.toml: dtypes, constant codes, package member names, C++-runtime symbols
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dtype:
     """One torch dtype: its name, code and item size (abi.toml)."""
 
@@ -384,7 +395,7 @@ class Dtype:
         return self.numpy[1] if self.numpy else ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PackageLayout:
     """The .pt2 members the runtime reads and their schema versions (abi.toml)."""
 
@@ -406,7 +417,7 @@ CONSTANT_TABLES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Abi:
     """The ABI facts both languages share: dtypes, constant tables, the package layout (abi.toml)."""
 
@@ -505,7 +516,7 @@ def load_abi(path: Path | None = None) -> Abi:
 # c_api.toml: the host runtime's C API
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Status:
     """One aoti_host_status value of the C API (c_api.toml)."""
 
@@ -514,7 +525,7 @@ class Status:
     meaning: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CStruct:
     """A struct of the C API and its fields (c_api.toml)."""
 
@@ -522,7 +533,7 @@ class CStruct:
     fields: tuple[Param, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CApi:
     """The runtime's C API: statuses, structs, functions and the shims it exports (c_api.toml)."""
 
@@ -558,7 +569,7 @@ def load_c_api(path: Path | None = None) -> CApi:
         _check_keys(path, where, row, {"name": (str, True), "fields": (list, True)})
         fields: list[Param] = []
         for k, text in enumerate(row["fields"]):
-            m = _PARAM_RE.match(text)
+            m = re.match(_PARAM_PATTERN, text)
             if m is None:
                 raise _error(path, f"{where}.fields[{k}]", f"cannot parse {text!r} as 'TYPE NAME'",
                              "write each field as in c_api.h, one per entry")

@@ -3,18 +3,18 @@ decodes plugins against it; codegen renders it into the runtime's aoti_host/cpu_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from toolchain.errors import SpecError
+from toolchain.record import record
 from toolchain.speccache import parse_toml
 
 SPEC = Path(__file__).resolve().parent / "cpu_isa.toml"
 REGISTERS = ("eax", "ebx", "ecx", "edx")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Extension:
     """One x86-64 extension: its psABI level, where cpuid reports it, the XCR0 state it needs."""
 
@@ -27,7 +27,7 @@ class Extension:
     xcr0: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IsaSpec:
     """The psABI levels, the --cpu-isa choices and the extensions of toolchain/spec/cpu_isa.toml."""
 

@@ -172,11 +172,11 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
             else:
                 # inside a package every .so is a plugin: the runtime loads it as one
                 report.files.append(check_elf(label, elf, ctx, "plugin" if in_package else kind))
-        _check_targets(path, in_package, report, prof)
+        _check_targets(path, in_package, report, prof, members)
     return report
 
 
-def _check_targets(path: Path, in_package: bool, report: Report, prof) -> None:
+def _check_targets(path: Path, in_package: bool, report: Report, prof, members) -> None:
     """The target rules (cpu-isa-too-new, cuda-*) on the plugins just checked: they read code and GPU images,
     which the ELF reader does not keep (toolchain.verify.target_checks)."""
     from toolchain.verify import target_checks
@@ -187,7 +187,9 @@ def _check_targets(path: Path, in_package: bool, report: Report, prof) -> None:
     if not in_package:
         res = results.get(str(path))
         if res is not None and not any(f.rule == "wrong-arch" for f in res.findings):
-            target_checks.check_file(path, str(path), res, prof, read_elf(path).needed)
+            elf = dict(members).get(str(path))  # as parsed for the checks: its DT_NEEDED
+            needed = elf.needed if isinstance(elf, ElfFile) else read_elf(path).needed
+            target_checks.check_file(path, str(path), res, prof, needed)
         return
     from toolchain.pt2 import PackageError, open_package
 

@@ -8,11 +8,11 @@ import functools
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 
 from toolchain.elf.reader import ElfFile, Symbol, read_elf
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
 from toolchain.findings import FileResult
+from toolchain.record import field, record
 from toolchain.spec import Provider, Spec, load_abi
 from toolchain.verify.profiles import Profile, parse_version, vstr
 
@@ -26,7 +26,7 @@ _LIBTORCH_RE = re.compile(r"^lib(torch|torch_cpu|torch_cuda|torch_global_deps|c1
 _ARCH = {"x86_64": ("x86_64", 64), "aarch64": ("aarch64", 64), "i386": ("i386", 32)}
 
 
-@dataclass
+@record
 class Context:
     """What the checks share across files: spec, profile, resolver, host and build facts."""
 
@@ -212,16 +212,28 @@ def check_libraries(elf: ElfFile, res: FileResult, ctx: Context) -> None:
 
 def _provider(name: str, providers: tuple[Provider, ...]) -> Provider | None:
     for p in providers:
-        if _patterns(p.symbol_patterns).match(name):
+        prefixes, exact, pattern = _patterns(p.symbol_patterns)
+        if name.startswith(prefixes) or name in exact or (pattern is not None and pattern.match(name)):
             return p
     return None
 
 
 @functools.cache
-def _patterns(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """One regular expression matching what any of the fnmatch `patterns` matches (fnmatch.fnmatchcase's
-    translation, alternated)."""
-    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")
+def _patterns(patterns: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str], re.Pattern[str] | None]:
+    """What any of the fnmatch `patterns` matches (fnmatch.fnmatchcase), as (prefixes, exact names, one regular
+    expression or None): "LITERAL*" is a prefix and "LITERAL" an exact name (no regex to compile: most of the
+    spec's patterns are such); the rest alternated in fnmatch's translation."""
+    prefixes, exact, other = [], set(), []
+    for p in patterns:
+        body = p[:-1] if p.endswith("*") else p
+        if any(c in body for c in "*?["):
+            other.append(p)
+        elif p.endswith("*"):
+            prefixes.append(body)
+        else:
+            exact.add(p)
+    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in other)) if other else None
+    return tuple(prefixes), frozenset(exact), regex
 
 
 def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: Context,

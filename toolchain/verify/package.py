@@ -12,12 +12,12 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from toolchain.pt2 import Package, PackageError
+from toolchain.record import record
 from toolchain.spec import load_abi
 
 _ABI = load_abi()  # member names, schema versions and dtypes: toolchain/spec/abi.toml
@@ -37,7 +37,7 @@ class PackageJsonError(ValueError):
     """A contract or constants entry the runtime refuses; the message names the member and the field."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Member:
     """One member of a package: its name, size and how to read it."""
 
@@ -258,7 +258,7 @@ def check_constant_layouts(data: bytes, where: str, blob_size: int) -> int:
 
 # -- the package as the runtime reads it ----------------------------------------------------------------
 
-@dataclass
+@record
 class PackageFinding:
     """A finding on a package entry (bad-package-json, bad-package)."""
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.errors import UsageError
+from toolchain.record import field, record
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = "host"
@@ -34,7 +34,7 @@ def vstr(v: tuple[int, ...]) -> str:
     return ".".join(map(str, v))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Profile:
     """A target: the newest symbol versions and the libraries it provides, and its CPU and GPUs."""
 
@@ -56,7 +56,7 @@ class Profile:
         return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TargetProfile:
     """The target's CPUs and GPUs (the [cpu] and [cuda] tables): None/empty means not checked."""
 
