@@ -96,6 +96,8 @@ def main() -> int:
         ep = torch.export.export(model.to("cuda"), tuple(x.to("cuda") for x in inputs))
         torch._inductor.aoti_compile_and_package(ep, package_path=str(out / "small_mlp_default.pt2"))
         print("prepare: small_mlp_default (link_libtorch=True) exported", flush=True)
+    # the single-method models' manifest first: a failure exporting the method programs below leaves them usable
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     if not a.only or any(n in a.only for n in METHOD_PROGRAMS):
         programs = {n: v for n, v in METHOD_PROGRAMS.items() if not a.only or n in a.only}
         export_method_programs(out, build, programs)
@@ -169,9 +171,6 @@ def export_method_programs(out: Path, build: Path, programs: dict[str, tuple[str
     (out / "method_programs.json").write_text(json.dumps(listed, indent=1))
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
 
 def export_stateful_methods(out: Path, build: Path) -> None:
     """examples.stateful_methods as a two-method CUDA program, and eager torch replaying
@@ -207,3 +206,7 @@ def export_stateful_methods(out: Path, build: Path) -> None:
         entries.append({"name": method, "package": f"{method}.pt2"})
     (d / "methods.json").write_text(json.dumps({"schema": 1, "methods": entries}, indent=1))
     print(f"prepare: stateful_methods: exported in {round(time.perf_counter() - t0, 1)} s", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
