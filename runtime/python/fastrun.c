@@ -296,6 +296,17 @@ static int read_ints(PyObject* t, int64_t n, int64_t* out) {
   return 1;
 }
 
+/* The runtime's dtype code of a numpy dtype object, -1 when the table has none: numpy's builtin dtypes are
+ * singletons, so an identity pass finds them without a comparison call; equality covers the rest. */
+static int code_of_dtype(PyObject* dtype) {
+  for (int c = 0; c < kMaxCodes; ++c)
+    if ((PyObject*)g.descr[c] == dtype) return c;
+  for (int c = 0; c < kMaxCodes; ++c)
+    if (g.descr[c] != NULL && PyObject_RichCompareBool((PyObject*)g.descr[c], dtype, Py_EQ) == 1) return c;
+  if (PyErr_Occurred()) PyErr_Clear();
+  return -1;
+}
+
 /* The view of a DeviceArray (its ptr, shape, strides in elements, dtype and device fields): 1, or 0 for what
  * the ctypes path handles (and reports). sizes/strides: room for kMaxDims each. */
 static int device_array_view(PyObject* obj, aoti_host_tensor_view* view, int64_t* sizes, int64_t* strides) {
@@ -320,8 +331,7 @@ static int device_array_view(PyObject* obj, aoti_host_tensor_view* view, int64_t
   if (ok) {
     const int64_t nd = PyTuple_Size(shape);
     ok = read_ints(shape, nd, sizes) && read_ints(st, nd, strides);
-    for (int c = 0; ok && c < kMaxCodes && code < 0; ++c)
-      if (g.descr[c] != NULL && PyObject_RichCompareBool((PyObject*)g.descr[c], dtype, Py_EQ) == 1) code = c;
+    if (ok) code = code_of_dtype(dtype);
     const long dev = ok ? PyLong_AsLong(device) : -1;
     void* p = ok ? PyLong_AsVoidPtr(ptr) : NULL;
     if (PyErr_Occurred()) PyErr_Clear(), ok = 0;
@@ -522,9 +532,7 @@ static PyObject* to_dlpack(PyObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OKOOOii", &owner, &ptr, &shape, &st, &dtype, &device_type, &device_id)) return NULL;
   if (!PyTuple_Check(shape) || PyTuple_Size(shape) > kMaxDims)
     return PyErr_Format(PyExc_ValueError, "to_dlpack: shape must be a tuple of at most %d ints", kMaxDims);
-  int code = -1;
-  for (int c = 0; c < kMaxCodes && code < 0; ++c)
-    if (g.descr[c] != NULL && PyObject_RichCompareBool((PyObject*)g.descr[c], dtype, Py_EQ) == 1) code = c;
+  const int code = code_of_dtype(dtype);
   int kind = -1, bits = -1;
   for (int k = 0; code >= 0 && k < 8 && kind < 0; ++k)
     for (int b = 0; b <= 64; ++b)

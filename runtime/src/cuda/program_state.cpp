@@ -253,10 +253,10 @@ void ProgramState::replay(std::vector<AtenTensorHandle>& inputs, AtenTensorHandl
     if (n > 0) AOTI_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToDevice, s));
     ++stats_.input_copies;
   }
-  // The caller's buffers may be freed as soon as we return: their frees are stream-ordered after the copy
-  // (and, for inputs read in place, after the graph that reads them).
-  delete_handles(inputs);
   check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph_exec_), s), "cudaGraphLaunch");
+  // The caller's buffers may be freed as soon as we return: their frees are stream-ordered after the copy
+  // (and, for inputs read in place, after the graph that reads them). The host work below overlaps the graph.
+  delete_handles(inputs);
   // Graph memory is overwritten by the next replay: copies, unless the caller took the borrowing contract.
   for (size_t k = 0; k < num_outputs; ++k) {
     const Tensor& g = *graph_outputs_[k];
