@@ -151,31 +151,13 @@ std::string plugin_why(const Plugin& plugin) {
 
 }  // namespace
 
-struct StreamScope {
-#if CUDA_AVAILABLE
-  explicit StreamScope(const cuda::ProgramState& s) : scope(s), stream(s.stream()) {}
-  cuda::ProgramState::Scope scope;
-  void* stream;
-#endif
-};
-
-void StreamScopeDeleter::operator()(StreamScope* s) const { delete s; }
-
-StreamScopePtr stream_scope(const Program& program) {
-#if CUDA_AVAILABLE
-  if (program.cuda_state() != nullptr) return StreamScopePtr(new StreamScope(*program.cuda_state()));
-#else
-  (void)program;
-#endif
-  return nullptr;
-}
-
 StreamScopePtr MethodSet::order_state(size_t method) {
   StreamScopePtr scope = stream_scope(*methods_.at(method));
 #if CUDA_AVAILABLE
-  if (scope != nullptr && method != state_method_) {
+  const cuda::ProgramState* next = methods_.at(method)->cuda_state();
+  if (next != nullptr && method != state_method_) {
     const cuda::ProgramState* last = methods_.at(state_method_)->cuda_state();
-    if (last != nullptr) cuda::stream_wait(scope->stream, last->stream());
+    if (last != nullptr) cuda::stream_wait(next->stream(), last->stream());
   }
 #endif
   state_method_ = method;

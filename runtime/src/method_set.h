@@ -63,14 +63,6 @@ struct WeightStats {
 
 class SessionState;
 
-// A CUDA program's stream made current on this thread (method_set.cpp); null for a cpu program.
-struct StreamScope;
-struct StreamScopeDeleter {
-  void operator()(StreamScope* s) const;
-};
-using StreamScopePtr = std::unique_ptr<StreamScope, StreamScopeDeleter>;
-StreamScopePtr stream_scope(const Program& program);
-
 class MethodSet {
  public:
   static std::shared_ptr<MethodSet> load(const std::string& path, const aoti_host_load_options& options,

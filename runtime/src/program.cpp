@@ -83,26 +83,23 @@ std::string Program::plugin_error(const char* call) const {
   return msg;
 }
 
-namespace {
-
-// Makes a CUDA program's device current for the rest of its load; nothing on the CPU.
-class DeviceScope {
- public:
-  explicit DeviceScope(cuda::ProgramState* state) {
+struct StreamScope {
 #if CUDA_AVAILABLE
-    if (state != nullptr) scope_.reset(new cuda::ProgramState::Scope(*state));
-#else
-    (void)state;
-#endif
-  }
-
- private:
-#if CUDA_AVAILABLE
-  std::unique_ptr<cuda::ProgramState::Scope> scope_;
+  explicit StreamScope(const cuda::ProgramState& s) : scope(s) {}
+  cuda::ProgramState::Scope scope;
 #endif
 };
 
-}  // namespace
+void StreamScopeDeleter::operator()(StreamScope* s) const { delete s; }
+
+StreamScopePtr stream_scope(const Program& program) {
+#if CUDA_AVAILABLE
+  if (program.cuda_state() != nullptr) return StreamScopePtr(new StreamScope(*program.cuda_state()));
+#else
+  (void)program;
+#endif
+  return nullptr;
+}
 
 std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options,
                                        bool defer_weights) {
@@ -134,7 +131,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   lap(ms[1]);
   p->plugin_ = open_plugin(source.load_path, source.shown);
   lap(ms[2]);
-  const DeviceScope scope(p->cuda_.get());
+  const StreamScopePtr scope = stream_scope(*p);  // the device current for the rest of the load
   p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);
   lap(ms[4]);
   p->apply_weights_policy(options, package, defer_weights);
@@ -564,12 +561,7 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
 #if CUDA_AVAILABLE
       if (cuda_) {  // host inputs are copied to the device; device inputs are used as they are
         caller_memory.push_back(!convert && v.device_type == device_code::kCUDA);
-        if (t->device_type() == device_code::kCUDA) {
-          t = cuda_->to_device(t);  // checks the device; no copy, no device work
-        } else {
-          cuda::ProgramState::Scope scope(*cuda_);
-          t = cuda_->to_device(t);
-        }
+        t = cuda_->to_device(t);
       }
 #endif
       handles.push_back(to_handle(t));

@@ -23,6 +23,16 @@ class PackCache;  // packed_gemm.h
 }
 class Package;
 struct Device;
+class Program;
+
+// A CUDA program's device and stream made current on this thread while it lives (program.cpp); null for a
+// cpu program.
+struct StreamScope;
+struct StreamScopeDeleter {
+  void operator()(StreamScope* s) const;
+};
+using StreamScopePtr = std::unique_ptr<StreamScope, StreamScopeDeleter>;
+StreamScopePtr stream_scope(const Program& program);
 
 class Program {
  public:

@@ -103,6 +103,7 @@ Tensor* ProgramState::to_device(Tensor* t) {
                   std::to_string(device_), AOTI_HOST_INVALID_ARGUMENT);
     return owned.release();
   }
+  const Scope scope(*this);  // the copy goes on this program's stream (no scope for device inputs: no work)
   std::unique_ptr<Tensor> d(
       Tensor::empty_strided(t->dtype(), t->sizes(), t->strides(), device_code::kCUDA, device_));
   copy(*d, *t);

@@ -36,7 +36,6 @@ class ProgramState {
   // Replay outputs: false (default), copies the caller owns; true, views of the graph's output memory,
   // valid until the program's next run (see aoti_host_program_set_cuda_graph_outputs).
   void borrow_graph_outputs(bool on) { borrow_outputs_ = on; }
-  bool graph_outputs_borrowed() const { return borrow_outputs_; }
   // The instantiated graph (cudaGraphExec_t), null before capture: for tools that time a bare replay.
   void* graph_exec() const { return graph_exec_; }
   const GraphStats& stats() const { return stats_; }
@@ -60,7 +59,8 @@ class ProgramState {
   size_t upload_chunk_bytes() const { return upload_chunk_bytes_; }
   size_t upload_threads() const { return upload_threads_; }
 
-  // A device tensor for `t` (consumed): t itself when it already lives on this device, else a copy.
+  // A device tensor for `t` (consumed): t itself when it already lives on this device, else a copy made on
+  // this program's stream (its device and stream made current for the copy).
   Tensor* to_device(Tensor* t);
 
   // Runs the container on this program's stream; takes the input handles (as Run does) and fills
