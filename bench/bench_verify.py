@@ -19,6 +19,14 @@ Neither decodes code, which verify does (cpu-isa-too-new), nor reads the host li
 The CLI is timed with the bytecode cache in use (what an installed package has; PYTHONDONTWRITEBYTECODE
 removed, a warm-up run writes it) and, for scale, without (every module compiled from source on each
 start, as in a checkout run with PYTHONDONTWRITEBYTECODE=1 and no __pycache__ yet).
+
+Every Python side runs in a plain venv (build/bench/startup-venv: this interpreter's base, its dependencies
+reached through a .pth, the console script as pip writes it): an editable install's import hook, loaded by
+every interpreter start in the development venv, costs ~16 ms there, which inflates `python -c pass` (the
+reference) far more than verify (which imports most of what the hook imports anyway). A user's
+`pip install aoti-toolchain` has no such hook. `python -c pass` in the development venv is printed for scale.
+Verify's code scans run in a forked child (toolchain.verify.scans): wall time is the figure, CPU time is
+printed beside it.
 """
 
 from __future__ import annotations
@@ -118,10 +126,27 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = REP
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def console_script() -> Path | None:
-    """The installed `aoti-toolchain` console script beside this interpreter (what users run), if any."""
-    script = Path(sys.executable).parent / "aoti-toolchain"
-    return script if script.is_file() else None
+def plain_venv() -> tuple[Path, Path]:
+    """(python, aoti-toolchain console script) of a venv without the editable install's import hook: this
+    interpreter's base, the development venv's site-packages on its path through a .pth (a .pth there is
+    not processed, so its hook is not installed), the console script with pip's text."""
+    venv = BENCH / "startup-venv"
+    python = venv / "bin" / "python"
+    script = venv / "bin" / "aoti-toolchain"
+    if not python.exists():
+        subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)],
+                       check=True)
+    import sysconfig
+
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "aoti-bench-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # pip's console-script template (pip/_internal/operations/install/wheel.py via distlib)
+    script.write_text(f"#!{python}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom toolchain.cli import main\n"
+                      "if __name__ == '__main__':\n    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      "    sys.exit(main())\n")
+    script.chmod(0o755)
+    return python, script
 
 
 def startup(rounds: int, before: Path | None) -> None:
@@ -141,28 +166,31 @@ def startup(rounds: int, before: Path | None) -> None:
     empty = BENCH / "empty-pycache"
     empty.mkdir(parents=True, exist_ok=True)
     source = {**cached, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(empty)}
-    where = subprocess.run([sys.executable, "-c", "import toolchain; print(toolchain.__file__)"], env=cached,
-                           capture_output=True, text=True, check=True, cwd="/").stdout.strip()
-    if not where.startswith(str(REPO)):
-        raise SystemExit(f"toolchain imports from {where}, not from {REPO}")
-    cli = [sys.executable, "-m", "toolchain", "verify", str(so)]
-    script = console_script()
+    python, script = plain_venv()
+    check = "import sys, toolchain; print(toolchain.__file__, '__editable__' in str(sys.meta_path))"
+    where, hooked = subprocess.run([str(python), "-c", check], env=cached, capture_output=True, text=True,
+                                   check=True, cwd="/").stdout.split()
+    if not where.startswith(str(REPO)) or hooked != "False":
+        raise SystemExit(f"toolchain imports from {where}, not from {REPO}, or an editable hook is installed")
+    cli = [str(python), "-m", "toolchain", "verify", str(so)]
     sides: dict[str, tuple[list[str], dict[str, str] | None, Path]] = {
         "readelf -a": (["readelf", "-a", str(so)], None, REPO),
         "readelf --dyn-syms --version-info -d -l": (["readelf", "--dyn-syms", "--version-info", "-d", "-l", str(so)],
                                                     None, REPO),
-        "python -c pass": ([sys.executable, "-c", "pass"], cached, REPO),
+        "python -c pass": ([str(python), "-c", "pass"], cached, REPO),
+        "python -c pass, development venv (editable hook)": ([sys.executable, "-c", "pass"], cached, REPO),
+        "aoti-toolchain verify": ([str(script), "verify", str(so)], cached, REPO),
         "python -m toolchain verify": (cli, cached, REPO),
         "python -m toolchain verify, compiled from source": (cli, source, REPO),
     }
-    if script is not None:
-        sides["aoti-toolchain verify"] = ([str(script), "verify", str(so)], cached, REPO)
-        if before is not None:  # another toolchain tree (an earlier commit's), run the same way
-            sides[f"aoti-toolchain verify, {before.name}"] = ([str(script), "verify", str(so)],
-                                                               {**base, "PYTHONPATH": str(before)}, before)
-    outputs = {subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True).stdout
+    if before is not None:  # another toolchain tree (an earlier commit's), run the same way
+        sides[f"aoti-toolchain verify, {before.name}"] = ([str(script), "verify", str(so)],
+                                                           {**base, "PYTHONPATH": str(before)}, before)
+    outputs = {k: subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
                for k, (cmd, env, cwd) in sides.items() if "verify" in k}
-    if len(outputs) != 1:
+    if len({p.stdout for p in outputs.values()}) != 1:
+        for k, p in outputs.items():
+            print(f"--- {k} (exit {p.returncode}):\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
         raise SystemExit("the verify sides printed different reports")
     for cmd, env, cwd in sides.values():
         run_child(cmd, env, cwd)  # warm-up: page cache, and the bytecode caches written
@@ -185,7 +213,7 @@ def startup(rounds: int, before: Path | None) -> None:
         if "verify" in k:
             print(f"  ratio {k} / (readelf -a + python -c pass): wall {wall[k] / floor['wall']:.2f}, CPU "
                   f"{cpu[k] / floor['cpu']:.2f}; against the narrower readelf: wall {wall[k] / narrow['wall']:.2f}")
-    main_cli = "aoti-toolchain verify" if script is not None else "python -m toolchain verify"
+    main_cli = "aoti-toolchain verify"
     print(f"RATIO {main_cli} / (readelf -a + python -c pass) = {wall[main_cli] / floor['wall']:.2f} wall, "
           f"{cpu[main_cli] / floor['cpu']:.2f} CPU (target <= 2)")
 
@@ -198,7 +226,7 @@ def main() -> int:
     ap.add_argument("--before", type=Path, help="start-up: also time this toolchain tree (e.g. an earlier commit's, "
                     "`git archive COMMIT toolchain | tar -x -C DIR`) as the console script")
     args = ap.parse_args()
-    startup(args.rounds, args.before)
+    startup(args.rounds, args.before.resolve() if args.before else None)
     if args.startup_only:
         return 0
     plugin, host = big_plugin(args.features), big_host()

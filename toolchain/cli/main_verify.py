@@ -19,7 +19,7 @@ def main(args: argparse.Namespace) -> int:
 
     host, source = resolve_host(args.host)
     report = verify_paths(args.files, host=host, profile=args.profile, strict=args.strict, kind=args.kind,
-                          host_source=source)
+                          host_source=source, background=True)
     text = render(report, args.format)
     if args.output:
         from toolchain.atomic import write_text

@@ -137,12 +137,37 @@ def _spec():
 
 
 def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_PROFILE, strict: bool = False,
-                 kind: str = "auto", host_source: str | None = None) -> Report:
+                 kind: str = "auto", host_source: str | None = None, background: bool = False) -> Report:
     """Verify plugins (and hosts) against a target profile, optionally inside a given host. Every .so member
     of a .pt2 is checked as a plugin, and the package's own entries (contract, constant layouts) as the runtime
     reads them. `host_source` says in the report where the host came from (e.g. "default: this project's
-    runtime")."""
+    runtime"). `background`: decode the files' code in forked children while the rest is checked
+    (toolchain.verify.scans; the CLI's choice: a library caller's process may hold threads fork cannot copy).
+    The report is the same either way."""
     prof = load_profile(profile)
+    scans = _background_scans(paths, prof, kind) if background else None
+    try:
+        return _verify(paths, host, prof, strict, kind, host_source, scans)
+    finally:
+        if scans is not None:
+            scans.close()
+
+
+def _background_scans(paths, prof, kind: str):
+    """Every file (or package) whose code the CPU rule may decode, scanning in children from now on."""
+    if prof.target.cpu_isa is None or kind not in ("auto", "plugin"):
+        return None
+    from toolchain.verify.scans import BackgroundScans
+
+    jobs = []
+    for p in paths:
+        path = Path(p)
+        if path.is_file() and not _is_runtime_tree(path):
+            jobs.append((path, _is_zip(path)))
+    return BackgroundScans(jobs)
+
+
+def _verify(paths, host, prof, strict: bool, kind: str, host_source: str | None, scans) -> Report:
     ctx = checks.Context(spec=_spec(), profile=prof, resolver=Resolver())  # type: ignore[arg-type]
     report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict,
                     host_source=host_source or ("--host" if host else "none: each file checked standalone"))
@@ -172,14 +197,20 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
             else:
                 # inside a package every .so is a plugin: the runtime loads it as one
                 report.files.append(check_elf(label, elf, ctx, "plugin" if in_package else kind))
-        _check_targets(path, in_package, report, prof, members)
+        _check_targets(path, in_package, report, prof, members, scans)
+        if scans is not None:
+            scans.drop(path)  # a scan not asked for (no plugin, wrong-arch) stops holding a CPU
     return report
 
 
-def _check_targets(path: Path, in_package: bool, report: Report, prof, members) -> None:
+def _check_targets(path: Path, in_package: bool, report: Report, prof, members, scans) -> None:
     """The target rules (cpu-isa-too-new, cuda-*) on the plugins just checked: they read code and GPU images,
-    which the ELF reader does not keep (toolchain.verify.target_checks)."""
+    which the ELF reader does not keep (toolchain.verify.target_checks). `scans`: the code scans running in
+    the background (toolchain.verify.scans), or None."""
     from toolchain.verify import target_checks
+
+    def scan_of(label: str):
+        return None if scans is None else scans.take(label)
 
     results = {r.path: r for r in report.files if r.kind == "plugin" and r.path.startswith(str(path))}
     if not results:
@@ -189,7 +220,7 @@ def _check_targets(path: Path, in_package: bool, report: Report, prof, members) 
         if res is not None and not any(f.rule == "wrong-arch" for f in res.findings):
             elf = dict(members).get(str(path))  # as parsed for the checks: its DT_NEEDED
             needed = elf.needed if isinstance(elf, ElfFile) else read_elf(path).needed
-            target_checks.check_file(path, str(path), res, prof, needed)
+            target_checks.check_file(path, str(path), res, prof, needed, scan_of(str(path)))
         return
     from toolchain.pt2 import PackageError, open_package
 
@@ -201,7 +232,8 @@ def _check_targets(path: Path, in_package: bool, report: Report, prof, members) 
                 if res is None or any(f.rule == "wrong-arch" for f in res.findings):
                     continue
                 data = pkg.read(n)
-                target_checks.check_plugin_target(data, res.path, res, prof, gpu, parse_elf(data, res.path).needed)
+                target_checks.check_plugin_target(data, res.path, res, prof, gpu, parse_elf(data, res.path).needed,
+                                                  scan_of(res.path))
                 gpu = {}  # a package's cubins are counted with its (one) plugin
     except (PackageError, ElfError):
         return  # already reported as malformed by the package and ELF checks

@@ -14,8 +14,10 @@ from toolchain.verify.profiles import Profile, vstr
 GPU_SUFFIXES = (".cubin", ".fatbin")
 
 
-def check_cpu(data, label: str, res: FileResult, profile: Profile) -> None:
-    """cpu-isa-too-new: the highest extension used beyond the profile's level, with its instruction."""
+def check_cpu(data, label: str, res: FileResult, profile: Profile, scan=None) -> None:
+    """cpu-isa-too-new: the highest extension used beyond the profile's level, with its instruction. `scan`:
+    the code's scan (an IsaScan, or the IsaDecodeError it raised) where it was made already (in a child
+    process: toolchain.verify.scans); None scans `data` here."""
     from toolchain.isa import IsaDecodeError, load_isa_spec, scan_elf
 
     target = profile.target
@@ -23,8 +25,10 @@ def check_cpu(data, label: str, res: FileResult, profile: Profile) -> None:
         return
     spec = load_isa_spec()
     try:
-        scan = scan_elf(data, label)
-    except IsaDecodeError:
+        scan = scan_elf(data, label) if scan is None else scan
+    except IsaDecodeError as exc:
+        scan = exc
+    if isinstance(scan, IsaDecodeError):
         return  # not x86-64 ELF64: wrong-arch and the readers report it
     beyond = spec.beyond(list(scan.extensions), target.cpu_isa, target.cpu_extensions)
     if not beyond:
@@ -97,12 +101,12 @@ def _driver_table():
 
 
 def check_plugin_target(data, label: str, res: FileResult, profile: Profile, members: dict[str, bytes] | None = None,
-                        needed: tuple[str, ...] = ()) -> None:
-    check_cpu(data, label, res, profile)
+                        needed: tuple[str, ...] = (), scan=None) -> None:
+    check_cpu(data, label, res, profile, scan)
     check_cuda(data, label, res, profile, members or {}, needed)
 
 
-def check_file(path: Path, label: str, res: FileResult, profile: Profile, needed: tuple[str, ...]) -> None:
+def check_file(path: Path, label: str, res: FileResult, profile: Profile, needed: tuple[str, ...], scan=None) -> None:
     """A plugin file on disk, mapped (only its code, symbol table and data sections holding GPU code are read)."""
     import mmap
 
@@ -110,4 +114,4 @@ def check_file(path: Path, label: str, res: FileResult, profile: Profile, needed
         if f.seek(0, 2) == 0:
             return
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            check_plugin_target(m, label, res, profile, {}, needed)
+            check_plugin_target(m, label, res, profile, {}, needed, scan)

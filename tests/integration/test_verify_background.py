@@ -1,0 +1,125 @@
+"""verify decodes plugins' code in forked children while it checks the rest (toolchain.verify.scans; the CLI
+turns it on). The report must not depend on it: every case below is verified with and without, in a fresh
+interpreter (a test runner's worker may hold threads, where the scans stay in-process by design), on real
+gcc-built plugins: AVX2, AVX-512, AVX512-BF16, baseline, a package, a plugin relabelled for another
+machine, a truncated one, and a library that is no plugin (its child is killed). A child that fails, dies or
+answers garbage leaves the scan to the parent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.integration import elf_builders as eb
+from tests.integration.test_target_rules import KERNELS
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                reason="background scans need a second CPU (this machine has one)")
+
+SCRIPT = r"""
+import json, os, sys
+from toolchain.report import render
+from toolchain.verify import scans, verify_paths
+
+files, profile, fault = json.loads(sys.argv[1])
+taken = []
+orig_take = scans.BackgroundScans.take
+def take(self, label):
+    got = orig_take(self, label)
+    taken.append([label, type(got).__name__])
+    return got
+scans.BackgroundScans.take = take
+if fault == "raise":
+    def boom(path, package):
+        raise RuntimeError("child fails")
+    scans._child_results = boom
+elif fault == "silent":
+    scans._child_results = lambda path, package: os._exit(0)
+elif fault == "garbage":
+    scans._child_results = lambda path, package: {str(path): {"scan": {"extensions": [["avx", "x"]]}}}
+elif fault == "killed":
+    scans._child_results = lambda path, package: os.kill(os.getpid(), 9)
+out = {}
+for bg in (False, True):
+    rep = verify_paths(files, host=None, profile=profile, background=bg)
+    out[str(bg)] = json.loads(render(rep, "json"))
+try:
+    os.waitpid(-1, os.WNOHANG)
+    left = True
+except ChildProcessError:
+    left = False
+print(json.dumps({"reports": out, "taken": taken, "children_left": left}))
+"""
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("bg")
+    out = {
+        "avx2": eb.build(d, "p_avx2", extra=KERNELS, flags=["-O2"]),
+        "avx512": eb.build(d, "p_avx512", extra=KERNELS, flags=["-O2", "-DWITH_AVX512"]),
+        "bf16": eb.build(d, "p_bf16", extra=KERNELS, flags=["-O2", "-DWITH_AVX512", "-DWITH_BF16"]),
+        "base": eb.build(d, "p_base", flags=["-O2"]),
+        "lib": eb.build_lib(d, "libplain.so.1", "int plain(int x) { return x + 1; }\n"),
+    }
+    out["arm"] = eb.set_machine(out["avx2"], d / "p_arm.so", 183)
+    data = out["avx512"].read_bytes()
+    (d / "p_cut.so").write_bytes(data[: len(data) // 2])
+    out["cut"] = d / "p_cut.so"
+    pkg = d / "m.pt2"
+    with zipfile.ZipFile(pkg, "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.write(out["avx512"], "m/data/aotinductor/model/m.wrapper.so")
+    out["pt2"] = pkg
+    return out
+
+
+def _run(paths: list[Path], profile: str = "debian12", fault: str = "") -> dict:
+    arg = json.dumps([[str(p) for p in paths], profile, fault])
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, arg], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def _report(rep) -> str:
+    return json.dumps(rep, sort_keys=True)
+
+
+def test_background_scans_give_the_same_report(files):
+    names = ["avx2", "avx512", "bf16", "base", "lib", "arm", "cut", "pt2"]
+    got = _run([files[n] for n in names])
+    assert _report(got["reports"]["True"]) == _report(got["reports"]["False"])
+    rules = {f["rule"] for f in got["reports"]["True"]["findings"]}
+    assert {"cpu-isa-too-new", "wrong-arch"} <= rules  # the cases did what they are for
+    taken = dict((label, kind) for label, kind in got["taken"])
+    # the scans of the x86-64 plugins came from the children; the package's member by its label
+    assert taken[str(files["avx512"])] == "IsaScan" and taken[str(files["base"])] == "IsaScan"
+    assert taken[f"{files['pt2']}!m/data/aotinductor/model/m.wrapper.so"] == "IsaScan"
+    assert str(files["lib"]) not in taken  # no plugin: its child was killed, not asked
+    assert not got["children_left"]
+
+
+@pytest.mark.parametrize("fault", ["raise", "silent", "garbage", "killed"])
+def test_a_failed_child_leaves_the_scan_to_the_parent(files, fault):
+    got = _run([files["avx512"], files["avx2"]], fault=fault)
+    assert _report(got["reports"]["True"]) == _report(got["reports"]["False"])
+    assert "cpu-isa-too-new" in _report(got["reports"]["True"])
+    assert {kind for _, kind in got["taken"]} == {"NoneType"}  # every scan made in the parent
+    assert not got["children_left"]
+
+
+def test_no_fork_beside_other_threads(files):
+    code = ("import threading, time\n"
+            "from toolchain.verify.scans import BackgroundScans\n"
+            "threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n"
+            f"s = BackgroundScans([({str(files['avx2'])!r}, False)])\n"
+            "print(s._slots, len(s._running))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout.split() == ["0", "0"], proc.stderr

@@ -1,0 +1,179 @@
+"""The CPU-extension scans of a verify run, started in forked children before the ELF checks.
+
+Decoding a plugin's code (toolchain.isa) is the largest single part of verifying a small plugin, and it needs
+nothing the ELF checks compute: a child process forked at the start of the run decodes the file on another
+core while this process reads the host, its libraries and the plugin's symbols. The child sends the scan
+back as JSON through a pipe; anything short of a complete answer (the child failed, was killed, or
+wrote garbage) makes the caller scan in this process, so a report never depends on whether a child ran.
+
+Used only where it cannot hurt: Linux fork, at least two CPUs this process may run on, and no other Python
+thread in the process (a fork copies one thread; a lock another thread held would stay held in the child).
+At most one child per spare CPU runs at a time; the rest start as earlier ones are collected, and children
+whose results are never asked for (the file turned out not to be a plugin) are killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from toolchain.isa import IsaDecodeError, IsaScan, IsaUse, scan_elf, scan_file
+
+__all__ = ["BackgroundScans"]
+
+_MAX_CHILDREN = 4
+
+
+def _spare_cpus() -> int:
+    """CPUs beside this process's own it may run on (0 where children would only compete with it)."""
+    if not hasattr(os, "fork") or not hasattr(os, "sched_getaffinity"):
+        return 0
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return 0
+    return min(len(os.sched_getaffinity(0)) - 1, _MAX_CHILDREN)
+
+
+def _encode(scan: IsaScan) -> dict:
+    return {"extensions": [[k, u.count, u.example, u.function, u.address] for k, u in scan.extensions.items()],
+            "level": scan.level, "decoded_bytes": scan.decoded_bytes, "text_bytes": scan.text_bytes,
+            "undecodable": scan.undecodable}
+
+
+def _decode(doc: dict) -> IsaScan:
+    exts = {str(k): IsaUse(count=int(n), example=str(ex), function=str(fn), address=int(addr))
+            for k, n, ex, fn, addr in doc["extensions"]}
+    return IsaScan(extensions=exts, level=str(doc["level"]), decoded_bytes=int(doc["decoded_bytes"]),
+                   text_bytes=int(doc["text_bytes"]), undecodable=int(doc["undecodable"]))
+
+
+def _scan_one(scan) -> dict:
+    try:
+        return {"scan": _encode(scan())}
+    except IsaDecodeError:
+        return {"decode_error": True}
+
+
+def _child_results(path: Path, package: bool) -> dict[str, dict]:
+    """What the child computes: the scan of the file, or of each .so member of the package (by label)."""
+    if not package:
+        return {str(path): _scan_one(lambda: scan_file(path))}
+    from toolchain.pt2 import open_package
+
+    out: dict[str, dict] = {}
+    with open_package(path) as pkg:
+        for name in pkg.members:
+            if name.endswith(".so"):
+                label = f"{path}!{name}"
+                data = pkg.read(name)
+                out[label] = _scan_one(lambda data=data, label=label: scan_elf(data, label))
+    return out
+
+
+class _Child:
+    def __init__(self, pid: int, fd: int, labels_of: str) -> None:
+        self.pid, self.fd, self.path = pid, fd, labels_of
+
+
+class BackgroundScans:
+    """Scans of `jobs` ((path, is_package) in the order they will be asked for) running ahead in children.
+    `take(label)` gives the scan (an IsaScan), an IsaDecodeError (not x86-64 ELF64 code) or None: not
+    scanned in the background, the caller scans itself. `close()` kills and reaps what is left."""
+
+    def __init__(self, jobs: list[tuple[Path, bool]]) -> None:
+        self._pending = list(jobs)
+        self._running: list[_Child] = []
+        self._results: dict[str, dict] = {}
+        self._slots = _spare_cpus() if jobs else 0
+        self._fill()
+
+    def _fill(self) -> None:
+        while self._pending and len(self._running) < self._slots:
+            path, package = self._pending.pop(0)
+            child = self._fork(path, package)
+            if child is None:
+                self._slots = 0  # fork failed (out of processes or memory): scan in this process from now on
+                self._pending.clear()
+                return
+            self._running.append(child)
+
+    @staticmethod
+    def _fork(path: Path, package: bool) -> _Child | None:
+        r, w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            return None
+        if pid == 0:  # the child: compute, write, and leave without running the parent's exit handlers
+            code = 1
+            try:
+                os.close(r)
+                data = json.dumps(_child_results(path, package)).encode()
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(w, view):]
+                code = 0
+            except BaseException:  # noqa: BLE001, S110 -- no answer: the parent scans itself
+                pass
+            finally:
+                os._exit(code)
+        os.close(w)
+        return _Child(pid, r, str(path))
+
+    def _collect(self, child: _Child) -> None:
+        chunks = []
+        try:
+            while chunk := os.read(child.fd, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(child.fd)
+            _, status = os.waitpid(child.pid, 0)
+        self._running.remove(child)
+        if os.waitstatus_to_exitcode(status) != 0:
+            return
+        try:
+            doc = json.loads(b"".join(chunks))
+        except ValueError:
+            return
+        if isinstance(doc, dict):
+            self._results.update(doc)
+
+    def take(self, label: str) -> IsaScan | IsaDecodeError | None:
+        for child in list(self._running):
+            if label == child.path or label.startswith(f"{child.path}!"):
+                self._collect(child)
+                self._fill()
+        got = self._results.pop(label, None)
+        if not isinstance(got, dict):
+            return None
+        try:
+            if got.get("decode_error") is True:
+                return IsaDecodeError(f"{label}: not x86-64 ELF64 code")
+            return _decode(got["scan"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def drop(self, path: Path) -> None:
+        """The file's results will not be asked for: stop its child, forget its job."""
+        self._pending = [(p, k) for p, k in self._pending if p != path]
+        for child in [c for c in self._running if c.path == str(path)]:
+            self._kill(child)
+        self._fill()
+
+    def _kill(self, child: _Child) -> None:
+        try:
+            os.kill(child.pid, 9)
+        except ProcessLookupError:
+            pass
+        os.close(child.fd)
+        os.waitpid(child.pid, 0)
+        self._running.remove(child)
+
+    def close(self) -> None:
+        self._pending.clear()
+        for child in list(self._running):
+            self._kill(child)
+        self._results.clear()
