@@ -39,16 +39,20 @@ std::string dims(const std::vector<int64_t>& v) {
 // recomputed for the actual sizes. An empty layout means contiguous.
 std::vector<int64_t> expected_strides(const std::vector<int64_t>& layout, const std::vector<int64_t>& sizes) {
   if (layout.empty() || layout.size() != sizes.size()) return Tensor::contiguous_strides(sizes);
-  std::vector<size_t> order(sizes.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // innermost first: sort dims by the layout's stride (stable, ties keep the later dim inner)
-  for (size_t i = 0; i < order.size(); ++i)
-    for (size_t j = i + 1; j < order.size(); ++j)
+  // innermost first: sort dims by the layout's stride (stable, ties keep the later dim inner); the order lives
+  // on the stack for up to 16 dims (this runs on every call, per input)
+  const size_t n = sizes.size();
+  size_t small[16];
+  std::vector<size_t> big(n > 16 ? n : 0);
+  size_t* order = n > 16 ? big.data() : small;
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j)
       if (layout[order[j]] < layout[order[i]] || (layout[order[j]] == layout[order[i]] && order[j] > order[i]))
         std::swap(order[i], order[j]);
-  std::vector<int64_t> out(sizes.size());
+  std::vector<int64_t> out(n);
   int64_t s = 1;
-  for (size_t k = 0; k < order.size(); ++k) {
+  for (size_t k = 0; k < n; ++k) {
     out[order[k]] = s;
     s *= std::max<int64_t>(sizes[order[k]], 1);
   }
@@ -545,13 +549,14 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
         throw Error(what() + ": " + layout_name(sizes, strides) + ", the plugin was built for " +
                         layout_name(sizes, want) + "; strict mode refuses to convert: pass the array in that layout "
                         "or drop --strict", AOTI_HOST_INVALID_ARGUMENT);
-      Tensor* t = Tensor::from_blob(v.data, v.dtype, sizes, strides, 0, v.device_type, v.device_type ? v.device_index : 0);
-      if (convert) {
-        // The plugin indexes inputs with the strides it was built for and never checks them.
+      if (convert)  // the plugin indexes inputs with the strides it was built for and never checks them
         log(LogLevel::Debug, "%s: %s converted to the plugin's %s", what().c_str(), layout_name(sizes, strides).c_str(),
             layout_name(sizes, want).c_str());
+      Tensor* t = Tensor::from_blob(v.data, v.dtype, std::move(sizes), std::move(strides), 0, v.device_type,
+                                    v.device_type ? v.device_index : 0);
+      if (convert) {
         std::unique_ptr<Tensor> borrowed(t);
-        t = Tensor::empty_strided(v.dtype, sizes, want, t->device_type(), t->device_index());
+        t = Tensor::empty_strided(v.dtype, borrowed->sizes(), std::move(want), t->device_type(), t->device_index());
         AtenTensorHandle dst = to_handle(t);
         if (aoti_torch_copy_(dst, to_handle(borrowed.get()), 0) != AOTI_TORCH_SUCCESS) {
           delete t;

@@ -113,12 +113,17 @@ void check(int code, const char* what) {
   throw Error(std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
+// Read once: the visible devices are fixed when the CUDA runtime initialises (CUDA_VISIBLE_DEVICES is read
+// then), and every tensor made from a caller's device pointer checks its index against it.
 int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
+  static const int n = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return count;
+  }();
   return n;
 }
 

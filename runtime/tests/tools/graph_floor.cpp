@@ -12,6 +12,10 @@
 //   c_api:  a second program of the same package loaded and run through the C API exactly as aoti-run
 //           --cuda-graphs --device-inputs runs it (aoti_host_program_run_method, borrowed outputs freed,
 //           aoti_host_program_synchronize), on the same device inputs.
+// Also the host's share, where the per-call path's extra time sits: the median time the floor's
+// cudaGraphLaunch call takes to return (launch_host_us) and the one of Program::run (run_host_us: its input
+// handling, the launch, its output handles); and the cost of two CUDA runtime calls the run path makes
+// (cudaGetDevice, cudaGetDeviceCount), in ns per call.
 // Prints one JSON line: medians over all calls of each side, and the graph counters.
 #include <cuda_runtime_api.h>
 
@@ -108,19 +112,28 @@ int main(int argc, char** argv) {
       cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
       cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     }
-    std::vector<double> floor_us, ours_us, copy_us, capi_us;
+    std::vector<double> floor_us, ours_us, copy_us, capi_us, launch_host_us, run_host_us;
+    auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
     for (long r = 0; r < rounds; ++r) {
       for (long c = 0; c < calls; ++c) {
         const auto t0 = Clock::now();
         cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+        const auto t1 = Clock::now();
         cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        floor_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        const auto t2 = Clock::now();
+        floor_us.push_back(us(t0, t2));
+        launch_host_us.push_back(us(t0, t1));
       }
       state->borrow_graph_outputs(true);
       for (long c = 0; c < calls; ++c) {
         const auto t0 = Clock::now();
-        run_ours();
-        ours_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        program.run(views.data(), views.size(), outs.data(), n_out);
+        const auto t1 = Clock::now();
+        for (auto& h : outs) aoti_torch_delete_tensor_object(h), h = nullptr;
+        state->synchronize();
+        const auto t2 = Clock::now();
+        ours_us.push_back(us(t0, t2));
+        run_host_us.push_back(us(t0, t1));
       }
       state->borrow_graph_outputs(false);
       for (long c = 0; c < calls; ++c) {
@@ -134,10 +147,22 @@ int main(int argc, char** argv) {
         capi_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
     }
+    auto ns_per_call = [](auto&& f) {
+      const int n = 20000;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < n; ++i) f();
+      return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / n;
+    };
+    int sink = 0;
+    const double get_device_ns = ns_per_call([&] { cudaGetDevice(&sink); });
+    const double device_count_ns = ns_per_call([&] { cudaGetDeviceCount(&sink); });
     const auto& st = state->stats();
-    std::printf("{\"floor_us\": %.2f, \"ours_us\": %.2f, \"ours_copy_us\": %.2f, \"c_api_us\": %.2f, \"calls\": %ld, "
-                "\"rounds\": %ld, \"captures\": %llu, \"replays\": %llu, \"input_copies\": %llu, \"output_copies\": %llu}\n",
-                median(floor_us), median(ours_us), median(copy_us), median(capi_us), calls, rounds,
+    std::printf("{\"floor_us\": %.2f, \"ours_us\": %.2f, \"ours_copy_us\": %.2f, \"c_api_us\": %.2f, "
+                "\"launch_host_us\": %.2f, \"run_host_us\": %.2f, \"get_device_ns\": %.1f, \"device_count_ns\": %.1f, "
+                "\"calls\": %ld, \"rounds\": %ld, \"captures\": %llu, \"replays\": %llu, \"input_copies\": %llu, "
+                "\"output_copies\": %llu}\n",
+                median(floor_us), median(ours_us), median(copy_us), median(capi_us), median(launch_host_us),
+                median(run_host_us), get_device_ns, device_count_ns, calls, rounds,
                 static_cast<unsigned long long>(st.captures), static_cast<unsigned long long>(st.replays),
                 static_cast<unsigned long long>(st.input_copies), static_cast<unsigned long long>(st.output_copies));
     return 0;
