@@ -123,3 +123,20 @@ def test_no_fork_beside_other_threads(files):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[2])
     assert proc.stdout.split() == ["0", "0"], proc.stderr
+
+
+def test_children_of_a_process_that_ignores_sigchld(files):
+    """A daemon that sets SIGCHLD to SIG_IGN has its children reaped by the kernel: waitpid fails there, and
+    the answers (complete JSON) are still used."""
+    code = ("import json, signal, sys\n"
+            "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+            "from toolchain.verify.scans import BackgroundScans\n"
+            f"s = BackgroundScans([({str(files['avx512'])!r}, False)])\n"
+            f"got = s.take({str(files['avx512'])!r})\n"
+            "s.close()\n"
+            "print(type(got).__name__, sorted(got.extensions) if got is not None else None)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    kind, _, exts = proc.stdout.partition(" ")
+    assert kind == "IsaScan" and "avx512f" in exts, proc.stdout

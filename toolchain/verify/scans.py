@@ -71,6 +71,15 @@ def _child_results(path: Path, package: bool) -> dict[str, dict]:
     return out
 
 
+def _reap(pid: int) -> int | None:
+    """The child's exit code; None where it was reaped already (a process that ignores SIGCHLD has its
+    children reaped by the kernel: then only a complete JSON answer tells that the child finished)."""
+    try:
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    except ChildProcessError:
+        return None
+
+
 class _Child:
     def __init__(self, pid: int, fd: int, labels_of: str) -> None:
         self.pid, self.fd, self.path = pid, fd, labels_of
@@ -130,9 +139,9 @@ class BackgroundScans:
                 chunks.append(chunk)
         finally:
             os.close(child.fd)
-            _, status = os.waitpid(child.pid, 0)
+            code = _reap(child.pid)
         self._running.remove(child)
-        if os.waitstatus_to_exitcode(status) != 0:
+        if code not in (0, None):
             return
         try:
             doc = json.loads(b"".join(chunks))
@@ -169,7 +178,7 @@ class BackgroundScans:
         except ProcessLookupError:
             pass
         os.close(child.fd)
-        os.waitpid(child.pid, 0)
+        _reap(child.pid)
         self._running.remove(child)
 
     def close(self) -> None:
