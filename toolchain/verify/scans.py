@@ -81,8 +81,11 @@ def _reap(pid: int) -> int | None:
 
 
 class _Child:
-    def __init__(self, pid: int, fd: int, labels_of: str) -> None:
-        self.pid, self.fd, self.path = pid, fd, labels_of
+    """A running child: its pid, the read end of its pipe, and the file it scans (the labels it answers for
+    are that path and, for a package, `path!member`)."""
+
+    def __init__(self, pid: int, fd: int, path: str) -> None:
+        self.pid, self.fd, self.path = pid, fd, path
 
 
 class BackgroundScans:
