@@ -140,3 +140,29 @@ def test_children_of_a_process_that_ignores_sigchld(files):
     assert proc.returncode == 0, proc.stderr
     kind, _, exts = proc.stdout.partition(" ")
     assert kind == "IsaScan" and "avx512f" in exts, proc.stdout
+
+
+@pytest.mark.parametrize(("layout", "want"), [
+    ({"cgroup": "0::/job\n", "job/cpu.max": "150000 100000\n"}, 1.5),
+    ({"cgroup": "0::/job\n", "job/cpu.max": "max 100000\n"}, None),
+    ({"cgroup": "0::/\n", "cpu.max": "50000 100000\n"}, 0.5),
+    ({"cgroup": "4:cpu,cpuacct:/docker/abc\n", "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "200000\n",
+      "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n"}, 2.0),
+    # inside a container the cgroup's own files are at the mount's root
+    ({"cgroup": "1:cpu:/docker/abc\n", "cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1.0),
+    ({"cgroup": "1:cpu:/\n", "cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cgroup": "0::/\n", "cpu.max": "garbage\n"}, None),
+    ({"cgroup": "\x00\xff:::\n"}, None),
+])
+def test_cpu_quota_from_cgroup_files(tmp_path, layout, want):
+    """The quota that caps the children (a container run with --cpus 1 gets none beside the parent)."""
+    from toolchain.verify.scans import cpu_quota
+
+    root = tmp_path / "sys"
+    for rel, text in layout.items():
+        if rel == "cgroup":
+            continue
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (tmp_path / "cgroup").write_bytes(layout["cgroup"].encode("latin-1"))
+    assert cpu_quota(str(root), str(tmp_path / "cgroup")) == want

@@ -26,13 +26,60 @@ _MAX_CHILDREN = 4
 
 
 def _spare_cpus() -> int:
-    """CPUs beside this process's own it may run on (0 where children would only compete with it)."""
+    """CPUs beside this process's own it may run on (0 where children would only compete with it): the CPUs
+    of its affinity mask, fewer where its cgroup's CPU quota allows less (a container's --cpus)."""
     if not hasattr(os, "fork") or not hasattr(os, "sched_getaffinity"):
         return 0
     threading = sys.modules.get("threading")
     if threading is not None and threading.active_count() > 1:
         return 0
-    return min(len(os.sched_getaffinity(0)) - 1, _MAX_CHILDREN)
+    cpus = len(os.sched_getaffinity(0))
+    quota = cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, int(quota))
+    return max(0, min(cpus - 1, _MAX_CHILDREN))
+
+
+def cpu_quota(root: str = "/sys/fs/cgroup", cgroup_file: str = "/proc/self/cgroup") -> float | None:
+    """CPUs' worth of time this process's cgroup may use (the CFS quota over its period: cgroup v2's cpu.max,
+    v1's cpu.cfs_quota_us / cpu.cfs_period_us), None where there is no quota or it cannot be read."""
+    try:
+        with open(cgroup_file, encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    v2, v1 = "/", "/"
+    for line in lines:
+        _, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if controllers == "":
+            v2 = path or "/"
+        elif "cpu" in controllers.split(","):
+            v1 = path or "/"
+    candidates = [(os.path.join(root, v2.lstrip("/"), "cpu.max"), None), (os.path.join(root, "cpu.max"), None)]
+    for v1_dir in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        for sub in (v1.lstrip("/"), ""):
+            d = os.path.join(root, v1_dir, sub)
+            candidates.append((os.path.join(d, "cpu.cfs_quota_us"), os.path.join(d, "cpu.cfs_period_us")))
+    for first, period_file in candidates:
+        try:
+            with open(first, encoding="ascii") as f:
+                text = f.read().split()
+            if period_file is None:  # v2: "QUOTA PERIOD" or "max PERIOD"
+                quota, period = text[0], text[1]
+            else:
+                with open(period_file, encoding="ascii") as f:
+                    quota, period = text[0], f.read().split()[0]
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if quota in ("max", "-1"):
+            return None
+        try:
+            q, p = int(quota), int(period)
+        except ValueError:
+            return None
+        return q / p if q > 0 and p > 0 else None
+    return None
 
 
 def _encode(scan: IsaScan) -> dict:
