@@ -56,7 +56,8 @@ def cpu_quota(root: str = "/sys/fs/cgroup", cgroup_file: str = "/proc/self/cgrou
             v2 = path or "/"
         elif "cpu" in controllers.split(","):
             v1 = path or "/"
-    candidates = [(os.path.join(root, v2.lstrip("/"), "cpu.max"), None), (os.path.join(root, "cpu.max"), None)]
+    candidates: list[tuple[str, str | None]] = [(os.path.join(root, v2.lstrip("/"), "cpu.max"), None),
+                                              (os.path.join(root, "cpu.max"), None)]
     for v1_dir in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
         for sub in (v1.lstrip("/"), ""):
             d = os.path.join(root, v1_dir, sub)
