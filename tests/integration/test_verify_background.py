@@ -42,7 +42,7 @@ if fault == "raise":
 elif fault == "silent":
     scans._child_results = lambda path, package: os._exit(0)
 elif fault == "garbage":
-    scans._child_results = lambda path, package: {str(path): {"scan": {"extensions": [["avx", "x"]]}}}
+    scans._child_results = lambda path, package: {str(path): {"extensions": [["avx", "x"]]}}
 elif fault == "killed":
     scans._child_results = lambda path, package: os.kill(os.getpid(), 9)
 out = {}

@@ -96,26 +96,27 @@ def _decode(doc: dict) -> IsaScan:
                    text_bytes=int(doc["text_bytes"]), undecodable=int(doc["undecodable"]))
 
 
-def _scan_one(scan) -> dict:
-    try:
-        return {"scan": _encode(scan())}
-    except IsaDecodeError:
-        return {"decode_error": True}
-
-
 def _child_results(path: Path, package: bool) -> dict[str, dict]:
-    """What the child computes: the scan of the file, or of each .so member of the package (by label)."""
-    if not package:
-        return {str(path): _scan_one(lambda: scan_file(path))}
+    """What the child computes: the scan of the file, or of each .so member of the package (by label). A file
+    the scan refuses (IsaDecodeError: not x86-64 ELF64 code) gets no entry: the parent's own scan refuses it
+    again from its headers, before any decoding."""
+    out: dict[str, dict] = {}
+    try:
+        if not package:
+            out[str(path)] = _encode(scan_file(path))
+            return out
+    except IsaDecodeError:
+        return out
     from toolchain.pt2 import open_package
 
-    out: dict[str, dict] = {}
     with open_package(path) as pkg:
         for name in pkg.members:
             if name.endswith(".so"):
                 label = f"{path}!{name}"
-                data = pkg.read(name)
-                out[label] = _scan_one(lambda data=data, label=label: scan_elf(data, label))
+                try:
+                    out[label] = _encode(scan_elf(pkg.read(name), label))
+                except IsaDecodeError:
+                    pass
     return out
 
 
@@ -138,8 +139,8 @@ class _Child:
 
 class BackgroundScans:
     """Scans of `jobs` ((path, is_package) in the order they will be asked for) running ahead in children.
-    `take(label)` gives the scan (an IsaScan), an IsaDecodeError (not x86-64 ELF64 code) or None: not
-    scanned in the background, the caller scans itself. `close()` kills and reaps what is left."""
+    `take(label)` gives the scan (an IsaScan) or None: not scanned in the background (or refused there), the
+    caller scans itself. `close()` kills and reaps what is left."""
 
     def __init__(self, jobs: list[tuple[Path, bool]]) -> None:
         self._pending = list(jobs)
@@ -201,18 +202,14 @@ class BackgroundScans:
         if isinstance(doc, dict):
             self._results.update(doc)
 
-    def take(self, label: str) -> IsaScan | IsaDecodeError | None:
+    def take(self, label: str) -> IsaScan | None:
         for child in list(self._running):
             if label == child.path or label.startswith(f"{child.path}!"):
                 self._collect(child)
                 self._fill()
         got = self._results.pop(label, None)
-        if not isinstance(got, dict):
-            return None
         try:
-            if got.get("decode_error") is True:
-                return IsaDecodeError(f"{label}: not x86-64 ELF64 code")
-            return _decode(got["scan"])
+            return _decode(got) if isinstance(got, dict) else None
         except (KeyError, TypeError, ValueError):
             return None
 

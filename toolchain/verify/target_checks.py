@@ -16,20 +16,19 @@ GPU_SUFFIXES = (".cubin", ".fatbin")
 
 def check_cpu(data, label: str, res: FileResult, profile: Profile, scan=None) -> None:
     """cpu-isa-too-new: the highest extension used beyond the profile's level, with its instruction. `scan`:
-    the code's scan (an IsaScan, or the IsaDecodeError it raised) where it was made already (in a child
-    process: toolchain.verify.scans); None scans `data` here."""
+    the code's IsaScan where it was made already (in a child process: toolchain.verify.scans); None scans
+    `data` here."""
     from toolchain.isa import IsaDecodeError, load_isa_spec, scan_elf
 
     target = profile.target
     if target.cpu_isa is None:
         return
     spec = load_isa_spec()
-    try:
-        scan = scan_elf(data, label) if scan is None else scan
-    except IsaDecodeError as exc:
-        scan = exc
-    if isinstance(scan, IsaDecodeError):
-        return  # not x86-64 ELF64: wrong-arch and the readers report it
+    if scan is None:
+        try:
+            scan = scan_elf(data, label)
+        except IsaDecodeError:
+            return  # not x86-64 ELF64: wrong-arch and the readers report it
     beyond = spec.beyond(list(scan.extensions), target.cpu_isa, target.cpu_extensions)
     if not beyond:
         return

@@ -139,12 +139,12 @@ int main(int argc, char** argv) {
       for (long c = 0; c < calls; ++c) {
         const auto t0 = Clock::now();
         run_ours();
-        copy_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        copy_us.push_back(us(t0, Clock::now()));
       }
       for (long c = 0; c < calls; ++c) {
         const auto t0 = Clock::now();
         run_capi();
-        capi_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        capi_us.push_back(us(t0, Clock::now()));
       }
     }
     auto ns_per_call = [](auto&& f) {
