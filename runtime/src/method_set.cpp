@@ -126,11 +126,16 @@ bool same_values(const Tensor& a, const Tensor& b, std::string* why) {
 
 bool on_device(const Tensor& t) { return t.device_type() != device_code::kCPU; }
 
+// dst <- src (same sizes), on the current stream; `what` names what is copied in the error.
+void copy_into(Tensor& dst, const Tensor& src, const char* what) {
+  if (aoti_torch_copy_(to_handle(&dst), to_handle(const_cast<Tensor*>(&src)), 0) != AOTI_TORCH_SUCCESS)
+    throw Error(std::string("copying ") + what + " failed: " + last_error(), AOTI_HOST_INTERNAL);
+}
+
 // A runtime-owned copy with the same dtype, sizes, strides and device, made on the current stream.
 std::unique_ptr<Tensor> copy_of(const Tensor& t) {
   std::unique_ptr<Tensor> c(Tensor::empty_strided(t.dtype(), t.sizes(), t.strides(), t.device_type(), t.device_index()));
-  if (aoti_torch_copy_(to_handle(c.get()), to_handle(const_cast<Tensor*>(&t)), 0) != AOTI_TORCH_SUCCESS)
-    throw Error("copying a constant failed: " + last_error(), AOTI_HOST_INTERNAL);
+  copy_into(*c, t, "a constant");
   return c;
 }
 
@@ -171,8 +176,7 @@ std::unique_ptr<Tensor> MethodSet::copy_value(const Tensor& src) {
 }
 
 void MethodSet::copy_value(Tensor& dst, const Tensor& src) {
-  if (aoti_torch_copy_(to_handle(&dst), to_handle(const_cast<Tensor*>(&src)), 0) != AOTI_TORCH_SUCCESS)
-    throw Error("copying session state failed: " + last_error(), AOTI_HOST_INTERNAL);
+  copy_into(dst, src, "session state");
   (on_device(dst) && on_device(src) ? stats_.state_device_copy_bytes : stats_.state_host_copy_bytes) += nbytes(src);
 }
 

@@ -111,7 +111,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto t = t0;
-  double ms[7] = {};
+  double package_ms = 0, device_ms = 0, store_ms = 0, dlopen_ms = 0, container_ms = 0, weights_ms = 0, checks_ms = 0;
   auto lap = [&t](double& slot) {
     const auto now = Clock::now();
     slot = std::chrono::duration<double, std::milli>(now - t).count();
@@ -125,28 +125,29 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   // Before anything of the plugin is stored or mapped: a plugin this machine can't run is refused by name.
   preflight(package.target(), path, device.cuda ? device.index : -1);
   p->adopt_package(package);
-  lap(ms[0]);
+  lap(package_ms);
   p->create_device_state(device);
   // The weights start for the device now, on a thread of their own, while the plugin is stored, opened and
   // its container created.
   p->start_weight_prefetch(options, package, defer_weights);
-  lap(ms[3]);
+  lap(device_ms);
   const PluginSource source = package.store_plugin();
-  lap(ms[1]);
+  lap(store_ms);
   p->plugin_ = open_plugin(source.load_path, source.shown);
-  lap(ms[2]);
+  lap(dlopen_ms);
   const StreamScopePtr scope = stream_scope(*p);  // the device current for the rest of the load
   p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);
-  lap(ms[4]);
+  lap(container_ms);
   p->apply_weights_policy(options, package, defer_weights);
-  lap(ms[5]);
+  lap(weights_ms);
   p->read_signature();
   p->check_constants();
   p->prefetch_.reset();  // a blob the plugin did not take (it embeds its weights): freed
-  lap(ms[6]);
+  lap(checks_ms);
   log(LogLevel::Info, "%s: loaded in %.1f ms: package and preflight %.1f, device state and weights started %.1f, "
       "plugin store %.1f, dlopen %.1f, container %.1f, weights %.1f, checks %.1f", path.c_str(),
-      std::chrono::duration<double, std::milli>(t - t0).count(), ms[0], ms[3], ms[1], ms[2], ms[4], ms[5], ms[6]);
+      std::chrono::duration<double, std::milli>(t - t0).count(), package_ms, device_ms, store_ms, dlopen_ms,
+      container_ms, weights_ms, checks_ms);
   return p;
 }
 
