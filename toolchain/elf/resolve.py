@@ -86,9 +86,6 @@ class Resolver:
         self._cache: dict[str, ElfFile | None] = {}
         self._defs: dict[str, dict[str, list[Symbol]]] = {}
         self._tables: dict[str, DynSymTable] = {}
-        # path -> the hash values of its GNU hash chains, once a lookup went through its table: a name whose
-        # hash none of them has is not defined there (lookup() skips the object without a call per name)
-        self._chains: dict[str, frozenset[int]] = {}
 
     def read(self, path: str) -> ElfFile | None:
         """A library's headers (its symbols are looked up by name, through its GNU hash table)."""
@@ -121,14 +118,8 @@ class Resolver:
         """The defined entries named `name` in one object: a GNU hash lookup for libraries."""
         table = self._tables.get(loaded.path)
         if table is not None and not loaded.elf.symbols and loaded.path not in self._defs:
-            hashes = self._chains.get(loaded.path)
-            if hashes is not None and gnu_hash(name) >> 1 not in hashes:
-                return []  # what table.lookup finds: nothing (its first test)
             found = table.lookup(name)
             if found is not None:
-                header = table._hash_header()
-                if header is not None and header[4] is not None:
-                    self._chains[loaded.path] = header[4]
                 return found
         return self.defs(loaded).get(name, [])
 
@@ -180,14 +171,14 @@ class Resolver:
 
     def lookup(self, sym: Symbol, scopes: list[Loaded], skip: str | None = None) -> Loaded | None:
         """The first object in `scopes` whose definition binds `sym` (a reference), or None."""
-        h = gnu_hash(sym.name) >> 1
-        chains = self._chains
+        h = gnu_hash(sym.name)
+        tables = self._tables
         for lo in scopes:
             if skip is not None and lo.path == skip:
                 continue
-            hashes = chains.get(lo.path)
-            if hashes is not None and h not in hashes and not lo.elf.symbols and lo.path not in self._defs:
-                continue  # what find_defs would find: nothing (DynSymTable.lookup's first test)
+            table = tables.get(lo.path)
+            if table is not None and not table.may_define(h) and not lo.elf.symbols and lo.path not in self._defs:
+                continue  # what find_defs would find: nothing (the Bloom filter, DynSymTable.lookup's first test)
             cands = self.find_defs(lo, sym.name)
             if not cands:
                 continue

@@ -98,10 +98,10 @@ class DynSymTable:
         raw = self.fmt.iter_unpack(self.v.buf[self.off:self.off + self.count * self.fmt.size])
         return tuple(s for i, f in enumerate(raw) if (s := self._symbol(i, f)) is not None)
 
-    def _hash_header(self) -> tuple[int, int, int, int, frozenset[int] | None] | None:
-        """DT_GNU_HASH's geometry, read once: (nbuckets, symoffset, buckets_at, chain_at, the chain's hash
-        values without their end bit, or None where its array does not lie inside the file), or None where
-        the file has no usable table."""
+    def _hash_header(self) -> tuple[int, int, int, int, tuple[int, ...] | None, int, int] | None:
+        """DT_GNU_HASH's geometry, read once: (nbuckets, symoffset, buckets_at, chain_at, the Bloom filter's
+        words or None where they do not lie inside the file, its shift, the bits per word), or None where the
+        file has no usable table."""
         if self._gh is not False:
             return self._gh  # type: ignore[return-value]
         sec = self.gnu_hash
@@ -110,32 +110,43 @@ class DynSymTable:
             return None
         v = self.v
         # a header outside the file raises here, on every lookup (nothing is remembered)
-        nbuckets, symoffset, bloom_size, _shift = v.unpack("IIII", sec.offset, "the GNU hash table")
+        nbuckets, symoffset, bloom_size, shift = v.unpack("IIII", sec.offset, "the GNU hash table")
         word = 8 if self.is64 else 4
         buckets_at = sec.offset + 16 + bloom_size * word
         chain_at = buckets_at + 4 * nbuckets
-        if nbuckets == 0 or chain_at > sec.offset + sec.size + 4 * self.count or symoffset > self.count:
-            self._gh = None
+        if nbuckets == 0 or chain_at > sec.offset + sec.size + 4 * self.count or symoffset > self.count or \
+                bloom_size > MAX_SYMBOLS:
+            self._gh = None  # lookups read every symbol instead
             return None
-        hashes = None
-        end = chain_at + 4 * (self.count - symoffset)
-        if 0 <= buckets_at and end <= v.end:
-            words = struct.unpack_from(f"{v.e}{(self.count - symoffset)}I", v.buf, chain_at)
-            hashes = frozenset(ch >> 1 for ch in words)
-        self._gh = (nbuckets, symoffset, buckets_at, chain_at, hashes)
+        bloom = None
+        if bloom_size and buckets_at <= v.end:
+            bloom = struct.unpack_from(f"{v.e}{bloom_size}{'Q' if self.is64 else 'I'}", v.buf, sec.offset + 16)
+        self._gh = (nbuckets, symoffset, buckets_at, chain_at, bloom, shift, word * 8)
         return self._gh
 
+    def may_define(self, h: int) -> bool:
+        """False where the loader's first test, DT_GNU_HASH's Bloom filter, rejects hash `h` (gnu_hash): the
+        loader then looks no further in this object (glibc's do_lookup_x), so neither does lookup(). True
+        where the filter lets it through or the file has no filter to test."""
+        header = self._hash_header()
+        if header is None or header[4] is None:
+            return True
+        bloom, shift, bits = header[4], header[5], header[6]
+        w = bloom[(h // bits) & (len(bloom) - 1)]  # the loader masks with (words - 1), as a power of two
+        return bool((w >> (h % bits)) & (w >> ((h >> shift) % bits)) & 1)
+
     def lookup(self, name: str) -> list[Symbol] | None:
-        """Defined entries named `name` via DT_GNU_HASH; None when the file has no usable GNU hash table."""
+        """Defined entries named `name` via DT_GNU_HASH, as the loader finds them (Bloom filter, bucket, chain);
+        None when the file has no usable GNU hash table."""
         header = self._hash_header()
         if header is None:
             return None
-        nbuckets, symoffset, buckets_at, chain_at, hashes = header
+        nbuckets, symoffset, buckets_at, chain_at = header[:4]
         v = self.v
         h = gnu_hash(name)
         out: list[Symbol] = []
-        if hashes is not None and h >> 1 not in hashes:
-            return out  # no chain entry has its hash: the walk below would match none (and read in bounds)
+        if not self.may_define(h):
+            return out
         (idx,) = v.unpack("I", buckets_at + 4 * (h % nbuckets), "a GNU hash bucket")
         if idx < symoffset:
             return out
