@@ -1,8 +1,8 @@
 """What CPU a plugin's code needs, read from the code itself: the x86-64 extensions its executable sections use.
 
 The executable sections are decoded with capstone (detail off: a linear sweep per function, from the symbol
-table); a function whose bytes hold none of the escape bytes every extension's encoding needs (EVEX 0x62,
-VEX 0xC4/0xC5, the 0x0F38/0x0F3A opcode maps, F3 0F B8/BC/BD) is not decoded at all. Each distinct
+table); a function whose bytes hold none of the byte sequences every extension's encodings contain
+(`_MAY_NEED`) is not decoded at all. Each distinct
 (mnemonic, encoding, vector width) is classified once, by one detailed decode (capstone's groups) plus a
 table of the AVX-512 subsets capstone has no group for. Weights and other data sections are never read.
 
@@ -12,6 +12,7 @@ preflight is generated from the same file).
 
 from __future__ import annotations
 
+import re
 import struct
 from functools import cache
 from pathlib import Path
@@ -46,10 +47,19 @@ _EVEX_MNEMONICS = (("vpdpbusd", "avx512_vnni"), ("vpdpwssd", "avx512_vnni"), ("v
                    ("vpclmulqdq", "vpclmulqdq"))
 _VEX_MNEMONICS = (("vpdpbusd", "avx_vnni"), ("vpdpwssd", "avx_vnni"), ("vgf2p8", "gfni"))
 _FP16_SUFFIXES = ("ph", "sh")  # EVEX map 5/6 arithmetic on half floats: avx512_fp16
+# fisttp: an x87 store capstone groups as FPU only, which SSE3 introduced (Intel SDM vol. 2A, FISTTP: CPUID.01H:ECX.SSE3)
 _PLAIN_MNEMONICS = {"popcnt": "popcnt", "lzcnt": "lzcnt", "tzcnt": "bmi1", "movbe": "movbe",
-                    "gf2p8affineqb": "gfni", "gf2p8affineinvqb": "gfni", "gf2p8mulb": "gfni"}
+                    "gf2p8affineqb": "gfni", "gf2p8affineinvqb": "gfni", "gf2p8mulb": "gfni", "fisttp": "sse3"}
 _PREFIXES = frozenset(b"\x66\x67\xf2\xf3\x2e\x3e\x26\x64\x65\x36")
-_ESCAPES = (b"\x62", b"\xc4", b"\xc5", b"\x0f\x38", b"\x0f\x3a", b"\xf3\x0f\xb8", b"\xf3\x0f\xbc", b"\xf3\x0f\xbd")
+# Bytes every instruction of every extension of toolchain/spec/cpu_isa.toml contains, whatever its prefixes:
+# EVEX 0x62 and VEX 0xC4/0xC5 (AVX and later, BMI, AMX); the 0F 38 / 0F 3A opcode maps (SSSE3, SSE4, AES,
+# PCLMUL, SHA, ADX, MOVBE, GFNI, CRC32); 0F B8/BC/BD (POPCNT, TZCNT, LZCNT: an F3 prefix, but a REX prefix may
+# stand between it and 0F, so the prefix is not part of the pattern); SSE3's 0F 7C/7D/D0/F0/12/16 (HADD, HSUB,
+# ADDSUB, LDDQU, MOVDDUP, MOVSLDUP, MOVSHDUP) and 0F 01 C8/C9 (MONITOR, MWAIT); and FISTTP's x87 opcodes
+# DB/DD/DF with ModRM.reg 1 and a memory operand. A function with none of them is not decoded: the result is
+# the same as decoding it (tests/integration/test_target_rules.py decodes everything to prove it).
+_MAY_NEED = re.compile(rb"[\x62\xc4\xc5]|\x0f[\x38\x3a\xb8\xbc\xbd\x7c\x7d\xd0\xf0\x12\x16]|\x0f\x01[\xc8\xc9]"
+                       rb"|[\xdb\xdd\xdf][\x08-\x0f\x48-\x4f\x88-\x8f]")
 
 
 @record
@@ -502,7 +512,7 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
         for off, size, addr, name in _regions(sections, _functions(data, sections)):
             scan.text_bytes += size
             code = bytes(data[off:off + size])
-            if not any(e in code for e in _ESCAPES):
+            if _MAY_NEED.search(code) is None:
                 continue
             scan.decoded_bytes += size
             at = 0

@@ -102,6 +102,76 @@ def test_ctypes_decoder_matches_capstones_package(plugins, monkeypatch):
     assert [scan(d) for d in files] == fast
 
 
+# One function per instruction form, each with no other extension in it (-O2, no -m flags: the baseline
+# code around them has no VEX/EVEX or 0F 38/3A bytes): the forms without an escape byte, SSE3's, x87
+# FISTTP's, and POPCNT/LZCNT/TZCNT with a REX prefix between their F3 prefix and 0F.
+ONE_FORM_EACH = r"""
+#define F(name, insn) __attribute__((visibility("default"))) void name(void* p) { __asm__ volatile(insn :: "r"(p) : "memory", "xmm0", "rax"); }
+F(f_haddps, "haddps %%xmm0, %%xmm0")
+F(f_hsubpd, "hsubpd %%xmm0, %%xmm0")
+F(f_addsubps, "addsubps %%xmm0, %%xmm0")
+F(f_lddqu, "lddqu (%0), %%xmm0")
+F(f_movddup, "movddup (%0), %%xmm0")
+F(f_movsldup, "movsldup %%xmm0, %%xmm0")
+F(f_movshdup, "movshdup %%xmm0, %%xmm0")
+F(f_fisttp, "fldz; fisttpl (%0)")
+F(f_fisttpq, "fldz; fisttpll 8(%0)")
+F(f_popcnt64, "popcnt %0, %%rax")
+F(f_lzcnt64, "lzcnt %0, %%rax")
+F(f_tzcnt64, "tzcnt %0, %%rax")
+"""
+
+
+def test_every_form_of_an_extension_is_decoded(tmp_path):
+    """Functions holding a single instruction of an extension that no VEX/EVEX or 0F 38/3A byte announces are
+    decoded and named, not skipped by the scan's pre-filter."""
+    so = eb.build(tmp_path, "p_forms", extra=ONE_FORM_EACH, flags=["-O2"])
+    scan = scan_file(so)
+    named = {u.function for u in scan.extensions.values()}
+    assert scan.extensions["sse3"].count >= 9, scan.extensions  # 7 SSE3 forms and 2 FISTTP
+    assert {"f_popcnt64", "f_lzcnt64", "f_tzcnt64"} <= named, scan.extensions
+    assert {"popcnt", "lzcnt", "bmi1"} <= set(scan.extensions), scan.extensions
+    assert scan.level == "x86-64-v3"  # lzcnt, tzcnt
+
+
+def _system_code() -> list[Path]:
+    from toolchain.elf.resolve import Resolver
+
+    r = Resolver()
+    out = []
+    for soname in ("libm.so.6", "libgomp.so.1", "libstdc++.so.6"):
+        for d in r.search_dirs:
+            if (Path(d) / soname).is_file():
+                out.append(Path(d) / soname)
+                break
+    return out
+
+
+def test_the_pre_filter_changes_no_result(plugins, tmp_path, monkeypatch):
+    """The scan decodes only functions holding one of `_MAY_NEED`'s byte sequences. Decoding every function
+    instead gives the same extensions, counts, examples, functions and addresses, on the test plugins, one
+    holding each escape-less form, and real libraries built with many extensions (libm's ifunc variants,
+    libgomp, libstdc++)."""
+    import re
+
+    from toolchain import isa
+
+    files = [*plugins.values(), eb.build(tmp_path, "p_forms", extra=ONE_FORM_EACH, flags=["-O2"]),
+             *_system_code()]
+    assert len(files) >= 6
+
+    def scans():
+        out = []
+        for f in files:
+            s = scan_file(f)
+            out.append((s.to_json(), s.undecodable))
+        return out
+
+    filtered = scans()
+    monkeypatch.setattr(isa, "_MAY_NEED", re.compile(b""))  # matches every function: all decoded
+    assert scans() == filtered
+
+
 def test_cpu_isa_too_new_against_profiles(plugins):
     def rules(path, profile):
         rep = verify_paths([path], host=None, profile=profile, kind="plugin")
