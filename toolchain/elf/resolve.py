@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from toolchain.elf.reader import ElfError, ElfFile, Symbol, open_library
-from toolchain.elf.symtab import DynSymTable, gnu_hash
+from toolchain.elf.symtab import DynSymTable, bloom_passes, gnu_hash
 from toolchain.record import field, record
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
@@ -86,6 +86,8 @@ class Resolver:
         self._cache: dict[str, ElfFile | None] = {}
         self._defs: dict[str, dict[str, list[Symbol]]] = {}
         self._tables: dict[str, DynSymTable] = {}
+        # path -> its Bloom filter (DynSymTable.bloom) for objects whose symbols are found through their table
+        self._blooms: dict[str, tuple | None] = {}
 
     def read(self, path: str) -> ElfFile | None:
         """A library's headers (its symbols are looked up by name, through its GNU hash table)."""
@@ -122,6 +124,36 @@ class Resolver:
             if found is not None:
                 return found
         return self.defs(loaded).get(name, [])
+
+    def _bloom(self, loaded: Loaded) -> tuple | None:
+        """The object's DT_GNU_HASH Bloom filter, which the loader tests before anything else, for objects
+        whose symbols are found through their table; None where there is none to test (a file read in full,
+        no usable filter, or a header that does not read: find_defs reports that)."""
+        path = loaded.path
+        if path in self._blooms:
+            return self._blooms[path]
+        table = self._tables.get(path)
+        f = None
+        if table is not None and not loaded.elf.symbols:
+            try:
+                f = table.bloom()
+            except ElfError:
+                f = None
+        self._blooms[path] = f
+        return f
+
+    def defined_among(self, loaded: Loaded, names: list[str]) -> dict[str, list[Symbol]]:
+        """find_defs for many names: {name: its defined entries} for the names `loaded` defines (the Bloom
+        filter read once for all of them)."""
+        f = self._bloom(loaded)
+        out: dict[str, list[Symbol]] = {}
+        for name in names:
+            if f is not None and not bloom_passes(f, gnu_hash(name)):
+                continue
+            found = self.find_defs(loaded, name)
+            if found:
+                out[name] = found
+        return out
 
     def find(self, name: str, requester: ElfFile, requester_path: str) -> str | None:
         """Path of the library `requester` gets for DT_NEEDED `name`, or None."""
@@ -172,12 +204,11 @@ class Resolver:
     def lookup(self, sym: Symbol, scopes: list[Loaded], skip: str | None = None) -> Loaded | None:
         """The first object in `scopes` whose definition binds `sym` (a reference), or None."""
         h = gnu_hash(sym.name)
-        tables = self._tables
         for lo in scopes:
             if skip is not None and lo.path == skip:
                 continue
-            table = tables.get(lo.path)
-            if table is not None and not table.may_define(h) and not lo.elf.symbols and lo.path not in self._defs:
+            f = self._bloom(lo)
+            if f is not None and not bloom_passes(f, h):
                 continue  # what find_defs would find: nothing (the Bloom filter, DynSymTable.lookup's first test)
             cands = self.find_defs(lo, sym.name)
             if not cands:

@@ -124,16 +124,18 @@ class DynSymTable:
         self._gh = (nbuckets, symoffset, buckets_at, chain_at, bloom, shift, word * 8)
         return self._gh
 
+    def bloom(self) -> tuple[tuple[int, ...], int, int] | None:
+        """DT_GNU_HASH's Bloom filter as (words, shift, bits per word) for `bloom_passes`, or None where the
+        file has no filter to test (every name passes)."""
+        header = self._hash_header()
+        return None if header is None or header[4] is None else (header[4], header[5], header[6])
+
     def may_define(self, h: int) -> bool:
         """False where the loader's first test, DT_GNU_HASH's Bloom filter, rejects hash `h` (gnu_hash): the
         loader then looks no further in this object (glibc's do_lookup_x), so neither does lookup(). True
         where the filter lets it through or the file has no filter to test."""
-        header = self._hash_header()
-        if header is None or header[4] is None:
-            return True
-        bloom, shift, bits = header[4], header[5], header[6]
-        w = bloom[(h // bits) & (len(bloom) - 1)]  # the loader masks with (words - 1), as a power of two
-        return bool((w >> (h % bits)) & (w >> ((h >> shift) % bits)) & 1)
+        f = self.bloom()
+        return f is None or bloom_passes(f, h)
 
     def lookup(self, name: str) -> list[Symbol] | None:
         """Defined entries named `name` via DT_GNU_HASH, as the loader finds them (Bloom filter, bucket, chain);
@@ -162,6 +164,13 @@ class DynSymTable:
                 break
             idx += 1
         return out
+
+
+def bloom_passes(f: tuple[tuple[int, ...], int, int], h: int) -> bool:
+    """glibc's Bloom test of hash `h` against a filter from DynSymTable.bloom()."""
+    words, shift, bits = f
+    w = words[(h // bits) & (len(words) - 1)]  # the loader masks with (words - 1), as a power of two
+    return bool((w >> (h % bits)) & (w >> ((h >> shift) % bits)) & 1)
 
 
 @cache

@@ -473,8 +473,11 @@ def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
                    f"{syms[0].binding}/{syms[0].visibility}{' hidden version' if syms[0].hidden else ''}")
             res.add("shim-not-exported", f"does not export shim {shim.name} ({why}): a plugin importing it fails "
                     "to load", symbol=shim.name)
+    names = [shim.name for shim in ctx.spec.shims]
+    defined_in = [ctx.resolver.defined_among(lo, names) for lo in scope]
     for shim in ctx.spec.shims:
-        providers = [lo for lo in scope if any(s.visibility == "DEFAULT" for s in ctx.resolver.find_defs(lo, shim.name))]
+        providers = [lo for lo, defs in zip(scope, defined_in, strict=True)
+                     if any(s.visibility == "DEFAULT" for s in defs.get(shim.name, ()))]
         if len(providers) > 1:
             names = [lo.path for lo in providers]
             res.add("duplicate-shim-definition", f"{shim.name} is defined by {len(names)} objects in the host's "
