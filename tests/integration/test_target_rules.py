@@ -331,9 +331,9 @@ def test_cuda_driver_too_old(gpu_code, tmp_path, monkeypatch):
     real = profiles.load_profile("dgx-h200")
     old = replace(real, name="old-driver", target=replace(real.target, cuda_driver=(535, 54), cuda_arch=(80, 90)))
     monkeypatch.setattr(profiles, "load_profile", lambda name: old)
-    import toolchain.verify as verify
+    from toolchain.verify import core
 
-    monkeypatch.setattr(verify, "load_profile", lambda name: old)
+    monkeypatch.setattr(core, "load_profile", lambda name: old)
     plugin = _embedding_plugin(tmp_path, "pfat", [gpu_code["fat"]])
     found = {f.rule: f for f in verify_paths([plugin], host=None, profile="x", kind="plugin").findings}
     f = found["cuda-driver-too-old"]

@@ -14,12 +14,21 @@ EXIT_CODES = ("exit codes: 0 pass (warnings allowed unless --strict); 1 failed (
 
 
 def main(args: argparse.Namespace) -> int:
-    from toolchain.report import render
-    from toolchain.verify import verify_paths
+    from toolchain.verify.scans import start
 
-    host, source = resolve_host(args.host)
-    report = verify_paths(args.files, host=host, profile=args.profile, strict=args.strict, kind=args.kind,
-                          host_source=source, background=True)
+    # The code scans start first, in children: they decode on other CPUs while this process imports the
+    # checks, reads the host and the plugins' symbols.
+    scans = start(args.files, args.kind)
+    try:
+        from toolchain.report import render
+        from toolchain.verify import verify_paths
+
+        host, source = resolve_host(args.host)
+        report = verify_paths(args.files, host=host, profile=args.profile, strict=args.strict, kind=args.kind,
+                              host_source=source, background=scans or False)
+    finally:
+        if scans is not None:
+            scans.close()
     text = render(report, args.format)
     if args.output:
         from toolchain.atomic import write_text

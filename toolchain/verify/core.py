@@ -1,9 +1,4 @@
-"""Prove before shipping that a plugin will load in a given host on a given target.
-
-API: ``verify_paths(paths, host=None, profile="host", strict=False) -> Report``; ``report.exit_code``.
-The SCons build, the release pipeline and ``aoti-toolchain verify`` all go through it. ``host=None`` checks
-standalone; the CLI's default host is this project's runtime library (``default_host``).
-"""
+"""verify's checks of files, packages and runtime trees (the API is toolchain.verify's: see there)."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ from toolchain.verify import checks
 from toolchain.verify.profiles import DEFAULT_PROFILE, load_profile
 
 __all__ = ["verify_paths", "verify_buffer", "make_context", "check_elf", "Report", "DEFAULT_PROFILE", "elf_members",
-           "default_host"]
+           "default_host", "proxy_ops"]
 
 
 def _short(path: Path, root: Path) -> str:
@@ -137,34 +132,30 @@ def _spec():
 
 
 def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_PROFILE, strict: bool = False,
-                 kind: str = "auto", host_source: str | None = None, background: bool = False) -> Report:
+                 kind: str = "auto", host_source: str | None = None, background=False) -> Report:
     """Verify plugins (and hosts) against a target profile, optionally inside a given host. Every .so member
     of a .pt2 is checked as a plugin, and the package's own entries (contract, constant layouts) as the runtime
     reads them. `host_source` says in the report where the host came from (e.g. "default: this project's
     runtime"). `background`: decode the files' code in forked children while the rest is checked
-    (toolchain.verify.scans; the CLI's choice: a library caller's process may hold threads fork cannot copy).
-    The report is the same either way."""
-    prof = load_profile(profile)
-    scans = _background_scans(paths, prof, kind) if background else None
+    (toolchain.verify.scans; the CLI's choice: a library caller's process may hold threads fork cannot copy):
+    True starts them here, a BackgroundScans from toolchain.verify.scans.start() uses those already running
+    (this call closes them). The report is the same either way."""
+    scans = None
+    if background is True:
+        from toolchain.verify.scans import start
+
+        scans = start(paths, kind)
+    elif background:
+        scans = background
     try:
+        prof = load_profile(profile)
+        if scans is not None and prof.target.cpu_isa is None:  # no CPU rule: nothing to decode
+            scans.close()
+            scans = None
         return _verify(paths, host, prof, strict, kind, host_source, scans)
     finally:
         if scans is not None:
             scans.close()
-
-
-def _background_scans(paths, prof, kind: str):
-    """Every file (or package) whose code the CPU rule may decode, scanning in children from now on."""
-    if prof.target.cpu_isa is None or kind not in ("auto", "plugin"):
-        return None
-    from toolchain.verify.scans import BackgroundScans
-
-    jobs = []
-    for p in paths:
-        path = Path(p)
-        if path.is_file() and not _is_runtime_tree(path):
-            jobs.append((path, _is_zip(path)))
-    return BackgroundScans(jobs)
 
 
 def _verify(paths, host, prof, strict: bool, kind: str, host_source: str | None, scans) -> Report:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
 from toolchain.isa import IsaDecodeError, IsaScan, IsaUse, scan_elf, scan_file
 
-__all__ = ["BackgroundScans"]
+__all__ = ["BackgroundScans", "start"]
 
 _MAX_CHILDREN = 4
 
@@ -118,6 +119,31 @@ def _child_results(path: Path, package: bool) -> dict[str, dict]:
                 except IsaDecodeError:
                     pass
     return out
+
+
+def start(paths, kind: str = "auto") -> BackgroundScans | None:
+    """Scans of the files among `paths` whose code the CPU rule may decode (a regular file holding ELF or a
+    zip: a package), started now; None where there is none to start (a `kind` the rule does not check, no
+    such file). Called before anything else is read, so that the children decode while the caller imports
+    and runs the checks; the caller closes it when the CPU rule is off (its profile has no [cpu])."""
+    if kind not in ("auto", "plugin"):
+        return None
+    jobs = []
+    for p in paths:
+        path = Path(p)
+        try:  # non-blocking, and a regular file only: a FIFO or a device is never waited on here
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            magic = os.read(fd, 4) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        except OSError:
+            magic = b""
+        finally:
+            os.close(fd)
+        if magic in (b"\x7fELF", b"PK\x03\x04"):
+            jobs.append((path, magic == b"PK\x03\x04"))
+    return BackgroundScans(jobs) if jobs else None
 
 
 def _reap(pid: int) -> int | None:
