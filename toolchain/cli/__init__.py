@@ -98,8 +98,37 @@ def _command(argv: list[str]) -> str | None:
     return argv[0] if argv and argv[0] in COMMANDS else None
 
 
+# Commands that leave nothing for the interpreter's finalization to do (no threads, atexit handlers, child
+# processes or open files once they return): run as the program, they end with os._exit once their output is
+# flushed, instead of a teardown that frees every module and object one by one (~13 ms of a small plugin's
+# verify, against ~1 ms for an empty interpreter).
+_NO_TEARDOWN = frozenset({"verify"})
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `aoti-toolchain` program (argv None: sys.argv, as the console script and `python -m toolchain` call
+    it), or one command line run in this process (argv given: it returns the exit code and nothing else)."""
     args_in = sys.argv[1:] if argv is None else argv
+    code = _run(args_in)
+    if argv is None and _command(args_in) in _NO_TEARDOWN:
+        _exit_without_teardown(code)
+    return code
+
+
+def _exit_without_teardown(code: int) -> None:
+    """os._exit(code) once stdout and stderr are flushed; returns (the normal exit follows) where a flush
+    fails, e.g. a reader that closed the pipe, so that Python reports it as it always does."""
+    import os
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code)
+
+
+def _run(args_in: list[str]) -> int:
     try:
         args = build_parser(_command(args_in)).parse_args(args_in)
         return int(args.func(args))
