@@ -17,7 +17,8 @@ PARSED_FILE = Path(__file__).resolve().parent / "spec" / "parsed.json"
 SCHEMA = 1
 
 _store: dict[str, tuple[str, str]] | None = None
-_prototypes: dict[str, tuple[str, str, tuple[tuple[str, str], ...], str]] = {}
+_stored_prototypes: dict = {}  # the store's "prototypes" as read: each entry checked when first asked for
+_prototypes: dict[str, tuple[str, str, tuple[tuple[str, str], ...], str] | None] = {}
 
 
 class TomlError(ValueError):
@@ -25,7 +26,7 @@ class TomlError(ValueError):
 
 
 def _load_store() -> dict[str, tuple[str, str]]:
-    global _store
+    global _store, _stored_prototypes
     if _store is None:
         _store = {}
         try:
@@ -38,22 +39,29 @@ def _load_store() -> dict[str, tuple[str, str]]:
                       if isinstance(e, dict) and isinstance(e.get("text"), str) and isinstance(e.get("data"), str)}
         protos = doc.get("prototypes") if isinstance(doc, dict) and doc.get("schema") == SCHEMA else None
         if isinstance(protos, dict):
-            for text, p in protos.items():
-                try:
-                    name, returns, params, prototype = p
-                    pairs = tuple((t, n) for t, n in params)
-                except (TypeError, ValueError):
-                    continue  # not the shape codegen writes: parsed by the caller instead
-                if all(isinstance(x, str) for x in (name, returns, prototype, *(y for pair in pairs for y in pair))):
-                    _prototypes[text] = (name, returns, pairs, prototype)
+            _stored_prototypes = protos
     return _store
+
+
+def _checked_prototype(p) -> tuple[str, str, tuple[tuple[str, str], ...], str] | None:
+    """A stored prototype entry in the shape codegen writes, or None (the caller parses the text instead)."""
+    try:
+        name, returns, params, prototype = p
+        pairs = tuple((t, n) for t, n in params)
+    except (TypeError, ValueError):
+        return None
+    if all(isinstance(x, str) for x in (name, returns, prototype, *(y for pair in pairs for y in pair))):
+        return (name, returns, pairs, prototype)
+    return None
 
 
 def stored_prototype(text: str) -> tuple[str, str, tuple[tuple[str, str], ...], str] | None:
     """toolchain.spec.parse_prototype's result for `text` as codegen stored it (name, return type, (type, name)
     of each parameter, normalised prototype), for a prototype of the spec; None for any other text."""
     _load_store()
-    return _prototypes.get(text)
+    if text not in _prototypes:
+        _prototypes[text] = _checked_prototype(_stored_prototypes[text]) if text in _stored_prototypes else None
+    return _prototypes[text]
 
 
 def parse_toml(text: str, name: str) -> dict:

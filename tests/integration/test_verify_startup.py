@@ -15,7 +15,8 @@ from tests.integration import elf_builders as eb
 from tests.integration.test_target_rules import KERNELS
 
 # dataclasses (and the inspect it imports): the classes of verify's modules are toolchain.record's
-NOT_FOR_VERIFY = ("torch", "numpy", "jinja2", "ray", "lief", "tomllib", "capstone", "dataclasses", "inspect")
+# typing: ~5 ms to import, and nothing verify runs needs it
+NOT_FOR_VERIFY = ("torch", "numpy", "jinja2", "ray", "lief", "tomllib", "capstone", "dataclasses", "inspect", "typing")
 
 WRAPPER = """
 import json, sys
@@ -49,3 +50,28 @@ def test_verify_imports_only_what_it_needs(tmp_path, host_lib):
         assert not heavy, f"verify --format {fmt} imported {sorted(heavy)}"
         # the other commands' modules are not imported to build verify's parser
         assert not {"toolchain.cli.main_export", "toolchain.cli.main_serve", "toolchain.target"} & mods
+
+
+def test_the_program_exits_with_its_report_whole(tmp_path, host_lib):
+    """Run as a program, verify ends with os._exit once its output is flushed (no interpreter teardown): the
+    report on a pipe is complete, the exit code is the report's, and -o writes the whole file; a reader that
+    closes the pipe early gets Python's usual exit, not a hang."""
+    plugin = eb.build(tmp_path, "p_avx2", extra=KERNELS, flags=["-O2"])
+    # block-buffered stdout, as for any program writing to a pipe: what is not flushed before the exit is lost
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["AOTI_HOST_LIBRARY"] = str(host_lib)
+    for extra, want in (([], 0), (["--profile", "debian12"], 1)):  # debian12: x86-64 baseline, so AVX2 fails
+        rc, _mods, _out = _modules(["verify", str(plugin), "--format", "json", *extra], tmp_path, host_lib)
+        assert rc == want
+        proc = subprocess.run([sys.executable, "-m", "toolchain", "verify", str(plugin), "--format", "json", *extra],
+                              capture_output=True, text=True, env=env)
+        assert proc.returncode == want, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["files"] and doc["summary"]["verdict"] == ("pass" if want == 0 else "fail")
+        report = tmp_path / "report.sarif"
+        proc = subprocess.run([sys.executable, "-m", "toolchain", "verify", str(plugin), "--format", "sarif", "-o",
+                               str(report), *extra], capture_output=True, text=True, env=env)
+        assert proc.returncode == want and json.loads(report.read_text())["runs"], proc.stderr
+    head = subprocess.run(f"{sys.executable} -m toolchain verify {plugin} | head -c 10", shell=True,
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert head.returncode == 0 and len(head.stdout) == 10
