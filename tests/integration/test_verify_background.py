@@ -166,3 +166,54 @@ def test_cpu_quota_from_cgroup_files(tmp_path, layout, want):
         (root / rel).write_text(text)
     (tmp_path / "cgroup").write_bytes(layout["cgroup"].encode("latin-1"))
     assert cpu_quota(str(root), str(tmp_path / "cgroup")) == want
+
+
+def test_start_picks_elf_and_zip_files_only(files, tmp_path):
+    """scans.start (the CLI calls it before anything else) starts a child per ELF file or zip; a FIFO is not
+    opened for reading (nothing would ever write to it: the CLI would hang), nor are a directory, a text file,
+    a missing path or an unreadable file; kinds the CPU rule does not check start nothing."""
+    fifo = tmp_path / "fifo.so"
+    os.mkfifo(fifo)
+    text = tmp_path / "notes.so"
+    text.write_text("not a plugin\n")
+    locked = tmp_path / "locked.so"
+    locked.write_bytes(files["avx2"].read_bytes())
+    locked.chmod(0)
+    code = ("import json, sys\n"
+            "from toolchain.verify.scans import start\n"
+            "paths, kind = json.loads(sys.argv[1])\n"
+            "s = start(paths, kind)\n"
+            "jobs = [] if s is None else [[str(p), z] for p, z in s._pending] + [[c.path, None] for c in s._running]\n"
+            "print(json.dumps(jobs))\n"
+            "if s is not None: s.close()\n")
+    paths = [str(p) for p in (fifo, text, tmp_path, tmp_path / "missing.so", locked, files["avx2"], files["pt2"])]
+    for kind in ("auto", "plugin", "host", "library"):
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps([paths, kind])], capture_output=True,
+                              text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+        assert proc.returncode == 0, proc.stderr
+        jobs = {p for p, _ in json.loads(proc.stdout)}
+        want = {str(files["avx2"]), str(files["pt2"])}
+        if os.access(locked, os.R_OK):  # root reads a mode-0 file: it is scanned like any other
+            want.add(str(locked))
+        assert jobs == (want if kind in ("auto", "plugin") else set()), (kind, jobs)
+
+
+def test_the_cli_leaves_no_child_behind(files, tmp_path):
+    """The CLI starts the scans before it reads anything else: a usage error found later (an unknown
+    profile, a host that is not built), or a profile without a CPU rule, ends with no child left running or
+    unreaped (a child left behind would keep decoding after the program exited)."""
+    code = ("import os, sys\n"
+            "from toolchain.cli import main\n"
+            "rc = main(sys.argv[1:])\n"
+            "try:\n"
+            "    os.waitpid(-1, os.WNOHANG)\n"
+            "    print(rc, 'child left')\n"
+            "except ChildProcessError:\n"
+            "    print(rc, 'none left')\n")
+    plugin = str(files["avx512"])
+    no_runtime = {**os.environ, "AOTI_HOST_LIBRARY": str(tmp_path / "not-built" / "libaoti_host.so")}
+    for args, rc, env in ((["--profile", "no-such-profile"], 2, None), (["--host", str(tmp_path / "nohost.so")], 3, None),
+                          (["--profile", "manylinux_2_34", "--host", "none"], 0, None), ([], 2, no_runtime)):
+        proc = subprocess.run([sys.executable, "-c", code, "verify", plugin, *args], capture_output=True, text=True,
+                              timeout=120, cwd=Path(__file__).resolve().parents[2], env=env)
+        assert proc.stdout.splitlines()[-1].split() == [str(rc), "none", "left"], (args, proc.stdout, proc.stderr)
