@@ -170,21 +170,36 @@ def _weights_range(data, sections) -> tuple[int, int] | None:
         if tab is None or tab.link >= len(sections):
             continue
         strs = sections[tab.link]
-        found: dict[str, int] = {}
-        for i in range(tab.size // 24):
-            st_name, _info, _o, _shndx, value, _size = struct.unpack_from("<IBBHQQ", data, tab.offset + i * 24)
-            if st_name >= strs.size:
-                continue
-            at = strs.offset + st_name
-            for name in WEIGHTS_SYMBOLS:
-                if bytes(data[at:at + len(name) + 1]) == name.encode() + b"\0":
-                    found[name] = value
+        found = {name: value for name in WEIGHTS_SYMBOLS
+                 if (value := _symbol_value(data, tab, strs, name)) is not None}
         if len(found) == 2:
             start, end = found[WEIGHTS_SYMBOLS[0]], found[WEIGHTS_SYMBOLS[1]]
             sec = next((s for s in sections if s.addr <= start < s.addr + s.size and s.type != 8), None)
             if sec is not None and start <= end <= sec.addr + sec.size:
                 return sec.offset + start - sec.addr, sec.offset + end - sec.addr
     return None
+
+
+def _symbol_value(data, tab, strs, name: str) -> int | None:
+    """st_value of the last entry of symbol table `tab` whose name (in string table `strs`) is `name`, found
+    by searching the bytes (the name in the string table, then each offset it is at as an entry's st_name)
+    rather than reading every entry; None where no entry has that name."""
+    want = name.encode() + b"\0"
+    count = tab.size // 24
+    best = -1
+    at = data.find(want, strs.offset, strs.offset + strs.size)
+    while at >= 0:
+        # a name starts at its own offset or inside a longer one (tail merging): an entry's st_name says which
+        key = struct.pack("<I", at - strs.offset)
+        pos = data.find(key, tab.offset, tab.offset + count * 24)
+        while pos >= 0:
+            if (pos - tab.offset) % 24 == 0:
+                best = max(best, (pos - tab.offset) // 24)
+            pos = data.find(key, pos + 1, tab.offset + count * 24)
+        at = data.find(want, at + 1, strs.offset + strs.size)
+    if best < 0:
+        return None
+    return struct.unpack_from("<Q", data, tab.offset + best * 24 + 8)[0]
 
 
 def plugin_images(data, label: str) -> tuple[list[CudaImage], list[str]]:

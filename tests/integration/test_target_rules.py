@@ -333,7 +333,7 @@ def test_cuda_driver_too_old(gpu_code, tmp_path, monkeypatch):
     monkeypatch.setattr(profiles, "load_profile", lambda name: old)
     from toolchain.verify import core
 
-    monkeypatch.setattr(core, "load_profile", lambda name: old)
+    monkeypatch.setattr(core, "load_profile", lambda name, read=None: old)
     plugin = _embedding_plugin(tmp_path, "pfat", [gpu_code["fat"]])
     found = {f.rule: f for f in verify_paths([plugin], host=None, profile="x", kind="plugin").findings}
     f = found["cuda-driver-too-old"]
@@ -351,3 +351,24 @@ def test_image_search_skips_the_embedded_weights_only(gpu_code, tmp_path):
     so = eb.build(tmp_path, "pw", extra=weights, flags=["-O2"])
     found, problems = plugin_images(so.read_bytes(), "pw.so")
     assert not problems and [(i.kind, i.sm) for i in found] == [("sass", 90)]
+
+
+def test_weights_range_found_by_name_alone(tmp_path):
+    """The embedded weights are found by their symbols' exact names, wherever the linker put the names in
+    the string table (a name can start inside a longer one it is the tail of): look-alike names around them
+    do not move the range."""
+    from toolchain.cuda_bin import _weights_range
+    from toolchain.isa import _sections
+
+    blob = (f'__asm__(".section .lrodata,\\"a\\"\\n'
+            f'.globl my_binary_constants_bin_start\\nmy_binary_constants_bin_start: .fill 32, 1, 0x44\\n'
+            f'.globl _binary_constants_bin_start\\n_binary_constants_bin_start: .fill 64, 1, 0x57\\n'
+            f'.globl _binary_constants_bin_end\\n_binary_constants_bin_end: .fill 16, 1, 0x44\\n'
+            f'.globl _binary_constants_bin_end_not\\n_binary_constants_bin_end_not: .fill 8, 1, 0x44\\n'
+            f'.previous");')
+    so = eb.build(tmp_path, "pweights", extra=blob, flags=["-O2"])
+    data = so.read_bytes()
+    got = _weights_range(data, _sections(data, "pweights.so"))
+    assert got is not None and data[got[0]:got[1]] == b"W" * 64, got
+    bare = eb.build(tmp_path, "pnoweights", flags=["-O2"])
+    assert _weights_range(bare.read_bytes(), _sections(bare.read_bytes(), "x")) is None
