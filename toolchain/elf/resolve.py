@@ -84,20 +84,26 @@ class Resolver:
         # empty entries mean the current directory to the loader; a verifier should not depend on it
         self.env_dirs = [d for d in env_path.replace(";", ":").split(":") if d]
         self._cache: dict[str, ElfFile | None] = {}
+        self._files: dict[str, tuple[ElfFile, DynSymTable] | None] = {}  # by real path
         self._defs: dict[str, dict[str, list[Symbol]]] = {}
         self._tables: dict[str, DynSymTable] = {}
         # path -> its Bloom filter (DynSymTable.bloom) for objects whose symbols are found through their table
         self._blooms: dict[str, tuple | None] = {}
 
     def read(self, path: str) -> ElfFile | None:
-        """A library's headers (its symbols are looked up by name, through its GNU hash table)."""
+        """A library's headers (its symbols are looked up by name, through its GNU hash table); None where it
+        does not read. A file reached by two paths (a symlink, /lib and /usr/lib) is parsed once."""
         if path not in self._cache:
-            try:
-                elf, table = open_library(path)
-                self._cache[path] = elf
-                self._tables[path] = table
-            except (ElfError, OSError):
-                self._cache[path] = None
+            real = os.path.realpath(path)
+            if real not in self._files:
+                try:
+                    self._files[real] = open_library(path)
+                except (ElfError, OSError):
+                    self._files[real] = None
+            got = self._files[real]
+            self._cache[path] = None if got is None else got[0]
+            if got is not None:
+                self._tables[path] = got[1]
         return self._cache[path]
 
     def defs(self, loaded: Loaded) -> dict[str, list[Symbol]]:

@@ -148,18 +148,19 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
     elif background:
         scans = background
     try:
-        prof = load_profile(profile)
+        resolver = Resolver()
+        prof = load_profile(profile, read=resolver.read)
         if scans is not None and prof.target.cpu_isa is None:  # no CPU rule: nothing to decode
             scans.close()
             scans = None
-        return _verify(paths, host, prof, strict, kind, host_source, scans)
+        return _verify(paths, host, prof, strict, kind, host_source, scans, resolver)
     finally:
         if scans is not None:
             scans.close()
 
 
-def _verify(paths, host, prof, strict: bool, kind: str, host_source: str | None, scans) -> Report:
-    ctx = checks.Context(spec=_spec(), profile=prof, resolver=Resolver())  # type: ignore[arg-type]
+def _verify(paths, host, prof, strict: bool, kind: str, host_source: str | None, scans, resolver: Resolver) -> Report:
+    ctx = checks.Context(spec=_spec(), profile=prof, resolver=resolver)  # type: ignore[arg-type]
     report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict,
                     host_source=host_source or ("--host" if host else "none: each file checked standalone"))
     if host is not None:

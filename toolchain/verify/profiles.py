@@ -115,9 +115,11 @@ def available() -> list[str]:
     return ["host", *sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))]
 
 
-def load_profile(name: str) -> Profile:
+def load_profile(name: str, read=None) -> Profile:
+    """A profile by name ("host": this machine's, read from its libraries). `read`: path -> ElfFile or None,
+    the reader of the run's Resolver, so that the libraries the host profile reads are parsed once."""
     if name == "host":
-        return host_profile()
+        return host_profile(read)
     path = PROFILE_DIR / f"{name}.toml"
     if not path.is_file():
         names = available()
@@ -140,10 +142,13 @@ def load_profile(name: str) -> Profile:
                    target=load_target(data, path))
 
 
-def host_profile() -> Profile:
-    """This machine: the highest version each of its own runtime libraries defines."""
+def host_profile(read=None) -> Profile:
+    """This machine: the highest version each of its own runtime libraries defines. `read`: as load_profile's."""
     from toolchain.elf.reader import open_library
     from toolchain.elf.resolve import DEFAULT_DIRS, ld_so_conf_dirs
+
+    def parse(path: str):
+        return open_library(path)[0] if read is None else read(path)
 
     dirs = [*ld_so_conf_dirs(), *DEFAULT_DIRS]
     maxv: dict[str, tuple[int, ...]] = {}
@@ -152,7 +157,8 @@ def host_profile() -> Profile:
         path = next((Path(d) / lib for d in dirs if (Path(d) / lib).is_file()), None)
         if path is None:
             continue
-        for vname in open_library(path.resolve())[0].verdef:
+        elf = parse(str(path.resolve()))
+        for vname in elf.verdef if elf is not None else ():
             parsed = parse_version(vname)
             if parsed and parsed[0] == fam and parsed[1] > maxv.get(fam, ()):
                 maxv[fam] = parsed[1]
