@@ -360,12 +360,12 @@ def test_weights_range_found_by_name_alone(tmp_path):
     from toolchain.cuda_bin import _weights_range
     from toolchain.isa import _sections
 
-    blob = (f'__asm__(".section .lrodata,\\"a\\"\\n'
-            f'.globl my_binary_constants_bin_start\\nmy_binary_constants_bin_start: .fill 32, 1, 0x44\\n'
-            f'.globl _binary_constants_bin_start\\n_binary_constants_bin_start: .fill 64, 1, 0x57\\n'
-            f'.globl _binary_constants_bin_end\\n_binary_constants_bin_end: .fill 16, 1, 0x44\\n'
-            f'.globl _binary_constants_bin_end_not\\n_binary_constants_bin_end_not: .fill 8, 1, 0x44\\n'
-            f'.previous");')
+    blob = ('__asm__(".section .lrodata,\\"a\\"\\n'
+            '.globl my_binary_constants_bin_start\\nmy_binary_constants_bin_start: .fill 32, 1, 0x44\\n'
+            '.globl _binary_constants_bin_start\\n_binary_constants_bin_start: .fill 64, 1, 0x57\\n'
+            '.globl _binary_constants_bin_end\\n_binary_constants_bin_end: .fill 16, 1, 0x44\\n'
+            '.globl _binary_constants_bin_end_not\\n_binary_constants_bin_end_not: .fill 8, 1, 0x44\\n'
+            '.previous");')
     so = eb.build(tmp_path, "pweights", extra=blob, flags=["-O2"])
     data = so.read_bytes()
     got = _weights_range(data, _sections(data, "pweights.so"))
