@@ -82,7 +82,7 @@ def test_outputs_outlive_the_program(runtime_lib, export_example):
     for fast in (True, False):
         prog = _load(runtime_lib, pt2)
         if not fast:
-            prog._fast = None  # the ctypes path: the same ownership through its own owner object
+            prog._fast = prog._plain = None  # the ctypes path: the same ownership through its own owner object
         outs = prog.run(xs)
         prog.close()
         del prog
@@ -163,12 +163,13 @@ def test_fast_and_ctypes_paths_agree_and_refuse_alike(runtime_lib, export_exampl
     fast = prog.run(xs)
     strided = [np.asfortranarray(a) for a in xs]  # another layout: the runtime converts it
     fast_strided = prog.run(strided)
-    keep, prog._fast = prog._fast, None
+    keep = prog._fast, prog._plain
+    prog._fast = prog._plain = None  # the ctypes path
     try:
         slow = prog.run(xs)
         slow_strided = prog.run(strided)
     finally:
-        prog._fast = keep
+        prog._fast, prog._plain = keep
     for a, b, c, d in zip(fast, slow, fast_strided, slow_strided, strict=True):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
@@ -224,3 +225,21 @@ def test_dlpack_export_is_a_view_that_keeps_its_owner(runtime_lib, torch):
         fast.to_dlpack(Owner(), base.ctypes.data, (4,), (1,), np.dtype("U1"), 1, 0)
     gc.collect()
     assert Owner.alive == 0
+
+
+def test_the_common_call_and_the_general_one_agree(runtime_lib, export_example):
+    """run(inputs) takes a shorter way into the compiled path than a call naming its method, session or
+    output type: the same outputs; a wrong number of inputs and a closed program are refused the same way."""
+    pt2, module, inputs = export_example("two_outputs")
+    prog = _load(runtime_lib, pt2)
+    assert prog._plain is not None
+    xs = [t.numpy() for t in inputs]
+    for a, b in zip(prog.run(xs), prog.run(xs, method=prog.methods[0]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(InputError, match=r"input\(s\), got"):
+        prog.run([*xs, xs[0]])
+    prog.synchronize()  # a no-op on the CPU, through the same tuple
+    prog.close()
+    assert prog._plain is None and prog._plain_sync is None
+    with pytest.raises(Exception, match="closed"):
+        prog.run(xs)

@@ -342,6 +342,11 @@ class Program(_Owned):
             library.check(library.lib.aoti_host_program_method_num_inputs(self._handle, i, ctypes.byref(a)), "inputs")
             library.check(library.lib.aoti_host_program_method_num_outputs(self._handle, i, ctypes.byref(b)), "outputs")
             self._arity[i] = (a.value, b.value)
+        # The common call, run(inputs) of the first method in the program's own state with the outputs the
+        # compiled path gives, read as one tuple per call: (compiled run, handle, inputs, outputs); the same for
+        # synchronize(). close() clears both before it frees the handle.
+        self._plain = (self._fast, handle, *self._arity[0]) if self._fast is not None and self._arity else None
+        self._plain_sync = (self._fast_sync, handle) if self._fast_sync is not None else None
 
     def _method_index(self, method: str | None) -> int:
         if method is None:
@@ -411,6 +416,14 @@ class Program(_Owned):
         Outputs are views of the runtime's buffers (no copy): each array owns its tensor, which stays valid
         after the program is closed. The GIL is released during the run: Python threads run a program
         concurrently, up to `num_models` runs at once (load()); a stateful program runs one at a time."""
+        plain = self._plain
+        if (plain is not None and method is None and session is None and output_type == "numpy"
+                and device_outputs == self._on_cuda and len(inputs) == plain[2]):
+            res = plain[0](plain[1], 0, None, inputs, plain[3], device_outputs)
+            if res.__class__ is list:
+                return res
+            if res is not NotImplemented:
+                self._lib.check(res, "run")
         fast = self._fast
         if fast is not None and device_outputs == self._on_cuda:
             index = 0 if method is None else self._method_index(method)
@@ -516,8 +529,11 @@ class Program(_Owned):
 
     def synchronize(self) -> None:
         """Wait for this program's device work (a no-op on the CPU); the GIL is released while it waits."""
-        if self._fast_sync is not None and self._handle.value is not None:
-            self._lib.check(self._fast_sync(self._handle.value), "synchronize")
+        plain = self._plain_sync
+        if plain is not None:
+            rc = plain[0](plain[1])
+            if rc:
+                self._lib.check(rc, "synchronize")
             return
         self._lib.check(self._lib.lib.aoti_host_program_synchronize(self._handle), "synchronize")
 
@@ -534,6 +550,7 @@ class Program(_Owned):
         return _cuda.stats(self._lib, self._handle)
 
     def close(self) -> None:
+        self._plain = self._plain_sync = None
         if self._handle.value is not None:
             self._lib.lib.aoti_host_program_free(self._handle)
             self._handle = ctypes.c_void_p()
