@@ -161,7 +161,7 @@ class Library:
                 return ctypes.cast(fn, ctypes.c_void_p).value or 0
 
             self.fast.bind_cuda(addr(self.lib.aoti_torch_get_device_index), addr(self.lib.aoti_host_program_synchronize),
-                                _cuda.CUDA_DEVICE_TYPE, _cuda.DeviceArray, _cuda.DeviceArray._adopt)
+                                _cuda.CUDA_DEVICE_TYPE, _cuda.DeviceArray)
             self._fast_cuda = True
         return self.fast
 

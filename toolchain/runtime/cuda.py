@@ -112,6 +112,8 @@ class DeviceArray:
     (owned tensor handle, freed with the array). DLPack consumers (`torch.from_dlpack`, cupy, JAX) take it
     without a copy (`__dlpack__`); the memory lives until the array and every such view are gone."""
 
+    # the compiled path (runtime/python/fastrun.c) makes program outputs without __init__: by the class's
+    # allocator, then ptr, shape, dtype, strides, device and _owner (a capsule freeing the tensor) set
     __slots__ = ("__weakref__", "_owner", "device", "dtype", "ptr", "shape", "strides")
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...] | None = None,
@@ -122,15 +124,6 @@ class DeviceArray:
         self.strides = tuple(strides) if strides is not None else _contiguous(self.shape)  # in elements
         self.device = device
         self._owner: Any = _Release(_free) if _free is not None else None
-
-    @classmethod
-    def _adopt(cls, owner: Any, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...],
-               device: int) -> DeviceArray:
-        """A program output from the compiled path: `owner` (a capsule) frees its tensor handle when it goes."""
-        self = object.__new__(cls)
-        self.ptr, self.shape, self.dtype, self.strides, self.device, self._owner = ptr, shape, dtype, strides, \
-            device, owner
-        return self
 
     @classmethod
     def empty(cls, shape: tuple[int, ...], dtype: Any, device: int = 0) -> DeviceArray:
