@@ -117,13 +117,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _exit_without_teardown(code: int) -> None:
     """os._exit(code) once stdout and stderr are flushed; returns (the normal exit follows) where a flush
-    fails, e.g. a reader that closed the pipe, so that Python reports it as it always does."""
+    fails, e.g. a reader that closed the pipe, or a stream is missing (started with it closed: None), so that
+    Python reports it as it always does."""
     import os
 
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return
     os._exit(code)
 
