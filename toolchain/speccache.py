@@ -17,8 +17,7 @@ PARSED_FILE = Path(__file__).resolve().parent / "spec" / "parsed.json"
 SCHEMA = 1
 
 _store: dict[str, tuple[str, str]] | None = None
-_stored_prototypes: dict = {}  # the store's "prototypes" as read: each entry checked when first asked for
-_prototypes: dict[str, tuple[str, str, tuple[tuple[str, str], ...], str] | None] = {}
+_stored_prototypes: dict = {}  # the store's "prototypes" as read: an entry is checked when it is asked for
 
 
 class TomlError(ValueError):
@@ -59,9 +58,7 @@ def stored_prototype(text: str) -> tuple[str, str, tuple[tuple[str, str], ...], 
     """toolchain.spec.parse_prototype's result for `text` as codegen stored it (name, return type, (type, name)
     of each parameter, normalised prototype), for a prototype of the spec; None for any other text."""
     _load_store()
-    if text not in _prototypes:
-        _prototypes[text] = _checked_prototype(_stored_prototypes[text]) if text in _stored_prototypes else None
-    return _prototypes[text]
+    return _checked_prototype(_stored_prototypes[text]) if text in _stored_prototypes else None
 
 
 def parse_toml(text: str, name: str) -> dict:
