@@ -148,19 +148,18 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
     elif background:
         scans = background
     try:
-        resolver = Resolver()
-        prof = load_profile(profile, read=resolver.read)
-        if scans is not None and prof.target.cpu_isa is None:  # no CPU rule: nothing to decode
+        ctx = make_context(profile)
+        if scans is not None and ctx.profile.target.cpu_isa is None:  # no CPU rule: nothing to decode
             scans.close()
             scans = None
-        return _verify(paths, host, prof, strict, kind, host_source, scans, resolver)
+        return _verify(paths, host, ctx, strict, kind, host_source, scans)
     finally:
         if scans is not None:
             scans.close()
 
 
-def _verify(paths, host, prof, strict: bool, kind: str, host_source: str | None, scans, resolver: Resolver) -> Report:
-    ctx = checks.Context(spec=_spec(), profile=prof, resolver=resolver)  # type: ignore[arg-type]
+def _verify(paths, host, ctx: checks.Context, strict: bool, kind: str, host_source: str | None, scans) -> Report:
+    prof = ctx.profile
     report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict,
                     host_source=host_source or ("--host" if host else "none: each file checked standalone"))
     if host is not None:
@@ -301,8 +300,12 @@ def _check_package(path: Path) -> FileResult:
 
 
 def make_context(profile: str = DEFAULT_PROFILE) -> checks.Context:
-    """A context to reuse across many `verify_buffer` calls (the fuzz test: libraries are read once)."""
-    return checks.Context(spec=_spec(), profile=load_profile(profile), resolver=Resolver())  # type: ignore[arg-type]
+    """The rules' context: the spec, the profile and a Resolver, which reads the libraries the host profile
+    reads too (each file parsed once). Reused across many `verify_buffer` calls (the fuzz test) and by the
+    post-link step."""
+    resolver = Resolver()
+    prof = load_profile(profile, read=resolver.read)
+    return checks.Context(spec=_spec(), profile=prof, resolver=resolver)  # type: ignore[arg-type]
 
 
 def verify_buffer(data: bytes, label: str, ctx: checks.Context, kind: str = "auto") -> FileResult:
