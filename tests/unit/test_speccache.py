@@ -1,9 +1,7 @@
-"""The spec's TOML parsed ahead of time (toolchain/spec/parsed.json, toolchain.speccache): current with the
+"""The spec's TOML parsed ahead of time (toolchain/_spec_parsed.py, toolchain.speccache): current with the
 spec, equal to tomllib's parse, and never used for a text that is not the stored one."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import tomllib
@@ -15,9 +13,10 @@ from toolchain.spec import SPEC_DIR
 def test_parsed_spec_is_generated_from_the_spec():
     fresh = codegen.render_parsed_spec()
     assert speccache.PARSED_FILE.read_text(encoding="utf-8") == fresh, \
-        "stale: run python -m toolchain.codegen --parsed-spec and commit toolchain/spec/parsed.json"
-    names = set(json.loads(fresh)["files"])
-    assert names == {p.name for p in SPEC_DIR.glob("*.toml")}
+        "stale: run python -m toolchain.codegen --parsed-spec and commit toolchain/_spec_parsed.py"
+    from toolchain import _spec_parsed
+
+    assert set(_spec_parsed.TEXTS) == set(_spec_parsed.DATA) == {p.name for p in SPEC_DIR.glob("*.toml")}
 
 
 @pytest.mark.parametrize("path", sorted(SPEC_DIR.glob("*.toml")), ids=lambda p: p.name)
@@ -55,13 +54,13 @@ def test_an_edited_spec_file_is_read_as_it_stands(tmp_path):
 
 def test_stored_prototypes_are_the_parsers():
     """Every prototype of the spec comes stored, equal to what the parser gives; other text is parsed."""
+    from toolchain import _spec_parsed
     from toolchain.spec import Function, Param, load_spec, parse_prototype, parse_prototype_text
 
     spec = load_spec()
     functions = [*spec.entry_points, *spec.shims]
     for fn in functions:
-        text = next(t for t, p in json.loads(speccache.PARSED_FILE.read_text())["prototypes"].items()
-                    if p[0] == fn.name)
+        text = next(t for t, p in _spec_parsed.PROTOTYPES.items() if p[0] == fn.name)
         assert speccache.stored_prototype(text) is not None
         assert parse_prototype(text) == parse_prototype_text(text)
         assert (fn.name, fn.returns, fn.params, fn.prototype) == tuple(vars(parse_prototype(text)).values())
@@ -69,3 +68,28 @@ def test_stored_prototypes_are_the_parsers():
     assert parse_prototype("int f(int x)") == Function("f", "int", (Param("int", "x"),), "int f(int x)")
     with pytest.raises(ValueError, match="cannot parse"):
         parse_prototype("not a prototype")
+
+
+def test_stored_spec_is_load_specs_and_only_for_the_stored_texts(tmp_path):
+    """load_spec builds the spec from codegen's stored rows only where all three files' texts are the stored
+    ones; the result equals the validated one. A file edited into an invalid spec (a duplicate shim, valid
+    TOML) is validated and refused, not served from the store."""
+    from toolchain.errors import SpecError
+    from toolchain.spec import load_spec, spec_files
+
+    for p in SPEC_DIR.glob("*.toml"):
+        (tmp_path / p.name).write_text(p.read_text(encoding="utf-8"), encoding="utf-8")
+    texts = {p.name: p.read_text(encoding="utf-8") for p in spec_files()}
+    assert speccache.stored_spec(texts) is not None
+    assert load_spec() == load_spec(stored=False)
+    copied = load_spec(tmp_path)
+    assert copied.sources == spec_files(tmp_path)
+    assert copied.shims == load_spec(stored=False).shims
+    shims = tmp_path / "shims.toml"
+    text = shims.read_text(encoding="utf-8")
+    first = text.index("[[shim]]")
+    block = text[first:text.index("[[shim]]", first + 1)]
+    shims.write_text(text + "\n" + block, encoding="utf-8")
+    assert speccache.stored_spec({**texts, "shims.toml": shims.read_text(encoding="utf-8")}) is None
+    with pytest.raises(SpecError, match="duplicate name"):
+        load_spec(tmp_path)

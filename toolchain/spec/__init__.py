@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolchain.errors import SpecError
 from toolchain.record import record
-from toolchain.speccache import TomlError, parse_toml, stored_prototype
+from toolchain.speccache import TomlError, parse_toml, stored_prototype, stored_spec
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
@@ -584,15 +584,49 @@ def load_c_api(path: Path | None = None) -> CApi:
     return CApi(tuple(statuses), tuple(structs), tuple(functions), tuple(data["shims"]), path)
 
 
+def _stored_rows(paths: tuple[Path, ...]) -> tuple | None:
+    """The stored spec's rows (toolchain.speccache.stored_spec) when the files' texts are the stored ones."""
+    texts = {}
+    for p in paths:
+        try:
+            texts[p.name] = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None  # the validating path reports it
+    return stored_spec(texts)
+
+
+def spec_rows(spec: Spec) -> tuple:
+    """What codegen stores of a validated spec (toolchain/_spec_parsed.py) for load_spec to build it from."""
+    return (tuple((e.name, e.returns, tuple((p.type, p.name) for p in e.params), e.prototype, e.required, e.since,
+                   e.deprecated, e.since_note) for e in spec.entry_points),
+            tuple((s.name, s.returns, tuple((p.type, p.name) for p in s.params), s.prototype, s.group, s.header, s.loads)
+                  for s in spec.shims),
+            tuple((p.name, p.sonames, p.symbol_patterns, p.preload, p.note) for p in spec.providers),
+            spec.types)
+
+
 def spec_files(directory: Path | None = None) -> tuple[Path, ...]:
     """The files ``load_spec`` reads, for build-system dependencies."""
     d = SPEC_DIR if directory is None else Path(directory)
     return (d / ENTRY_POINTS_FILE, d / SHIMS_FILE, d / PROVIDERS_FILE)
 
 
-def load_spec(directory: Path | None = None) -> Spec:
-    """Read and validate the spec in ``directory`` (default: the packaged one)."""
+def load_spec(directory: Path | None = None, *, stored: bool = True) -> Spec:
+    """Read and validate the spec in ``directory`` (default: the packaged one). Where the three files' texts
+    are the ones toolchain/_spec_parsed.py was generated from, the spec comes from there: what this function
+    gave for those texts, stored by codegen (`stored=False`: validate anyway, as codegen does)."""
     ep_path, shim_path, prov_path = spec_files(directory)
+    if stored:
+        rows = _stored_rows((ep_path, shim_path, prov_path))
+        if rows is not None:
+            eps, shims, provs, types = rows
+            return Spec(entry_points=tuple(EntryPoint(n, r, tuple(Param(t, pn) for t, pn in ps), pr, required=rq,
+                                                      since=si, deprecated=de, since_note=sn)
+                                           for n, r, ps, pr, rq, si, de, sn in eps),
+                        shims=tuple(Shim(n, r, tuple(Param(t, pn) for t, pn in ps), pr, group=g, header=h, loads=lo)
+                                    for n, r, ps, pr, g, h, lo in shims),
+                        providers=tuple(Provider(n, tuple(so), tuple(pa), pre, note) for n, so, pa, pre, note in provs),
+                        types=tuple(types), sources=(ep_path, shim_path, prov_path))
     entry_points = _load_entry_points(ep_path)
     shims, types = _load_shims(shim_path)
     providers = _load_providers(prov_path)
