@@ -16,7 +16,6 @@ manifest: every listed file present with its hash, nothing unlisted, the ELF fil
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -92,6 +91,8 @@ def make_manifest(root: Path, *, version: str, variant: str, build_config: str,
 
 
 def manifest_text(manifest: dict) -> str:
+    import json
+
     return json.dumps(manifest, indent=2, sort_keys=False) + "\n"
 
 
@@ -150,6 +151,8 @@ class ManifestError(Exception):
 def load_manifest(data: bytes, where: str) -> dict:
     if len(data) > _MAX_MANIFEST:
         raise ManifestError(f"{where}: {MANIFEST} is {len(data)} bytes, more than a manifest can be")
+    import json
+
     try:
         manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

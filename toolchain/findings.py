@@ -10,7 +10,7 @@ cannot parse: bad-package-json). Unreadable input wins over failures: the verdic
 
 from __future__ import annotations
 
-import string
+import _string  # string.Formatter's parser, without the string module (its Template compiles a regex)
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -32,7 +32,7 @@ REPORT_SCHEMA_VERSION = 1
 
 def template_fields(template: str) -> tuple[str, ...]:
     """The named fields of a fix template ("{soname}"), in order."""
-    return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f is not None)
+    return tuple(f for _, f, _, _ in _string.formatter_parser(template) if f is not None)
 
 
 @record(frozen=True)

@@ -8,9 +8,8 @@ wheel, aoti_toolchain_cuda/_host/ of the aoti-toolchain-cuda wheel); the builds 
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
+import sys
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -25,12 +24,32 @@ _CUDA = ("cuda-gcc-release", "cuda-clang-release", "cuda-gcc-debug")
 
 def _installed_cuda_host() -> Path | None:
     try:
-        spec = importlib.util.find_spec(CUDA_DISTRIBUTION_PACKAGE)
+        spec = find_spec(CUDA_DISTRIBUTION_PACKAGE)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))) / "_host"
+
+
+def find_spec(name: str):
+    """importlib.util.find_spec(name) of a top-level module name (an imported module's __spec__, else the first
+    of sys.meta_path's finders that finds it), without importing importlib.util (and its contextlib): every
+    verify without $AOTI_HOST_LIBRARY asks it."""
+    if "." in name:
+        raise ValueError(f"{name!r}: a top-level module name only")
+    module = sys.modules.get(name)
+    if module is not None:
+        spec = getattr(module, "__spec__", None)
+        if spec is None:
+            raise ValueError(f"{name}.__spec__ is None")
+        return spec
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = None if find is None else find(name, None)
+        if spec is not None:
+            return spec
+    return None
 
 
 def installed_trees() -> list[Path]:
@@ -83,6 +102,8 @@ def build_info(library: Path) -> dict | None:
     try:
         if path.stat().st_size > (4 << 20):
             return None
+        import json
+
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None

@@ -193,9 +193,14 @@ def _libcapstone():
     """libcapstone.so where capstone's package finds it (LIBCAPSTONE_PATH, else the package's lib/), loaded
     as the package loads it, if it is capstone 5; else None."""
     import ctypes
-    import importlib.util
     import os
-    spec = importlib.util.find_spec("capstone")
+
+    from toolchain.hostlib import find_spec
+
+    try:
+        spec = find_spec("capstone")
+    except (ImportError, ValueError):
+        spec = None
     dirs = [os.environ.get("LIBCAPSTONE_PATH")]  # where capstone's package looks first
     if spec is not None and spec.submodule_search_locations:
         dirs += [os.path.join(d, "lib") for d in spec.submodule_search_locations]
@@ -552,7 +557,7 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
     return scan
 
 
-def scan_file(path: Path) -> IsaScan:
+def scan_file(path: str | Path) -> IsaScan:
     """scan_elf of a file, mapped (only the executable sections and the symbol table are read)."""
     import mmap
 

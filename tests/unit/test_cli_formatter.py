@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from toolchain.cli import _Formatter, build_parser
+from toolchain.cli.parser import _Formatter, build_parser
 
 
 @pytest.mark.parametrize("columns", [None, "", "0", "-3", "abc", "40", "200"])

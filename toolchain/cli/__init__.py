@@ -1,101 +1,80 @@
-"""aoti-toolchain: command-line entry point (`aoti-toolchain ...` or `python -m toolchain ...`)."""
+"""aoti-toolchain: command-line entry point (`aoti-toolchain ...` or `python -m toolchain ...`).
+
+This module imports nothing but sys at start: `verify` forks its code scans (toolchain.verify.scans) from
+main(), before argparse and the checks are imported, so that the scans decode on another CPU while this
+process imports and parses. The parser is toolchain.cli.parser."""
 
 from __future__ import annotations
 
-import argparse
 import sys
-
-from toolchain.errors import ToolchainError, UsageError, exit_code
-
-
-def _columns() -> int:
-    """shutil.get_terminal_size().columns (COLUMNS, else the terminal of sys.__stdout__, else 80), without
-    importing shutil (and the zlib/bz2/lzma it imports) on every start."""
-    import os
-
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-        columns = columns or 80
-    return columns
-
-
-class _Formatter(argparse.HelpFormatter):
-    """argparse's default help format, its width found as argparse finds it (argparse builds a formatter for
-    every argument it registers, and its first one imports shutil for the width)."""
-
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
-                 width: int | None = None) -> None:
-        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # main() prefixes "aoti-toolchain: error:", so only a sub-command's name goes in front
-        command = self.prog.removeprefix("aoti-toolchain").strip()
-        raise UsageError(f"{command}: {message}" if command else message, fix=f"see `{self.prog} --help`")
-
 
 COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch", "serve")
 
 
-def version_text() -> str:
-    """`aoti-toolchain --version`: the toolchain's version, the runtime library it uses and that runtime's
-    build configuration (its manifest.json), the same two lines `aoti-run --version` prints."""
-    import toolchain
-    from toolchain.hostlib import build_info, find_library
+def build_parser(only: str | None = None):
+    """toolchain.cli.parser.build_parser: the parser of every command, or of `only`."""
+    from toolchain.cli.parser import build_parser as build
 
-    lines = [f"aoti-toolchain {toolchain.__version__}"]
-    lib = find_library()
-    info = build_info(lib) if lib is not None else None
-    if lib is None or not lib.is_file():
-        lines.append("runtime: none found (pip install aoti-toolchain, or scons in a checkout, or set AOTI_HOST_LIBRARY)")
-    elif info is None:
-        lines.append(f"runtime: {lib} (no manifest.json beside it: build configuration unknown)")
-    else:
-        if info.get("version") != toolchain.__version__:
-            lines.append(f"warning: the runtime is version {info.get('version')}, the toolchain {toolchain.__version__}")
-        lines.append(f"runtime: {info.get('build_config', '?')}")
-        lines.append(f"library: {lib}")
-    return "\n".join(lines)
-
-
-class _VersionAction(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(version_text())
-        parser.exit(0)
-
-
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser of `aoti-toolchain`: one module per command (toolchain/cli/main_<command>.py) registers its
-    sub-parser and runs it; a command's work is imported when it runs. `only`: register that command alone
-    (main() does when the command line names one, so `verify` does not import what `export` or `serve`
-    need just to build their parsers; anything else, --help included, gets every command)."""
-    import importlib
-
-    p = _Parser(prog="aoti-toolchain", description="Build, check, repair and run AOTInductor plugins.")
-    p.add_argument("--version", action=_VersionAction, nargs=0,
-                   help="print the version and the runtime's build configuration, then exit")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS if only is None else (only,):
-        importlib.import_module(f"toolchain.cli.main_{name}").register(sub)
-    return p
+    return build(only)
 
 
 def _command(argv: list[str]) -> str | None:
     """The command the arguments name when they start with one (the top-level parser takes only options
     before it, and an option there means the full parser: --help lists every command)."""
     return argv[0] if argv and argv[0] in COMMANDS else None
+
+
+# verify's options as its parser declares them (toolchain/cli/main_verify.py): whether each takes a value.
+# tests/unit/test_cli_prestart.py holds this table to the parser's.
+VERIFY_OPTIONS = {"-h": False, "--help": False, "--host": True, "--profile": True, "--format": True, "-o": True,
+                  "--output": True, "--strict": False, "--kind": True}
+
+
+def _verify_files(argv: list[str]) -> tuple[list[str], str] | None:
+    """The FILE arguments and --kind of verify's arguments (`argv`: after "verify"), read as argparse reads
+    them (long options abbreviated or with =VALUE, -oVALUE, --), before argparse is imported; None where this
+    reading is not sure of argparse's (an unknown or ambiguous option, a missing value, --help). Only a guess
+    at what to start early: verify starts again from its parsed arguments if they differ."""
+    files: list[str] = []
+    kind = "auto"
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg == "--":
+            files += argv[i:]
+            break
+        if not arg.startswith("-") or arg == "-":
+            files.append(arg)
+            continue
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if name not in VERIFY_OPTIONS:
+                matches = [o for o in VERIFY_OPTIONS if o.startswith("--") and o.startswith(name)]
+                if len(matches) != 1:
+                    return None
+                name = matches[0]
+            explicit = bool(eq)
+        else:
+            name, value = arg[:2], arg[2:]
+            if name not in VERIFY_OPTIONS:
+                return None
+            value = value.removeprefix("=")
+            explicit = len(arg) > 2
+        if name in ("-h", "--help"):
+            return None
+        if not VERIFY_OPTIONS[name]:
+            if explicit:
+                return None
+            continue
+        if not explicit:
+            if i >= len(argv):
+                return None
+            value = argv[i]
+            i += 1
+        if name == "--kind":
+            kind = value
+    return (files, kind) if files else None
 
 
 # Commands that leave nothing for the interpreter's finalization to do (no threads, atexit handlers, child
@@ -109,8 +88,22 @@ def main(argv: list[str] | None = None) -> int:
     """The `aoti-toolchain` program (argv None: sys.argv, as the console script and `python -m toolchain` call
     it), or one command line run in this process (argv given: it returns the exit code and nothing else)."""
     args_in = sys.argv[1:] if argv is None else argv
-    code = _run(args_in)
-    if argv is None and _command(args_in) in _NO_TEARDOWN:
+    command = _command(args_in)
+    if command == "verify":
+        # the scans of the files the command line names start now; verify takes them once it has parsed
+        # the same files and kind (else they are stopped: toolchain.verify.scans.start)
+        from toolchain.verify import scans
+
+        early = _verify_files(args_in[1:])
+        if early is not None:
+            scans.prestart(*early)
+        try:
+            code = _run(args_in)
+        finally:
+            scans.drop_prestarted()
+    else:
+        code = _run(args_in)
+    if argv is None and command in _NO_TEARDOWN:
         _exit_without_teardown(code)
     return code
 
@@ -130,6 +123,8 @@ def _exit_without_teardown(code: int) -> None:
 
 
 def _run(args_in: list[str]) -> int:
+    from toolchain.errors import ToolchainError, exit_code
+
     try:
         args = build_parser(_command(args_in)).parse_args(args_in)
         return int(args.func(args))

@@ -2,8 +2,9 @@
 
 Decoding a plugin's code (toolchain.isa) is the largest single part of verifying a small plugin, and it needs
 nothing the ELF checks compute: a child process forked at the start of the run decodes the file on another
-core while this process reads the host, its libraries and the plugin's symbols. The child sends the scan
-back as JSON through a pipe; anything short of a complete answer (the child failed, was killed, or
+core while this process reads the host, its libraries and the plugin's symbols. The CLI forks it before it
+parses its command line (`prestart`). The child sends the scan back through a pipe, marshalled (the same
+interpreter reads it: a fork); anything short of a complete answer (the child failed, was killed, or
 wrote garbage) makes the caller scan in this process, so a report never depends on whether a child ran.
 
 Used only where it cannot hurt: Linux fork, at least two CPUs this process may run on, and no other Python
@@ -13,15 +14,15 @@ whose results are never asked for (the file turned out not to be a plugin) are k
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
 import stat
 import sys
-from pathlib import Path
 
+# imported here, before the children fork (the CLI starts them first): a child does not import it again
 from toolchain.isa import IsaDecodeError, IsaScan, IsaUse, scan_elf, scan_file
 
-__all__ = ["BackgroundScans", "start"]
+__all__ = ["BackgroundScans", "drop_prestarted", "prestart", "start"]
 
 _MAX_CHILDREN = 4
 
@@ -97,20 +98,22 @@ def _decode(doc: dict) -> IsaScan:
                    text_bytes=int(doc["text_bytes"]), undecodable=int(doc["undecodable"]))
 
 
-def _child_results(path: Path, package: bool) -> dict[str, dict]:
+def _child_results(path: str, package: bool) -> dict[str, dict]:
     """What the child computes: the scan of the file, or of each .so member of the package (by label). A file
     the scan refuses (IsaDecodeError: not x86-64 ELF64 code) gets no entry: the parent's own scan refuses it
     again from its headers, before any decoding."""
     out: dict[str, dict] = {}
     try:
         if not package:
-            out[str(path)] = _encode(scan_file(path))
+            out[path] = _encode(scan_file(path))
             return out
     except IsaDecodeError:
         return out
+    from pathlib import Path
+
     from toolchain.pt2 import open_package
 
-    with open_package(path) as pkg:
+    with open_package(Path(path)) as pkg:
         for name in pkg.members:
             if name.endswith(".so"):
                 label = f"{path}!{name}"
@@ -125,12 +128,21 @@ def start(paths, kind: str = "auto") -> BackgroundScans | None:
     """Scans of the files among `paths` whose code the CPU rule may decode (a regular file holding ELF or a
     zip: a package), started now; None where there is none to start (a `kind` the rule does not check, no
     such file). Called before anything else is read, so that the children decode while the caller imports
-    and runs the checks; the caller closes it when the CPU rule is off (its profile has no [cpu])."""
+    and runs the checks; the caller closes it when the CPU rule is off (its profile has no [cpu]). Scans
+    `prestart` began for the same paths and kind are these: they are returned (any others are stopped)."""
+    global _prestarted
+    early, _prestarted = _prestarted, None
+    if early is not None:
+        files, early_kind, scans = early
+        if files == [os.fspath(p) for p in paths] and early_kind == kind:
+            return scans
+        if scans is not None:
+            scans.close()
     if kind not in ("auto", "plugin"):
         return None
     jobs = []
     for p in paths:
-        path = Path(p)
+        path = path_label(os.fspath(p))
         try:  # non-blocking, and a regular file only: a FIFO or a device is never waited on here
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
@@ -144,6 +156,36 @@ def start(paths, kind: str = "auto") -> BackgroundScans | None:
         if magic in (b"\x7fELF", b"PK\x03\x04"):
             jobs.append((path, magic == b"PK\x03\x04"))
     return BackgroundScans(jobs) if jobs else None
+
+
+def path_label(path: str) -> str:
+    """str(pathlib.Path(path)) on POSIX, without importing pathlib: the label verify's report gives the file
+    (toolchain.verify.core), which the children's answers are keyed by. Empty and "." parts are dropped, a
+    root of exactly two slashes is kept (POSIX leaves its meaning to the system), more become one."""
+    root = "//" if path.startswith("//") and not path.startswith("///") else "/" if path.startswith("/") else ""
+    return root + "/".join(part for part in path.split("/") if part and part != ".") or "."
+
+
+# (files, kind, their scans) started by prestart, until start() takes them or drop_prestarted() stops them
+_prestarted: tuple[list[str], str, BackgroundScans | None] | None = None
+
+
+def prestart(files: list[str], kind: str) -> None:
+    """Start the scans of a command line's files before the command line is parsed (toolchain.cli does, before
+    it imports argparse and the checks): the `start` that verify calls with the same files and kind returns
+    them, a `start` with others stops them, and `drop_prestarted` stops them where no `start` came."""
+    global _prestarted
+    drop_prestarted()
+    scans = start(files, kind)
+    _prestarted = (list(files), kind, scans)
+
+
+def drop_prestarted() -> None:
+    """Stop the scans prestart began that no start() took (the command line did not parse, or named others)."""
+    global _prestarted
+    early, _prestarted = _prestarted, None
+    if early is not None and early[2] is not None:
+        early[2].close()
 
 
 def _reap(pid: int) -> int | None:
@@ -168,7 +210,7 @@ class BackgroundScans:
     `take(label)` gives the scan (an IsaScan) or None: not scanned in the background (or refused there), the
     caller scans itself. `close()` kills and reaps what is left."""
 
-    def __init__(self, jobs: list[tuple[Path, bool]]) -> None:
+    def __init__(self, jobs: list[tuple[str, bool]]) -> None:
         self._pending = list(jobs)
         self._running: list[_Child] = []
         self._results: dict[str, dict] = {}
@@ -186,7 +228,7 @@ class BackgroundScans:
             self._running.append(child)
 
     @staticmethod
-    def _fork(path: Path, package: bool) -> _Child | None:
+    def _fork(path: str, package: bool) -> _Child | None:
         r, w = os.pipe()
         try:
             pid = os.fork()
@@ -198,7 +240,7 @@ class BackgroundScans:
             code = 1
             try:
                 os.close(r)
-                data = json.dumps(_child_results(path, package)).encode()
+                data = marshal.dumps(_child_results(path, package))
                 view = memoryview(data)
                 while view:
                     view = view[os.write(w, view):]
@@ -208,7 +250,7 @@ class BackgroundScans:
             finally:
                 os._exit(code)
         os.close(w)
-        return _Child(pid, r, str(path))
+        return _Child(pid, r, path)
 
     def _collect(self, child: _Child) -> None:
         chunks = []
@@ -222,8 +264,8 @@ class BackgroundScans:
         if code not in (0, None):
             return
         try:
-            doc = json.loads(b"".join(chunks))
-        except ValueError:
+            doc = marshal.loads(b"".join(chunks))
+        except (EOFError, ValueError, TypeError):
             return
         if isinstance(doc, dict):
             self._results.update(doc)
@@ -239,10 +281,11 @@ class BackgroundScans:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def drop(self, path: Path) -> None:
+    def drop(self, path) -> None:
         """The file's results will not be asked for: stop its child, forget its job."""
+        path = path_label(os.fspath(path))
         self._pending = [(p, k) for p, k in self._pending if p != path]
-        for child in [c for c in self._running if c.path == str(path)]:
+        for child in [c for c in self._running if c.path == path]:
             self._kill(child)
         self._fill()
 
