@@ -202,9 +202,15 @@ def _symbol_value(data, tab, strs, name: str) -> int | None:
     return struct.unpack_from("<Q", data, tab.offset + best * 24 + 8)[0]
 
 
+_SHF_ALLOC = 0x2
+_FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+
+
 def plugin_images(data, label: str) -> tuple[list[CudaImage], list[str]]:
-    """Every GPU image an x86-64 plugin .so carries (not its executable sections: code holds no images; not
-    its embedded weights: see _weights_range)."""
+    """Every GPU image an x86-64 plugin .so carries where the plugin can load it from: its allocated (SHF_ALLOC:
+    mapped at load) data sections, and the fatbin sections by name. Not its executable sections (code holds
+    no images), not its embedded weights (see _weights_range), and not what is never mapped (debug info,
+    .comment: most of a torch-built plugin's bytes beside the weights)."""
     from toolchain.isa import SHF_EXECINSTR, SHT_NOBITS, IsaDecodeError, _sections
 
     try:
@@ -217,6 +223,8 @@ def plugin_images(data, label: str) -> tuple[list[CudaImage], list[str]]:
     for s in sections:
         if s.type == SHT_NOBITS or s.flags & SHF_EXECINSTR or s.size == 0 or s.type in (2, 3, 11):
             continue
+        if not s.flags & _SHF_ALLOC and s.name not in _FATBIN_SECTIONS:
+            continue
         spans = [(s.offset, s.offset + s.size)]
         if weights is not None and s.offset <= weights[0] < s.offset + s.size:
             spans = [(s.offset, weights[0]), (weights[1], s.offset + s.size)]
@@ -224,7 +232,7 @@ def plugin_images(data, label: str) -> tuple[list[CudaImage], list[str]]:
             if stop <= start:
                 continue
             found, bad = scan_region(data, f"{label}:{s.name}", start, stop,
-                                     strict=s.name in (".nv_fatbin", "__nv_relfatbin"))
+                                     strict=s.name in _FATBIN_SECTIONS)
             images += found
             problems += bad
     return images, problems

@@ -353,6 +353,21 @@ def test_image_search_skips_the_embedded_weights_only(gpu_code, tmp_path):
     assert not problems and [(i.kind, i.sm) for i in found] == [("sass", 90)]
 
 
+@needs_nvcc
+def test_image_search_reads_what_the_loader_maps(gpu_code, tmp_path):
+    """A GPU image counts where the plugin can load it from: an allocated section (mapped at load). The same
+    cubin in a section the loader never maps (like debug info) is not the plugin's GPU code."""
+    blob = (f'__asm__(".section .notmapped,\\"\\",@progbits\\n.incbin \\"{gpu_code["sm80"]}\\"\\n.previous\\n'
+            f'.section .rodata\\n.balign 8\\n_k: .incbin \\"{gpu_code["sm90"]}\\"\\n.previous");')
+    so = eb.build(tmp_path, "pmapped", extra=blob, flags=["-O2", "-g"])
+    found, problems = plugin_images(so.read_bytes(), "pmapped.so")
+    assert not problems and [(i.kind, i.sm) for i in found] == [("sass", 90)]
+    from toolchain.isa import _sections
+
+    names = {sec.name: sec.flags for sec in _sections(so.read_bytes(), "pmapped.so")}
+    assert ".notmapped" in names and not names[".notmapped"] & 0x2 and ".debug_info" in names
+
+
 def test_weights_range_found_by_name_alone(tmp_path):
     """The embedded weights are found by their symbols' exact names, wherever the linker put the names in
     the string table (a name can start inside a longer one it is the tail of): look-alike names around them

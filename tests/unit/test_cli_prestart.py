@@ -1,6 +1,6 @@
-"""verify's code scans start before its command line is parsed (toolchain.cli reads the FILE arguments and --kind
-itself, before importing argparse): that reading must be argparse's wherever it gives one, the scans it starts
-are the ones verify takes only for the same files and kind, and the helpers that spare the start-up its
+"""verify reads its usual command lines without argparse (toolchain.cli.main_verify.quick_args) and starts its
+code scans before anything else is imported: that reading must be argparse's wherever it gives one, the scans it
+starts are the ones verify takes only for the same files and kind, and the helpers that spare the start-up its
 imports (pathlib's labels, glob, importlib.util.find_spec) give what the modules they replace give."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.cli import VERIFY_OPTIONS, _verify_files
+from toolchain.cli.main_verify import OPTIONS, quick_args
 from toolchain.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,41 +27,46 @@ def _verify_parser():
 
 
 def test_the_option_table_is_the_parsers():
-    want = {}
+    """argparse's verify parser is built from OPTIONS: the same options, defaults and choices."""
+    got = {}
     for action in _verify_parser()._actions:
-        for opt in action.option_strings:
-            want[opt] = action.nargs != 0
-    assert VERIFY_OPTIONS == want
+        if action.option_strings and action.dest != "help":
+            got[tuple(action.option_strings)] = (action.dest, action.default,
+                                                 "flag" if action.nargs == 0 else action.choices)
+    assert got == {flags: (dest, default, choices) for flags, dest, default, choices, _ in OPTIONS}
 
 
 LINES = [
     ["a.so"], ["a.so", "b.pt2"], ["./a.so", "--strict"], ["--strict", "a.so"], ["a.so", "--host", "h.so"],
     ["a.so", "--host=h.so"], ["--ho", "h.so", "a.so"], ["--kind", "host", "a.so"], ["--kind=plugin", "a.so"],
     ["--ki", "library", "a.so"], ["a.so", "-o", "r.json"], ["a.so", "-or.json"], ["a.so", "-o=r.json"],
-    ["--output", "r", "a.so", "--format", "json"], ["--form=sarif", "a.so"], ["--", "-weird.so"],
-    ["a.so", "--", "--strict"], ["--profile", "debian12", "a.so", "--kind", "auto"], ["-"],
-    # what the reading is not sure of, or argparse refuses
+    ["a.so", "-o==r"], ["a.so", "-or=x"], ["--output", "r", "a.so", "--format", "json"], ["--form=sarif", "a.so"],
+    ["--profile", "debian12", "a.so", "--kind", "auto"], ["-"], ["", "a.so"], ["--host", "a.so", "b.so"],
+    ["a.so", "--strict", "--strict"], ["a.so", "--format", "json", "--format", "junit"], ["a.so", "--host=a b"],
+    ["a b.so", "--profile=x y"], ["--st", "a.so"], ["--f", "text", "a.so"],
+    # what the reading leaves to argparse, valid or not
     ["a.so", "--h"], ["a.so", "--help"], ["-h"], ["a.so", "--strict=yes"], ["a.so", "--host"], ["a.so", "-x"],
     ["a.so", "--nope", "b"], ["--kind"], [], ["--strict"], ["a.so", "--strict", "b.so"], ["--kind", "none", "a.so"],
-    ["a.so", "--host", "-x.so"], ["-o"], ["a.so", "--pro"],
+    ["a.so", "--host", "-x.so"], ["-o"], ["a.so", "--pro"], ["--", "-weird.so"], ["a.so", "--", "b.so"],
+    ["a.so", "--format", "xml"], ["a.so", "-o", "-"], ["--host x", "a.so"], ["-1", "a.so"], ["a.so", "---x"],
+    ["a.so", "--ho st"], ["a.so", "-hx"],
 ]
 
 
 @pytest.mark.parametrize("argv", LINES, ids=lambda a: " ".join(a) or "(none)")
-def test_the_early_reading_is_argparses(argv, capsys):
-    guess = _verify_files(argv)
-    parser = _verify_parser()
+def test_quick_args_are_argparses(argv, capsys):
+    """Wherever quick_args gives a reading it is argparse's, every field; the common lines get one."""
+    quick = quick_args(argv)
     try:
-        args = parser.parse_args(argv)
+        args = _verify_parser().parse_args(argv)
     except (UsageError, SystemExit):
         args = None
     capsys.readouterr()
-    if guess is not None and args is not None:
-        assert guess == (args.files, args.kind)
-    if args is None:
-        return  # a guess for a line argparse refuses only starts scans that verify never takes (stopped)
-    if not any(a in ("-h", "--help", "--h") or a.startswith("--strict=") for a in argv):
-        assert guess is not None
+    if quick is not None:
+        assert args is not None, "quick_args read a line argparse refuses"
+        assert vars(quick) == {**vars(args), "command": "verify"}
+    if LINES.index(argv) < LINES.index(["a.so", "--h"]):
+        assert quick is not None
 
 
 PRESTART = r"""

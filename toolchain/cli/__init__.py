@@ -1,8 +1,9 @@
 """aoti-toolchain: command-line entry point (`aoti-toolchain ...` or `python -m toolchain ...`).
 
-This module imports nothing but sys at start: `verify` forks its code scans (toolchain.verify.scans) from
-main(), before argparse and the checks are imported, so that the scans decode on another CPU while this
-process imports and parses. The parser is toolchain.cli.parser."""
+This module imports nothing but sys at start: `verify` reads its usual command lines itself
+(toolchain.cli.main_verify.quick_args, argparse for the rest) and forks its code scans (toolchain.verify.scans)
+from main(), before the checks are imported, so that the scans decode on another CPU while this process imports
+the checks. The parser is toolchain.cli.parser."""
 
 from __future__ import annotations
 
@@ -24,59 +25,6 @@ def _command(argv: list[str]) -> str | None:
     return argv[0] if argv and argv[0] in COMMANDS else None
 
 
-# verify's options as its parser declares them (toolchain/cli/main_verify.py): whether each takes a value.
-# tests/unit/test_cli_prestart.py holds this table to the parser's.
-VERIFY_OPTIONS = {"-h": False, "--help": False, "--host": True, "--profile": True, "--format": True, "-o": True,
-                  "--output": True, "--strict": False, "--kind": True}
-
-
-def _verify_files(argv: list[str]) -> tuple[list[str], str] | None:
-    """The FILE arguments and --kind of verify's arguments (`argv`: after "verify"), read as argparse reads
-    them (long options abbreviated or with =VALUE, -oVALUE, --), before argparse is imported; None where this
-    reading is not sure of argparse's (an unknown or ambiguous option, a missing value, --help). Only a guess
-    at what to start early: verify starts again from its parsed arguments if they differ."""
-    files: list[str] = []
-    kind = "auto"
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        i += 1
-        if arg == "--":
-            files += argv[i:]
-            break
-        if not arg.startswith("-") or arg == "-":
-            files.append(arg)
-            continue
-        if arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if name not in VERIFY_OPTIONS:
-                matches = [o for o in VERIFY_OPTIONS if o.startswith("--") and o.startswith(name)]
-                if len(matches) != 1:
-                    return None
-                name = matches[0]
-            explicit = bool(eq)
-        else:
-            name, value = arg[:2], arg[2:]
-            if name not in VERIFY_OPTIONS:
-                return None
-            value = value.removeprefix("=")
-            explicit = len(arg) > 2
-        if name in ("-h", "--help"):
-            return None
-        if not VERIFY_OPTIONS[name]:
-            if explicit:
-                return None
-            continue
-        if not explicit:
-            if i >= len(argv):
-                return None
-            value = argv[i]
-            i += 1
-        if name == "--kind":
-            kind = value
-    return (files, kind) if files else None
-
-
 # Commands that leave nothing for the interpreter's finalization to do (no threads, atexit handlers, child
 # processes or open files once they return): run as the program, they end with os._exit once their output is
 # flushed, instead of a teardown that frees every module and object one by one (~13 ms of a small plugin's
@@ -90,15 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     command = _command(args_in)
     if command == "verify":
-        # the scans of the files the command line names start now; verify takes them once it has parsed
-        # the same files and kind (else they are stopped: toolchain.verify.scans.start)
+        # A command line main_verify reads without argparse (the common ones) starts the code scans of its
+        # files now, before argparse and the checks are imported; verify's start() takes them.
+        from toolchain.cli import main_verify
         from toolchain.verify import scans
 
-        early = _verify_files(args_in[1:])
-        if early is not None:
-            scans.prestart(*early)
+        quick = main_verify.quick_args(args_in[1:])
+        if quick is not None:
+            scans.prestart(quick.files, quick.kind)
         try:
-            code = _run(args_in)
+            code = _run(args_in, quick)
         finally:
             scans.drop_prestarted()
     else:
@@ -122,11 +71,13 @@ def _exit_without_teardown(code: int) -> None:
     os._exit(code)
 
 
-def _run(args_in: list[str]) -> int:
+def _run(args_in: list[str], args=None) -> int:
+    """Run the command line (`args`: already read, for the command's main; else argparse reads `args_in`)."""
     from toolchain.errors import ToolchainError, exit_code
 
     try:
-        args = build_parser(_command(args_in)).parse_args(args_in)
+        if args is None:
+            args = build_parser(_command(args_in)).parse_args(args_in)
         return int(args.func(args))
     except ToolchainError as exc:
         print(f"aoti-toolchain: error: {exc}", file=sys.stderr)
