@@ -173,7 +173,16 @@ class Resolver:
 
     def defined_among(self, loaded: Loaded, names: list[str]) -> dict[str, list[Symbol]]:
         """find_defs for many names: {name: its defined entries} for the names `loaded` defines (the Bloom
-        filter read once for all of them)."""
+        filter read once for all of them; none looked up when their common prefix is in none of its names)."""
+        table = self._tables.get(loaded.path)
+        if table is not None and not loaded.elf.symbols and loaded.path not in self._defs and len(names) > 1:
+            prefix = os.path.commonprefix(names)
+            if prefix:
+                try:
+                    if not table.names_hold(prefix.encode()):
+                        return {}
+                except (ElfError, ValueError):
+                    pass  # find_defs reports what does not read
         f = self._bloom(loaded)
         out: dict[str, list[Symbol]] = {}
         for name in names:

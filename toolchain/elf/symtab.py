@@ -130,6 +130,12 @@ class DynSymTable:
         header = self._hash_header()
         return None if header is None or header[4] is None else (header[4], header[5], header[6])
 
+    def names_hold(self, text: bytes) -> bool:
+        """Whether `text` occurs in the dynamic string table: a symbol whose name contains it must (its name is
+        a NUL-terminated run of that table, which may be the tail of a longer one, never split), so False
+        means no symbol's name contains it."""
+        return self.count > 0 and self.v.buf.find(text, self.sto, self.sto + self.sts) >= 0
+
     def may_define(self, h: int) -> bool:
         """False where the loader's first test, DT_GNU_HASH's Bloom filter, rejects hash `h` (gnu_hash): the
         loader then looks no further in this object (glibc's do_lookup_x), so neither does lookup(). True

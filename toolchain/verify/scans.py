@@ -190,7 +190,7 @@ def drop_prestarted() -> None:
 
 def _reap(pid: int) -> int | None:
     """The child's exit code; None where it was reaped already (a process that ignores SIGCHLD has its
-    children reaped by the kernel: then only a complete JSON answer tells that the child finished)."""
+    children reaped by the kernel)."""
     try:
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     except ChildProcessError:
@@ -213,6 +213,7 @@ class BackgroundScans:
     def __init__(self, jobs: list[tuple[str, bool]]) -> None:
         self._pending = list(jobs)
         self._running: list[_Child] = []
+        self._exiting: list[int] = []  # children that answered, reaped by close()
         self._results: dict[str, dict] = {}
         self._slots = _spare_cpus() if jobs else 0
         self._fill()
@@ -241,9 +242,10 @@ class BackgroundScans:
             try:
                 os.close(r)
                 data = marshal.dumps(_child_results(path, package))
-                view = memoryview(data)
+                view = memoryview(len(data).to_bytes(8, "little") + data)  # the length: a whole answer is known
                 while view:
                     view = view[os.write(w, view):]
+                os.close(w)  # the answer ends here, not when the exit has torn this process down (~1 ms later)
                 code = 0
             except BaseException:  # noqa: BLE001, S110 -- no answer: the parent scans itself
                 pass
@@ -253,18 +255,21 @@ class BackgroundScans:
         return _Child(pid, r, path)
 
     def _collect(self, child: _Child) -> None:
+        """The child's answer, read to the end of its pipe: its length first, then the marshalled results. The
+        child is reaped at close() (it is exiting, and its exit need not be waited for here)."""
         chunks = []
         try:
             while chunk := os.read(child.fd, 1 << 16):
                 chunks.append(chunk)
         finally:
             os.close(child.fd)
-            code = _reap(child.pid)
-        self._running.remove(child)
-        if code not in (0, None):
-            return
+            self._running.remove(child)
+            self._exiting.append(child.pid)
+        blob = b"".join(chunks)
+        if len(blob) < 8 or int.from_bytes(blob[:8], "little") != len(blob) - 8:
+            return  # no answer, or a partial one (the child failed or was killed while writing)
         try:
-            doc = marshal.loads(b"".join(chunks))
+            doc = marshal.loads(blob[8:])
         except (EOFError, ValueError, TypeError):
             return
         if isinstance(doc, dict):
@@ -302,4 +307,6 @@ class BackgroundScans:
         self._pending.clear()
         for child in list(self._running):
             self._kill(child)
+        while self._exiting:
+            _reap(self._exiting.pop())
         self._results.clear()
