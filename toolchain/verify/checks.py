@@ -211,11 +211,20 @@ def check_libraries(elf: ElfFile, res: FileResult, ctx: Context) -> None:
 
 
 def _provider(name: str, providers: tuple[Provider, ...]) -> Provider | None:
-    for p in providers:
-        prefixes, exact, pattern = _patterns(p.symbol_patterns)
+    for p, (prefixes, exact, pattern) in _matchers(providers):
         if name.startswith(prefixes) or name in exact or (pattern is not None and pattern.match(name)):
             return p
     return None
+
+
+def _is_cxx(prov: Provider | None) -> bool:
+    return prov is not None and CXX_RUNTIME in prov.sonames
+
+
+@functools.cache
+def _matchers(providers: tuple[Provider, ...]) -> tuple[tuple[Provider, tuple], ...]:
+    """Each provider with its patterns' matcher (_patterns), made once per spec's providers."""
+    return tuple((p, _patterns(p.symbol_patterns)) for p in providers)
 
 
 @functools.cache
@@ -263,20 +272,20 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
         if sym.defined or sym.binding == "WEAK" or (sym.version and (sym.name, sym.version) in skip):
             continue
         found = r.lookup(sym, scope)
-        prov = _provider(sym.name, ctx.spec.providers)
-        is_cxx = prov is not None and CXX_RUNTIME in prov.sonames and not cxx_listed
         if found is not None:
             from_host = any(found is g for g in global_scope)
             lib = found.elf.soname or os.path.basename(found.path)
             # "needed" when its own DT_NEEDED closure has the library (even if the host's scope binds it first)
             res.note_resolved(lib, "host" if from_host and lib not in listed else "needed")
-            if is_cxx and kind == "plugin" and from_host and \
-                    (found.elf.soname == CXX_RUNTIME or found is global_scope[0]):
+            if kind == "plugin" and from_host and not cxx_listed and \
+                    (found.elf.soname == CXX_RUNTIME or found is global_scope[0]) and \
+                    _is_cxx(_provider(sym.name, ctx.spec.providers)):
                 cxx_from_host.append(sym)  # from the host's libstdc++ (or its own exported copy), not libc
             continue
         if sym.name.startswith("aoti_torch_") and kind != "host":
             _unresolved_shim(sym, res, ctx)
             continue
+        prov = _provider(sym.name, ctx.spec.providers)
         if prov is not None and not any(s in own_names for s in prov.sonames):
             soname, lib_path = _find_provider(prov, elf, path, r)
             if lib_path is not None and _defines(r, lib_path, sym):
