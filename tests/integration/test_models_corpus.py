@@ -40,6 +40,39 @@ def eager(module, inputs):
     return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else (out,))]
 
 
+def exact(module, inputs):
+    """The model evaluated in float64 (its floating parameters, buffers and inputs), the outputs back in their
+    own dtypes' shapes; None where the model does not run in float64."""
+    import copy
+
+    import torch
+
+    try:
+        wide = copy.deepcopy(module).double()
+        with torch.no_grad():
+            out = wide(*[x.double() if x.is_floating_point() else x for x in inputs])
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
+    return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
+def assert_close(got, expected, module, inputs, k: int, what: str, cache: dict) -> None:
+    """Our output `k` matches torch's (rtol 1e-4, atol 1e-5). Where an element does not, it passes only if it is
+    at least as close (within the same tolerances) to the exact answer, the model evaluated in float64, as
+    torch's own float32 answer is: at an ill-conditioned element (an FFT bin whose phase is rounding noise)
+    torch's float32 value is not the truth, and a runtime that is more accurate there is right."""
+    ok = np.isclose(got, expected, rtol=1e-4, atol=1e-5)
+    if not ok.all() and np.issubdtype(got.dtype, np.floating):
+        if "exact" not in cache:
+            cache["exact"] = exact(module, inputs)
+        ref = cache["exact"]
+        if ref is not None and len(ref) > k and ref[k].shape == got.shape:
+            ref_k = ref[k]
+            ok |= np.abs(got - ref_k) <= np.abs(expected - ref_k) + 1e-5 + 1e-4 * np.abs(ref_k)
+    if not ok.all():
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=what)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_matches_eager(host_build, corpus, tmp_path, name):
     pt2, module, inputs = corpus(name)
@@ -49,9 +82,10 @@ def test_model_matches_eager(host_build, corpus, tmp_path, name):
     with runtime.load(pt2, library_path=host_build.lib) as prog:
         got = prog.run([x.numpy() for x in inputs])
     assert len(got) == len(expected)
+    cache: dict = {}
     for k, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert g.dtype == e.dtype and g.shape == e.shape, (k, g.dtype, e.dtype, g.shape, e.shape)
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=f"{name} output {k} (Python module)")
+        assert_close(g, e, module, inputs, k, f"{name} output {k} (Python module)", cache)
     args = [str(host_build.aoti_run), str(pt2)]
     for i, x in enumerate(inputs):
         np.save(tmp_path / f"in{i}.npy", x.numpy())
@@ -61,4 +95,4 @@ def test_model_matches_eager(host_build, corpus, tmp_path, name):
     for k, e in enumerate(expected):
         g = np.load(tmp_path / "out" / f"output_{k}.npy")
         assert g.dtype == e.dtype and g.shape == e.shape, (k, g.dtype, e.dtype, g.shape, e.shape)
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=f"{name} output {k} (aoti-run)")
+        assert_close(g, e, module, inputs, k, f"{name} output {k} (aoti-run)", cache)
