@@ -714,30 +714,30 @@ def _c28():
 CODE['toolchain.spec.Shim'] = (_c28, "def __init__(self, name, returns, params, prototype, group, header, loads=__record_default_loads):\n    __record_dict = self.__dict__\n    __record_dict['name'] = name\n    __record_dict['returns'] = returns\n    __record_dict['params'] = params\n    __record_dict['prototype'] = prototype\n    __record_dict['group'] = group\n    __record_dict['header'] = header\n    __record_dict['loads'] = loads\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(name={self.name!r}, returns={self.returns!r}, params={self.params!r}, prototype={self.prototype!r}, group={self.group!r}, header={self.header!r}, loads={self.loads!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.name,self.returns,self.params,self.prototype,self.group,self.header,self.loads,) == (other.name,other.returns,other.params,other.prototype,other.group,other.header,other.loads,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.name,self.returns,self.params,self.prototype,self.group,self.header,self.loads,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'group', 'header', 'loads'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('name', 'returns', 'params', 'prototype', 'group', 'header', 'loads'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c29():
-    def __init__(self, entry_points, shims, providers, types, sources):
+    def __init__(self, entry_points, shims, providers, types, source_files):
         __record_dict = self.__dict__
         __record_dict['entry_points'] = entry_points
         __record_dict['shims'] = shims
         __record_dict['providers'] = providers
         __record_dict['types'] = types
-        __record_dict['sources'] = sources
+        __record_dict['source_files'] = source_files
     def __repr__(self):
-        return f'{self.__class__.__qualname__}(entry_points={self.entry_points!r}, shims={self.shims!r}, providers={self.providers!r}, types={self.types!r}, sources={self.sources!r})'
+        return f'{self.__class__.__qualname__}(entry_points={self.entry_points!r}, shims={self.shims!r}, providers={self.providers!r}, types={self.types!r}, source_files={self.source_files!r})'
     def __eq__(self, other):
         if other.__class__ is self.__class__:
-            return (self.entry_points,self.shims,self.providers,self.types,self.sources,) == (other.entry_points,other.shims,other.providers,other.types,other.sources,)
+            return (self.entry_points,self.shims,self.providers,self.types,self.source_files,) == (other.entry_points,other.shims,other.providers,other.types,other.source_files,)
         return NotImplemented
     def __hash__(self):
-        return hash((self.entry_points,self.shims,self.providers,self.types,self.sources,))
+        return hash((self.entry_points,self.shims,self.providers,self.types,self.source_files,))
     def __setattr__(self, name, value):
-        if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):
+        if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'source_files'):
             raise __record_frozen_error(f'cannot assign to field {name!r}')
         super(__record_cls, self).__setattr__(name, value)
     def __delattr__(self, name):
-        if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):
+        if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'source_files'):
             raise __record_frozen_error(f'cannot delete field {name!r}')
         super(__record_cls, self).__delattr__(name)
-CODE['toolchain.spec.Spec'] = (_c29, "def __init__(self, entry_points, shims, providers, types, sources):\n    __record_dict = self.__dict__\n    __record_dict['entry_points'] = entry_points\n    __record_dict['shims'] = shims\n    __record_dict['providers'] = providers\n    __record_dict['types'] = types\n    __record_dict['sources'] = sources\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(entry_points={self.entry_points!r}, shims={self.shims!r}, providers={self.providers!r}, types={self.types!r}, sources={self.sources!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.entry_points,self.shims,self.providers,self.types,self.sources,) == (other.entry_points,other.shims,other.providers,other.types,other.sources,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.entry_points,self.shims,self.providers,self.types,self.sources,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'sources'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
+CODE['toolchain.spec.Spec'] = (_c29, "def __init__(self, entry_points, shims, providers, types, source_files):\n    __record_dict = self.__dict__\n    __record_dict['entry_points'] = entry_points\n    __record_dict['shims'] = shims\n    __record_dict['providers'] = providers\n    __record_dict['types'] = types\n    __record_dict['source_files'] = source_files\ndef __repr__(self):\n    return f'{self.__class__.__qualname__}(entry_points={self.entry_points!r}, shims={self.shims!r}, providers={self.providers!r}, types={self.types!r}, source_files={self.source_files!r})'\ndef __eq__(self, other):\n    if other.__class__ is self.__class__:\n        return (self.entry_points,self.shims,self.providers,self.types,self.source_files,) == (other.entry_points,other.shims,other.providers,other.types,other.source_files,)\n    return NotImplemented\ndef __hash__(self):\n    return hash((self.entry_points,self.shims,self.providers,self.types,self.source_files,))\ndef __setattr__(self, name, value):\n    if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'source_files'):\n        raise __record_frozen_error(f'cannot assign to field {name!r}')\n    super(__record_cls, self).__setattr__(name, value)\ndef __delattr__(self, name):\n    if type(self) is __record_cls or name in ('entry_points', 'shims', 'providers', 'types', 'source_files'):\n        raise __record_frozen_error(f'cannot delete field {name!r}')\n    super(__record_cls, self).__delattr__(name)\n")
 
 def _c30():
     def __init__(self, name, value, meaning):

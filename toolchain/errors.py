@@ -6,25 +6,37 @@ gets the same table as a generated C++ header, toolchain/codegen.py). Each class
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
 
+from toolchain._startup import here, lazy_paths
 from toolchain.record import record
 from toolchain.speccache import TomlError, parse_toml
 
-EXIT_CODES_FILE = Path(__file__).resolve().parent / "spec" / "exit_codes.toml"
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    EXIT_CODES_FILE: Path
+    C_API_FILE: Path
+_EXIT_CODES = here(__file__, "spec", "exit_codes.toml")
+_C_API = here(__file__, "spec", "c_api.toml")
+lazy_paths(globals(), EXIT_CODES_FILE=_EXIT_CODES, C_API_FILE=_C_API)  # pathlib.Path, read from outside
 EXIT_CODES_SCHEMA = 1
 
-C_API_FILE = EXIT_CODES_FILE.with_name("c_api.toml")
+
+def _read_text(path: str | os.PathLike[str]) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
-def load_runtime_statuses(path: Path = C_API_FILE) -> dict[str, int]:
+def load_runtime_statuses(path: str | os.PathLike[str] = _C_API) -> dict[str, int]:
     """The runtime's aoti_host_status values by name: the [[status]] rows of the C API spec (c_api.toml).
 
     Read here with the TOML parser alone, because the spec loader (toolchain.spec, which validates the whole file)
     imports this module."""
     try:
-        rows = parse_toml(path.read_text(encoding="utf-8"), path.name).get("status")
+        rows = parse_toml(_read_text(path), os.path.basename(path)).get("status")
     except (OSError, UnicodeDecodeError, TomlError) as exc:
         raise SpecError(f"{path}: cannot read: {exc}", fix="restore it (git checkout -- toolchain/spec/c_api.toml)"
                         ) from None
@@ -117,14 +129,14 @@ _FIELDS: dict[str, type] = {"name": str, "code": int, "meaning": str, "tools": l
                             "statuses": list}
 
 
-def load_exit_codes(path: Path = EXIT_CODES_FILE) -> tuple[ExitCode, ...]:
+def load_exit_codes(path: str | os.PathLike[str] = _EXIT_CODES) -> tuple[ExitCode, ...]:
     """Read and check the exit-code table; SpecError names the file, the row and what is wrong."""
 
     def bad(where: str, why: str, fix: str) -> SpecError:
         return SpecError(f"{path}: {where}: {why}", fix=fix)
 
     try:
-        data = parse_toml(path.read_text(encoding="utf-8"), path.name)
+        data = parse_toml(_read_text(path), os.path.basename(path))
     except FileNotFoundError:
         raise bad("(file)", "exit-code table not found", "restore it (git checkout -- toolchain/spec/exit_codes.toml)"
                   ) from None

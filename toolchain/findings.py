@@ -11,15 +11,22 @@ cannot parse: bad-package-json). Unreadable input wins over failures: the verdic
 from __future__ import annotations
 
 import _string  # string.Formatter's parser, without the string module (its Template compiles a regex)
+import os
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
 
+from toolchain._startup import here, lazy_paths
 from toolchain.errors import SpecError, exit_code
 from toolchain.record import asdict, field, record
 from toolchain.speccache import TomlError, parse_toml
 
-RULES_FILE = Path(__file__).resolve().parent / "spec" / "rules.toml"
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    RULES_FILE: Path
+_RULES_FILE = here(__file__, "spec", "rules.toml")
+lazy_paths(globals(), RULES_FILE=_RULES_FILE)  # pathlib.Path, read from outside
 SEVERITIES = ("error", "warning")
 STAGES = ("link", "post-link", "verify")
 APPLIES_TO = ("plugin", "host", "package", "any")
@@ -56,14 +63,15 @@ class Rule:
         return (self.fix, *self.fixes.values())
 
 
-def _bad(path: Path, where: str, reason: str, fix: str) -> SpecError:
+def _bad(path: str | os.PathLike[str], where: str, reason: str, fix: str) -> SpecError:
     return SpecError(f"{path}: {where}: {reason}", fix=fix)
 
 
-def load_rules(path: Path = RULES_FILE) -> dict[str, Rule]:
+def load_rules(path: str | os.PathLike[str] = _RULES_FILE) -> dict[str, Rule]:
     """Read and validate the rule table; SpecError names the file, the rule and the defect."""
     try:
-        data = parse_toml(path.read_text(encoding="utf-8"), path.name)
+        with open(path, encoding="utf-8") as f:
+            data = parse_toml(f.read(), os.path.basename(path))
     except OSError as exc:
         raise _bad(path, "rule table", f"cannot be read: {exc.strerror}", "restore toolchain/spec/rules.toml") from None
     except TomlError as exc:

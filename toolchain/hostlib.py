@@ -9,63 +9,62 @@ wheel, aoti_toolchain_cuda/_host/ of the aoti-toolchain-cuda wheel); the builds 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_DIR.parent
-LIBRARY_ENV = "AOTI_HOST_LIBRARY"
+from toolchain._startup import find_spec, here, lazy_paths, path_str
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    PACKAGE_DIR: Path
+    REPO_ROOT: Path
+    INSTALLED_HOST: Path
+_PACKAGE_DIR = here(__file__)
+_REPO_ROOT = os.path.dirname(_PACKAGE_DIR)
 #: The runtime tree (lib/, bin/, include/, manifest.json) inside the installed aoti-toolchain wheel.
-INSTALLED_HOST = PACKAGE_DIR / "_host"
+_INSTALLED_HOST = os.path.join(_PACKAGE_DIR, "_host")
+# pathlib.Path, made when first read (verify asks library_path(), in strings, on every start)
+lazy_paths(globals(), PACKAGE_DIR=_PACKAGE_DIR, REPO_ROOT=_REPO_ROOT, INSTALLED_HOST=_INSTALLED_HOST)
+LIBRARY_ENV = "AOTI_HOST_LIBRARY"
 CUDA_DISTRIBUTION_PACKAGE = "aoti_toolchain_cuda"
 _CPU = ("cpu-gcc-release", "cpu-clang-release", "cpu-gcc-debug")
 _CUDA = ("cuda-gcc-release", "cuda-clang-release", "cuda-gcc-debug")
 
 
-def _installed_cuda_host() -> Path | None:
+def _installed_cuda_host() -> str | None:
     try:
         spec = find_spec(CUDA_DISTRIBUTION_PACKAGE)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(next(iter(spec.submodule_search_locations))) / "_host"
+    return os.path.join(path_str(next(iter(spec.submodule_search_locations))), "_host")
 
 
-def find_spec(name: str):
-    """importlib.util.find_spec(name) of a top-level module name (an imported module's __spec__, else the first
-    of sys.meta_path's finders that finds it), without importing importlib.util (and its contextlib): every
-    verify without $AOTI_HOST_LIBRARY asks it."""
-    if "." in name:
-        raise ValueError(f"{name!r}: a top-level module name only")
-    module = sys.modules.get(name)
-    if module is not None:
-        spec = getattr(module, "__spec__", None)
-        if spec is None:
-            raise ValueError(f"{name}.__spec__ is None")
-        return spec
-    for finder in sys.meta_path:
-        find = getattr(finder, "find_spec", None)
-        spec = None if find is None else find(name, None)
-        if spec is not None:
-            return spec
-    return None
+def _trees(device: str) -> list[str]:
+    """host_trees() as strings."""
+    cuda = _installed_cuda_host()
+    installed = [_INSTALLED_HOST, *([cuda] if cuda else [])]
+    if device.startswith("cuda"):
+        installed.reverse()
+    variants = _CUDA + _CPU if device.startswith("cuda") else _CPU + _CUDA
+    return [*installed, *(os.path.join(_REPO_ROOT, "build", v, "dist") for v in variants)]
 
 
 def installed_trees() -> list[Path]:
     """The runtime trees the installed wheels hold (this package's, and aoti-toolchain-cuda's when present)."""
+    from pathlib import Path
+
     cuda = _installed_cuda_host()
-    return [INSTALLED_HOST, *([cuda] if cuda else [])]
+    return [Path(_INSTALLED_HOST), *([Path(cuda)] if cuda else [])]
 
 
 def host_trees(device: str = "cpu") -> list[Path]:
     """The runtime trees (folders with lib/libaoti_host.so) in the order default_library prefers them:
     installed wheels first, then this checkout's builds."""
-    installed = installed_trees()
-    if device.startswith("cuda"):
-        installed.reverse()
-    builds = [REPO_ROOT / "build" / v / "dist" for v in (_CUDA + _CPU if device.startswith("cuda") else _CPU + _CUDA)]
-    return [*installed, *builds]
+    from pathlib import Path
+
+    return [Path(t) for t in _trees(device)]
 
 
 def candidates(device: str = "cpu") -> list[Path]:
@@ -73,17 +72,27 @@ def candidates(device: str = "cpu") -> list[Path]:
     return [t / "lib" / "libaoti_host.so" for t in host_trees(device)]
 
 
-def find_library(device: str = "cpu") -> Path | None:
-    """$AOTI_HOST_LIBRARY, else the first installed or built runtime that exists; None when there is none."""
+def library_path(device: str = "cpu") -> str | None:
+    """find_library() as a string (verify's start-up, without pathlib)."""
     env = os.environ.get(LIBRARY_ENV)
     if env:
-        return Path(env)
-    return next((c for c in candidates(device) if c.exists()), None)
+        return path_str(env)
+    return next((c for t in _trees(device) if os.path.exists(c := os.path.join(t, "lib", "libaoti_host.so"))), None)
+
+
+def find_library(device: str = "cpu") -> Path | None:
+    """$AOTI_HOST_LIBRARY, else the first installed or built runtime that exists; None when there is none."""
+    from pathlib import Path
+
+    found = library_path(device)
+    return None if found is None else Path(found)
 
 
 def default_library(device: str = "cpu") -> Path:
     """find_library(), or the path the release build would have (for a clear "not built" message)."""
-    return find_library(device) or REPO_ROOT / "build" / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
+    from pathlib import Path
+
+    return find_library(device) or Path(_REPO_ROOT, "build", "cpu-gcc-release", "dist", "lib", "libaoti_host.so")
 
 
 def find_program(name: str = "aoti-run", device: str = "cpu") -> Path | None:

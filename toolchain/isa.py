@@ -15,11 +15,14 @@ from __future__ import annotations
 import re
 import struct
 from functools import cache
-from pathlib import Path
 
 from toolchain.errors import InputError
 from toolchain.record import field, record
 from toolchain.spec.cpu_isa import IsaSpec, load_isa_spec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["IsaScan", "IsaUse", "IsaDecodeError", "IsaSpec", "load_isa_spec", "scan_elf", "scan_file"]
 EM_X86_64 = 62
@@ -195,7 +198,7 @@ def _libcapstone():
     import ctypes
     import os
 
-    from toolchain.hostlib import find_spec
+    from toolchain._startup import find_spec
 
     try:
         spec = find_spec("capstone")

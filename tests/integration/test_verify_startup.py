@@ -19,7 +19,7 @@ from tests.integration.test_target_rules import KERNELS
 NOT_FOR_VERIFY = ("torch", "numpy", "jinja2", "ray", "lief", "tomllib", "capstone", "dataclasses", "inspect", "typing")
 
 # the text report needs none of these either (the other formats write JSON or XML)
-NOT_FOR_TEXT = ("json", "string", "glob", "contextlib", "importlib.util")
+NOT_FOR_TEXT = ("json", "string", "glob", "contextlib", "importlib.util", "pathlib", "urllib.parse")
 
 WRAPPER = """
 import sys

@@ -1,4 +1,4 @@
-"""The spec's TOML parsed ahead of time (toolchain/_spec_parsed.py, toolchain.speccache): current with the
+"""The spec's TOML parsed ahead of time (toolchain/_spec_parsed/, toolchain.speccache): current with the
 spec, equal to tomllib's parse, and never used for a text that is not the stored one."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from toolchain.spec import SPEC_DIR
 
 def test_parsed_spec_is_generated_from_the_spec():
     fresh = codegen.render_parsed_spec()
-    assert speccache.PARSED_FILE.read_text(encoding="utf-8") == fresh, \
-        "stale: run python -m toolchain.codegen --parsed-spec and commit toolchain/_spec_parsed.py"
+    have = {p.name: p.read_text(encoding="utf-8") for p in speccache.PARSED_DIR.glob("*.py")}
+    assert have == fresh, "stale: run python -m toolchain.codegen --parsed-spec and commit toolchain/_spec_parsed/"
     from toolchain import _spec_parsed
 
-    assert set(_spec_parsed.TEXTS) == set(_spec_parsed.DATA) == {p.name for p in SPEC_DIR.glob("*.toml")}
+    assert set(_spec_parsed.MODULES) == {p.name for p in SPEC_DIR.glob("*.toml")}
 
 
 @pytest.mark.parametrize("path", sorted(SPEC_DIR.glob("*.toml")), ids=lambda p: p.name)
@@ -54,13 +54,13 @@ def test_an_edited_spec_file_is_read_as_it_stands(tmp_path):
 
 def test_stored_prototypes_are_the_parsers():
     """Every prototype of the spec comes stored, equal to what the parser gives; other text is parsed."""
-    from toolchain import _spec_parsed
+    from toolchain._spec_parsed import prototypes
     from toolchain.spec import Function, Param, load_spec, parse_prototype, parse_prototype_text
 
     spec = load_spec()
     functions = [*spec.entry_points, *spec.shims]
     for fn in functions:
-        text = next(t for t, p in _spec_parsed.PROTOTYPES.items() if p[0] == fn.name)
+        text = next(t for t, p in prototypes.PROTOTYPES.items() if p[0] == fn.name)
         assert speccache.stored_prototype(text) is not None
         assert parse_prototype(text) == parse_prototype_text(text)
         assert (fn.name, fn.returns, fn.params, fn.prototype) == tuple(vars(parse_prototype(text)).values())

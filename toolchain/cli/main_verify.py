@@ -4,7 +4,6 @@ table (toolchain/spec/rules.toml)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from toolchain.verify.profiles import DEFAULT_PROFILE
 
@@ -34,6 +33,8 @@ def main(args: argparse.Namespace) -> int:
             scans.close()
     text = render(report, args.format)
     if args.output:
+        from pathlib import Path
+
         from toolchain.atomic import write_text
 
         write_text(Path(args.output), text)
@@ -44,17 +45,19 @@ def main(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def resolve_host(arg: str | None) -> tuple[Path | None, str]:
+def resolve_host(arg: str | None) -> tuple[str | None, str]:
     """--host: a path, "none" (standalone), or absent: this project's runtime library (UsageError when it is
     not built). Returns the host and the report's line on where it came from."""
-    from toolchain.verify import default_host
+    from toolchain.verify.core import default_host_path
 
     if arg is None:
-        return default_host(), "default: this project's runtime library, the host aoti-run and toolchain.runtime load " \
+        return default_host_path(), "default: this project's runtime library, the host aoti-run and toolchain.runtime load " \
             "plugins in (--host PATH for another, --host none for standalone)"
     if arg == "none":
         return None, "none (--host none): each file checked standalone, as if loaded by a host that provides nothing"
-    return Path(arg), "--host"
+    from toolchain._startup import path_str
+
+    return path_str(arg), "--host"
 
 
 def _profile_names() -> str:

@@ -16,10 +16,13 @@ API (used by the checks engine, toolchain/verify/checks.py, which the post-link 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from toolchain.elf.reader import ElfFile, parse_note_bytes, read_elf
 from toolchain.record import field, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 NOTE_OWNER = "AOTI"
 NOTE_TYPE = 0x414F0001

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from pathlib import Path
 
+from toolchain._startup import path_str
 from toolchain.elf.reader import ElfError, ElfFile, Symbol, open_library
 from toolchain.elf.symtab import DynSymTable, bloom_passes, gnu_hash
 from toolchain.record import field, record
@@ -49,13 +49,14 @@ def _glob(pattern: str) -> list[str]:
     return [os.path.join(head, n) for n in fnmatch.filter(names, tail)]
 
 
-def ld_so_conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _depth: int = 0) -> list[str]:
+def ld_so_conf_dirs(conf: str | os.PathLike[str] = "/etc/ld.so.conf", _depth: int = 0) -> list[str]:
     """Directories listed in ld.so.conf, following `include` globs."""
     out: list[str] = []
     if _depth > 8:
         return out
     try:
-        lines = conf.read_text(encoding="utf-8", errors="replace").splitlines()
+        with open(conf, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
     except OSError:
         return out
     for line in lines:
@@ -65,9 +66,9 @@ def ld_so_conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _depth: int = 0) -> li
         if line.startswith("include "):
             pattern = line.split(None, 1)[1]
             if not os.path.isabs(pattern):
-                pattern = str(conf.parent / pattern)
+                pattern = os.path.join(os.path.dirname(path_str(conf)), pattern)
             for inc in sorted(_glob(pattern)):
-                out.extend(ld_so_conf_dirs(Path(inc), _depth + 1))
+                out.extend(ld_so_conf_dirs(inc, _depth + 1))
         elif line.startswith("/"):
             out.append(line)
     return out

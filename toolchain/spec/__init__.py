@@ -9,18 +9,23 @@ and c_api.toml (the host runtime's C API: ``load_c_api``). A malformed spec is r
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
 
+from toolchain._startup import here, lazy_paths, path_str
 from toolchain.errors import SpecError
 from toolchain.record import record
 from toolchain.speccache import TomlError, parse_toml, stored_prototype, stored_spec
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
-SPEC_DIR: Path = Path(__file__).resolve().parent
+    SPEC_DIR: Path
+_SPEC_DIR = here(__file__)
+# pathlib.Path, made when first read: toolchain.spec.cpu_isa (in the code scans' start-up) imports this package
+lazy_paths(globals(), SPEC_DIR=_SPEC_DIR)
 SCHEMA_VERSION = 1
 ENTRY_POINTS_FILE = "entry_points.toml"
 SHIMS_FILE = "shims.toml"
@@ -113,7 +118,14 @@ class Spec:
     shims: tuple[Shim, ...]
     providers: tuple[Provider, ...]
     types: tuple[str, ...]
-    sources: tuple[Path, ...]
+    source_files: tuple[str, ...]  # the files read (`sources`: as pathlib.Path)
+
+    @property
+    def sources(self) -> tuple[Path, ...]:
+        """The files read, as pathlib.Path (imported here: verify's start-up reads the spec without it)."""
+        from pathlib import Path
+
+        return tuple(Path(p) for p in self.source_files)
 
     def shims_in(self, *groups: str) -> tuple[Shim, ...]:
         for group in groups:
@@ -128,7 +140,7 @@ class Spec:
                 return s
         names = [s.name for s in self.shims]
         msg = f"no shim named {name!r} in the spec{_did_you_mean(name, names)}"
-        raise SpecError(msg, fix=f"add it to {SPEC_DIR / SHIMS_FILE} or correct the name")
+        raise SpecError(msg, fix=f"add it to {os.path.join(_SPEC_DIR, SHIMS_FILE)} or correct the name")
 
     def entry_point(self, name: str) -> EntryPoint:
         for e in self.entry_points:
@@ -136,7 +148,7 @@ class Spec:
                 return e
         names = [e.name for e in self.entry_points]
         msg = f"no entry point named {name!r} in the spec{_did_you_mean(name, names)}"
-        raise SpecError(msg, fix=f"add it to {SPEC_DIR / ENTRY_POINTS_FILE} or correct the name")
+        raise SpecError(msg, fix=f"add it to {os.path.join(_SPEC_DIR, ENTRY_POINTS_FILE)} or correct the name")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +207,7 @@ def _did_you_mean(word: str, choices: Any) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _error(path: Path, key: str, reason: str, fix: str) -> SpecError:
+def _error(path: str | os.PathLike[str], key: str, reason: str, fix: str) -> SpecError:
     return SpecError(f"{path}: {key}: {reason}", fix=fix)
 
 
@@ -203,7 +215,7 @@ _KIND_NAMES = {str: "a string", bool: "a boolean (true/false)", list: "an array 
                int: "an integer"}
 
 
-def _check_value(path: Path, key: str, value: object, kind: type) -> None:
+def _check_value(path: str | os.PathLike[str], key: str, value: object, kind: type) -> None:
     ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
     if ok and kind is list:
         ok = all(isinstance(v, str) for v in value)  # type: ignore[attr-defined]
@@ -213,7 +225,7 @@ def _check_value(path: Path, key: str, value: object, kind: type) -> None:
                      f"write {key.rsplit('.', 1)[-1]} as {_KIND_NAMES[kind]}")
 
 
-def _check_keys(path: Path, where: str, table: dict[str, Any], fields: dict[str, tuple[type, bool]]
+def _check_keys(path: str | os.PathLike[str], where: str, table: dict[str, Any], fields: dict[str, tuple[type, bool]]
                 ) -> None:
     for k in table:
         if k not in fields:
@@ -229,11 +241,12 @@ def _check_keys(path: Path, where: str, table: dict[str, Any], fields: dict[str,
         _check_value(path, key, table[k], kind)
 
 
-def _read(path: Path, array: str, extra_top: dict[str, tuple[type, bool]], tables: tuple[str, ...] = ()
-          ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _read(path: str | os.PathLike[str], array: str, extra_top: dict[str, tuple[type, bool]],
+          tables: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The file's top level: schema, `extra_top` keys, the [[array]], and `tables` (checked by the caller)."""
     try:
-        data = parse_toml(path.read_text(encoding="utf-8"), path.name)
+        with open(path, encoding="utf-8") as f:
+            data = parse_toml(f.read(), os.path.basename(path))
     except FileNotFoundError:
         raise _error(path, "(file)", "spec file not found",
                      "restore it from the repository (git checkout -- <file>)") from None
@@ -272,7 +285,7 @@ def _where(array: str, index: int, row: dict[str, Any]) -> str:
     return f'{array} "{name}"' if isinstance(name, str) and name else f"{array}[{index}]"
 
 
-def _function(path: Path, where: str, row: dict[str, Any], seen: set[str]) -> Function:
+def _function(path: str | os.PathLike[str], where: str, row: dict[str, Any], seen: set[str]) -> Function:
     name = row["name"]
     if name in seen:
         raise _error(path, f"{where}.name", f"duplicate name {name!r}", "keep one entry per name; delete the other")
@@ -305,7 +318,7 @@ _PROVIDER_FIELDS: dict[str, tuple[type, bool]] = {
 }
 
 
-def _load_entry_points(path: Path) -> tuple[EntryPoint, ...]:
+def _load_entry_points(path: str | os.PathLike[str]) -> tuple[EntryPoint, ...]:
     _, rows = _read(path, "entry_point", {})
     seen: set[str] = set()
     out: list[EntryPoint] = []
@@ -322,7 +335,7 @@ def _load_entry_points(path: Path) -> tuple[EntryPoint, ...]:
     return tuple(out)
 
 
-def _load_shims(path: Path) -> tuple[tuple[Shim, ...], tuple[str, ...]]:
+def _load_shims(path: str | os.PathLike[str]) -> tuple[tuple[Shim, ...], tuple[str, ...]]:
     data, rows = _read(path, "shim", {"types": (list, True)})
     types: list[str] = []
     for i, t in enumerate(data["types"]):
@@ -352,7 +365,7 @@ def _load_shims(path: Path) -> tuple[tuple[Shim, ...], tuple[str, ...]]:
     return tuple(out), tuple(types)
 
 
-def _load_providers(path: Path) -> tuple[Provider, ...]:
+def _load_providers(path: str | os.PathLike[str]) -> tuple[Provider, ...]:
     _, rows = _read(path, "provider", {})
     seen: set[str] = set()
     out: list[Provider] = []
@@ -425,7 +438,7 @@ class Abi:
     constants: dict[str, dict[str, int]]  # table ("device_type", ...) -> {name: code}
     package: PackageLayout
     cxx_runtime_core: tuple[str, ...]
-    source: Path
+    source: str | os.PathLike[str]  # the file read (a str for the packaged one: read on every verify start)
 
     def dtype(self, name: str) -> Dtype | None:
         """The dtype called `name` or one of its aliases ("torch." prefix allowed); None if none is."""
@@ -466,16 +479,16 @@ _NUMPY_RE = re.compile(r"^([<|][biufc]|<V)\d{1,2}$")
 _C_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
-def _table(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
+def _table(path: str | os.PathLike[str], data: dict[str, Any], key: str) -> dict[str, Any]:
     t = data.get(key)
     if not isinstance(t, dict):
         raise _error(path, key, f"missing [{key}] table", f"add a [{key}] table (see the file's header)")
     return t
 
 
-def load_abi(path: Path | None = None) -> Abi:
+def load_abi(path: str | os.PathLike[str] | None = None) -> Abi:
     """Read and validate abi.toml (default: the packaged one)."""
-    path = SPEC_DIR / ABI_FILE if path is None else Path(path)
+    path = os.path.join(_SPEC_DIR, ABI_FILE) if path is None else path
     data, rows = _read(path, "dtype", {}, ("device_type", "layout", "memory_format", "package", "cxx_runtime"))
     dtypes: list[Dtype] = []
     names: set[str] = set()
@@ -546,7 +559,9 @@ class CApi:
 
 def load_c_api(path: Path | None = None) -> CApi:
     """Read and validate c_api.toml (default: the packaged one)."""
-    path = SPEC_DIR / C_API_FILE if path is None else Path(path)
+    from pathlib import Path
+
+    path = Path(_SPEC_DIR, C_API_FILE) if path is None else Path(path)
     data, rows = _read(path, "function", {"shims": (list, True)}, ("status", "struct"))
     for key in ("status", "struct"):
         if not isinstance(data.get(key), list) or not all(isinstance(r, dict) for r in data[key]):
@@ -584,19 +599,20 @@ def load_c_api(path: Path | None = None) -> CApi:
     return CApi(tuple(statuses), tuple(structs), tuple(functions), tuple(data["shims"]), path)
 
 
-def _stored_rows(paths: tuple[Path, ...]) -> tuple | None:
+def _stored_rows(paths: tuple[str, ...]) -> tuple | None:
     """The stored spec's rows (toolchain.speccache.stored_spec) when the files' texts are the stored ones."""
     texts = {}
     for p in paths:
         try:
-            texts[p.name] = p.read_text(encoding="utf-8")
+            with open(p, encoding="utf-8") as f:
+                texts[os.path.basename(p)] = f.read()
         except (OSError, UnicodeDecodeError):
             return None  # the validating path reports it
     return stored_spec(texts)
 
 
 def spec_rows(spec: Spec) -> tuple:
-    """What codegen stores of a validated spec (toolchain/_spec_parsed.py) for load_spec to build it from."""
+    """What codegen stores of a validated spec (toolchain/_spec_parsed/spec_rows.py) for load_spec to build it from."""
     return (tuple((e.name, e.returns, tuple((p.type, p.name) for p in e.params), e.prototype, e.required, e.since,
                    e.deprecated, e.since_note) for e in spec.entry_points),
             tuple((s.name, s.returns, tuple((p.type, p.name) for p in s.params), s.prototype, s.group, s.header, s.loads)
@@ -605,17 +621,24 @@ def spec_rows(spec: Spec) -> tuple:
             spec.types)
 
 
-def spec_files(directory: Path | None = None) -> tuple[Path, ...]:
+def spec_files(directory: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:
     """The files ``load_spec`` reads, for build-system dependencies."""
-    d = SPEC_DIR if directory is None else Path(directory)
-    return (d / ENTRY_POINTS_FILE, d / SHIMS_FILE, d / PROVIDERS_FILE)
+    from pathlib import Path
+
+    return tuple(Path(p) for p in _spec_paths(directory))
 
 
-def load_spec(directory: Path | None = None, *, stored: bool = True) -> Spec:
+def _spec_paths(directory: str | os.PathLike[str] | None) -> tuple[str, str, str]:
+    """spec_files() as strings (Spec.source_files; verify's start-up reads them without pathlib)."""
+    d = _SPEC_DIR if directory is None else path_str(directory)
+    return (os.path.join(d, ENTRY_POINTS_FILE), os.path.join(d, SHIMS_FILE), os.path.join(d, PROVIDERS_FILE))
+
+
+def load_spec(directory: str | os.PathLike[str] | None = None, *, stored: bool = True) -> Spec:
     """Read and validate the spec in ``directory`` (default: the packaged one). Where the three files' texts
-    are the ones toolchain/_spec_parsed.py was generated from, the spec comes from there: what this function
+    are the ones toolchain/_spec_parsed/spec_rows.py was generated from, the spec comes from there: what this function
     gave for those texts, stored by codegen (`stored=False`: validate anyway, as codegen does)."""
-    ep_path, shim_path, prov_path = spec_files(directory)
+    ep_path, shim_path, prov_path = _spec_paths(directory)
     if stored:
         rows = _stored_rows((ep_path, shim_path, prov_path))
         if rows is not None:
@@ -626,7 +649,7 @@ def load_spec(directory: Path | None = None, *, stored: bool = True) -> Spec:
                         shims=tuple(Shim(n, r, tuple(Param(t, pn) for t, pn in ps), pr, group=g, header=h, loads=lo)
                                     for n, r, ps, pr, g, h, lo in shims),
                         providers=tuple(Provider(n, tuple(so), tuple(pa), pre, note) for n, so, pa, pre, note in provs),
-                        types=tuple(types), sources=(ep_path, shim_path, prov_path))
+                        types=tuple(types), source_files=(ep_path, shim_path, prov_path))
     entry_points = _load_entry_points(ep_path)
     shims, types = _load_shims(shim_path)
     providers = _load_providers(prov_path)
@@ -635,9 +658,9 @@ def load_spec(directory: Path | None = None, *, stored: bool = True) -> Spec:
         if shim.loads and shim.loads not in names:
             raise _error(shim_path, f"shim[{i}] ({shim.name}).loads",
                          f"unknown provider {shim.loads!r}{_did_you_mean(shim.loads, names)}",
-                         f"name a provider of {prov_path.name}: {', '.join(names)}")
+                         f"name a provider of {os.path.basename(prov_path)}: {', '.join(names)}")
     return Spec(entry_points=entry_points, shims=shims, providers=providers, types=types,
-                sources=(ep_path, shim_path, prov_path))
+                source_files=(ep_path, shim_path, prov_path))
 
 
 __all__ = [

@@ -3,14 +3,21 @@ decodes plugins against it; codegen renders it into the runtime's aoti_host/cpu_
 
 from __future__ import annotations
 
+import os
 from functools import cache
-from pathlib import Path
 
+from toolchain._startup import here, lazy_paths
 from toolchain.errors import SpecError
 from toolchain.record import record
 from toolchain.speccache import parse_toml
 
-SPEC = Path(__file__).resolve().parent / "cpu_isa.toml"
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    SPEC: Path
+_SPEC = here(__file__, "cpu_isa.toml")
+lazy_paths(globals(), SPEC=_SPEC)  # pathlib.Path, read from outside
 REGISTERS = ("eax", "ebx", "ecx", "edx")
 
 
@@ -54,8 +61,9 @@ class IsaSpec:
 
 
 @cache
-def load_isa_spec(path: Path = SPEC) -> IsaSpec:
-    data = parse_toml(path.read_text(encoding="utf-8"), path.name)
+def load_isa_spec(path: str | os.PathLike[str] = _SPEC) -> IsaSpec:
+    with open(path, encoding="utf-8") as f:
+        data = parse_toml(f.read(), os.path.basename(path))
     levels = tuple(lv["name"] for lv in data["level"])
     exts = {}
     for e in data["extension"]:

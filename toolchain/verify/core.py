@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
+from toolchain._startup import path_str
 from toolchain.elf.reader import ElfError, ElfFile, MalformedError, parse_elf, read_elf
 from toolchain.elf.resolve import Loaded, Resolver
 from toolchain.errors import InputError, UsageError
@@ -11,6 +12,10 @@ from toolchain.findings import FileResult, Report
 from toolchain.spec import load_spec
 from toolchain.verify import checks
 from toolchain.verify.profiles import DEFAULT_PROFILE, load_profile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["verify_paths", "verify_buffer", "make_context", "check_elf", "Report", "DEFAULT_PROFILE", "elf_members",
            "default_host", "proxy_ops"]
@@ -27,14 +32,23 @@ def default_host() -> Path:
     """The host a plugin will load in by default: this project's runtime library (toolchain.hostlib finds it
     as toolchain.runtime does). UsageError when there is none: a verdict against no host would differ from
     what loads (Sleef_*, aoti_torch_* and the runtime's preloads come from it)."""
-    from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, candidates, find_library
+    from pathlib import Path
 
-    lib = find_library()
-    if lib is not None and not lib.is_file():
+    return Path(default_host_path())
+
+
+def default_host_path() -> str:
+    """default_host() as a string (the CLI's start-up, without pathlib)."""
+    from toolchain.hostlib import LIBRARY_ENV, library_path
+
+    lib = library_path()
+    if lib is not None and not os.path.isfile(lib):
         msg = f"${LIBRARY_ENV}={lib}: not a file, so there is no runtime library to assume as the host"
         raise UsageError(msg, fix=f"point {LIBRARY_ENV} at a built libaoti_host.so, unset it to use this checkout's "
                          "build, or pass --host PATH / --host none")
     if lib is None:
+        from toolchain.hostlib import REPO_ROOT, candidates
+
         msg = ("no host given and this project's runtime library is not built (looked for $"
                f"{LIBRARY_ENV} and {', '.join(_short(c, REPO_ROOT) for c in candidates()[:3])}, ...)")
         raise UsageError(msg, fix=f"build it (scons -C {REPO_ROOT}), or pass --host PATH (the host program or "
@@ -42,18 +56,22 @@ def default_host() -> Path:
     return lib
 
 
-def elf_members(path: Path) -> list[tuple[str, ElfFile | ElfError]]:
-    """(name, parsed ELF or the error) for a file, or for each .so inside a .pt2 package."""
-    if not path.exists():
+def elf_members(path: str | os.PathLike[str]) -> list[tuple[str, ElfFile | ElfError]]:
+    """(name, parsed ELF or the error) for a file, or for each .so inside a .pt2 package (names: the path as
+    str(Path(path)) gives it)."""
+    path = path_str(path)
+    if not os.path.exists(path):
         msg = f"{path}: no such file"
         raise InputError(msg, fix="check the path")
-    if path.is_dir():
+    if os.path.isdir(path):
         msg = f"{path}: is a directory"
         raise InputError(msg, fix="pass the plugin .so or .pt2 files inside it")
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic == b"PK\x03\x04":
-        return _pt2_members(path)
+        from pathlib import Path
+
+        return _pt2_members(Path(path))
     try:
         return [(str(path), read_elf(path))]
     except ElfError as exc:
@@ -122,9 +140,10 @@ _SPEC_CACHE: dict[tuple, object] = {}
 
 def _spec():
     """load_spec(), re-read only when a spec file changes (a build or release verifies many files)."""
-    from toolchain.spec import SPEC_DIR
+    from toolchain.spec import _SPEC_DIR
 
-    key = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(SPEC_DIR.glob("*.toml")))
+    key = tuple((name, st.st_mtime_ns, st.st_size) for name in sorted(os.listdir(_SPEC_DIR)) if name.endswith(".toml")
+                for st in (os.stat(os.path.join(_SPEC_DIR, name)),))
     if key not in _SPEC_CACHE:
         _SPEC_CACHE.clear()
         _SPEC_CACHE[key] = load_spec()
@@ -163,25 +182,29 @@ def _verify(paths, host, ctx: checks.Context, strict: bool, kind: str, host_sour
     report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict,
                     host_source=host_source or ("--host" if host else "none: each file checked standalone"))
     if host is not None:
-        hpath = Path(host)
+        hpath = path_str(host)
         members = elf_members(hpath)
         helf = members[0][1]
         if isinstance(helf, ElfError):
             msg = f"--host {hpath}: cannot be read: {helf}"
             raise InputError(msg, fix="pass the host program or runtime library (e.g. dist/lib/libaoti_host.so)")
-        ctx.host = Loaded(str(hpath), helf, None)
-        ctx.host_scope = ctx.resolver.scope(helf, str(hpath)).objects
-        report.files.append(check_elf(str(hpath), helf, ctx, "host"))
+        ctx.host = Loaded(hpath, helf, None)
+        ctx.host_scope = ctx.resolver.scope(helf, hpath).objects
+        report.files.append(check_elf(hpath, helf, ctx, "host"))
     for p in paths:
-        path = Path(p)
+        path = path_str(p)  # str(Path(p)): the file's label in the report
         if _is_runtime_tree(path):
-            report.files.extend(_check_runtime_tree(path, ctx, kind))
+            from pathlib import Path
+
+            report.files.extend(_check_runtime_tree(Path(path), ctx, kind))
             continue
         members = elf_members(path)
         in_package = _is_zip(path) and any(label.startswith(f"{path}!") for label, _ in members)
         if in_package:
-            report.files.append(_check_package(path))
-            ctx.proxy_ops.update(proxy_ops(path))
+            from pathlib import Path
+
+            report.files.append(_check_package(Path(path)))
+            ctx.proxy_ops.update(proxy_ops(Path(path)))
         for label, elf in members:
             if isinstance(elf, ElfError):
                 report.files.append(_unreadable(label, elf))
@@ -194,7 +217,7 @@ def _verify(paths, host, ctx: checks.Context, strict: bool, kind: str, host_sour
     return report
 
 
-def _check_targets(path: Path, in_package: bool, report: Report, prof, members, scans) -> None:
+def _check_targets(path: str, in_package: bool, report: Report, prof, members, scans) -> None:
     """The target rules (cpu-isa-too-new, cuda-*) on the plugins just checked: they read code and GPU images,
     which the ELF reader does not keep (toolchain.verify.target_checks). `scans`: the code scans running in
     the background (toolchain.verify.scans), or None."""
@@ -230,17 +253,23 @@ def _check_targets(path: Path, in_package: bool, report: Report, prof, members, 
         return  # already reported as malformed by the package and ELF checks
 
 
-def _is_runtime_tree(path: Path) -> bool:
+def _is_runtime_tree(path: str) -> bool:
     """A `scons dist` archive (aoti-host-*.tar.gz) or an unpacked one (a folder with manifest.json)."""
+    if not os.path.isdir(path) and not os.path.basename(path).startswith("aoti-host-"):
+        return False  # neither (toolchain.distpack's tests, without importing it)
+    from pathlib import Path
+
     from toolchain.distpack import MANIFEST, is_runtime_archive
 
-    return (path.is_dir() and (path / MANIFEST).is_file()) or is_runtime_archive(path)
+    p = Path(path)
+    return (p.is_dir() and (p / MANIFEST).is_file()) or is_runtime_archive(p)
 
 
 def _check_runtime_tree(path: Path, ctx: checks.Context, kind: str) -> list[FileResult]:
     """The tree against its manifest (dist-manifest-mismatch), then every ELF file in it; an archive is
     unpacked into a private temporary folder first (tarfile's data filter: nothing lands outside it)."""
     import tempfile
+    from pathlib import Path
 
     from toolchain.distpack import ManifestError, check_tree, safe_extract
 
@@ -277,7 +306,7 @@ def _check_runtime_tree(path: Path, ctx: checks.Context, kind: str) -> list[File
         return out
 
 
-def _is_zip(path: Path) -> bool:
+def _is_zip(path: str | os.PathLike[str]) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == b"PK\x03\x04"
 

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
+from toolchain._startup import here, lazy_paths
 from toolchain.errors import UsageError
 from toolchain.record import field, record
 
-PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    PROFILE_DIR: Path
+_PROFILE_DIR = here(__file__, "profiles")
+lazy_paths(globals(), PROFILE_DIR=_PROFILE_DIR)  # pathlib.Path, read from outside
 DEFAULT_PROFILE = "host"
 # Version families we compare, and the library whose version definitions give the host's maximum.
 FAMILIES = {"GLIBC": "libc.so.6", "GLIBCXX": "libstdc++.so.6", "CXXABI": "libstdc++.so.6", "GCC": "libgcc_s.so.1"}
@@ -114,7 +120,7 @@ def load_target(data: dict, path: Path) -> TargetProfile:
 def available() -> list[str]:
     """"host" and the profiles of PROFILE_DIR (each NAME.toml there; listed for verify's --help on every start,
     so without pathlib's glob machinery)."""
-    return ["host", *sorted(n[:-5] for n in os.listdir(PROFILE_DIR) if n.endswith(".toml") and len(n) > 5)]
+    return ["host", *sorted(n[:-5] for n in os.listdir(_PROFILE_DIR) if n.endswith(".toml") and len(n) > 5)]
 
 
 def load_profile(name: str, read=None) -> Profile:
@@ -122,7 +128,9 @@ def load_profile(name: str, read=None) -> Profile:
     the reader of the run's Resolver, so that the libraries the host profile reads are parsed once."""
     if name == "host":
         return host_profile(read)
-    path = PROFILE_DIR / f"{name}.toml"
+    from pathlib import Path
+
+    path = Path(_PROFILE_DIR, f"{name}.toml")
     if not path.is_file():
         names = available()
         import difflib
@@ -146,6 +154,7 @@ def load_profile(name: str, read=None) -> Profile:
 
 def host_profile(read=None) -> Profile:
     """This machine: the highest version each of its own runtime libraries defines. `read`: as load_profile's."""
+    from toolchain._startup import path_str
     from toolchain.elf.reader import open_library
     from toolchain.elf.resolve import DEFAULT_DIRS, ld_so_conf_dirs
 
@@ -156,16 +165,17 @@ def host_profile(read=None) -> Profile:
     maxv: dict[str, tuple[int, ...]] = {}
     sources = []
     for fam, lib in FAMILIES.items():
-        path = next((Path(d) / lib for d in dirs if (Path(d) / lib).is_file()), None)
+        path = next((p for d in dirs if os.path.isfile(p := os.path.join(path_str(d), lib))), None)
         if path is None:
             continue
-        elf = parse(str(path.resolve()))
+        real = os.path.realpath(path)  # Path.resolve()
+        elf = parse(real)
         for vname in elf.verdef if elf is not None else ():
             parsed = parse_version(vname)
             if parsed and parsed[0] == fam and parsed[1] > maxv.get(fam, ()):
                 maxv[fam] = parsed[1]
         if fam in maxv:
-            sources.append(f"{fam}_{vstr(maxv[fam])} from {path.resolve()}")
+            sources.append(f"{fam}_{vstr(maxv[fam])} from {real}")
     glibc = maxv.get("GLIBC", (0,))
     arch = os.uname().machine  # platform.machine(), without importing platform
     return Profile(name="host", description=f"this machine ({arch})",

@@ -19,6 +19,8 @@ import os
 import stat
 import sys
 
+from toolchain._startup import path_str
+
 # imported here, before the children fork (the CLI starts them first): a child does not import it again
 from toolchain.isa import IsaDecodeError, IsaScan, IsaUse, scan_elf, scan_file
 
@@ -142,7 +144,7 @@ def start(paths, kind: str = "auto") -> BackgroundScans | None:
         return None
     jobs = []
     for p in paths:
-        path = path_label(os.fspath(p))
+        path = path_str(os.fspath(p))
         try:  # non-blocking, and a regular file only: a FIFO or a device is never waited on here
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
@@ -156,14 +158,6 @@ def start(paths, kind: str = "auto") -> BackgroundScans | None:
         if magic in (b"\x7fELF", b"PK\x03\x04"):
             jobs.append((path, magic == b"PK\x03\x04"))
     return BackgroundScans(jobs) if jobs else None
-
-
-def path_label(path: str) -> str:
-    """str(pathlib.Path(path)) on POSIX, without importing pathlib: the label verify's report gives the file
-    (toolchain.verify.core), which the children's answers are keyed by. Empty and "." parts are dropped, a
-    root of exactly two slashes is kept (POSIX leaves its meaning to the system), more become one."""
-    root = "//" if path.startswith("//") and not path.startswith("///") else "/" if path.startswith("/") else ""
-    return root + "/".join(part for part in path.split("/") if part and part != ".") or "."
 
 
 # (files, kind, their scans) started by prestart, until start() takes them or drop_prestarted() stops them
@@ -288,7 +282,7 @@ class BackgroundScans:
 
     def drop(self, path) -> None:
         """The file's results will not be asked for: stop its child, forget its job."""
-        path = path_label(os.fspath(path))
+        path = path_str(os.fspath(path))
         self._pending = [(p, k) for p, k in self._pending if p != path]
         for child in [c for c in self._running if c.path == path]:
             self._kill(child)

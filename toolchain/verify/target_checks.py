@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
 
 from toolchain.findings import FileResult
 from toolchain.verify.profiles import Profile, vstr
@@ -105,7 +105,7 @@ def check_plugin_target(data, label: str, res: FileResult, profile: Profile, mem
     check_cuda(data, label, res, profile, members or {}, needed)
 
 
-def check_file(path: Path, label: str, res: FileResult, profile: Profile, needed: tuple[str, ...], scan=None) -> None:
+def check_file(path: str | os.PathLike[str], label: str, res: FileResult, profile: Profile, needed: tuple[str, ...], scan=None) -> None:
     """A plugin file on disk, mapped (only its code, symbol table and data sections holding GPU code are read)."""
     import mmap
 
