@@ -22,7 +22,7 @@ import sys
 from toolchain._startup import path_str
 
 # imported here, before the children fork (the CLI starts them first): a child does not import it again
-from toolchain.isa import IsaDecodeError, IsaScan, IsaUse, scan_elf, scan_file
+from toolchain.isa import IsaDecodeError, IsaScan, IsaUse, load_isa_spec, scan_elf, scan_file
 
 __all__ = ["BackgroundScans", "drop_prestarted", "prestart", "start"]
 
@@ -224,6 +224,7 @@ class BackgroundScans:
 
     @staticmethod
     def _fork(path: str, package: bool) -> _Child | None:
+        load_isa_spec()  # the CPU table both sides read (the scan, and the profile and rule here): read once, now
         r, w = os.pipe()
         try:
             pid = os.fork()
