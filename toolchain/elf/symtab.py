@@ -66,7 +66,9 @@ class DynSymTable:
             v.need(versym.offset, self.vs_len * 2, "the symbol version table (.gnu.version)")
             self.vs_off = versym.offset
 
-    def _symbol(self, i: int, f: tuple) -> Symbol | None:
+    def _symbol(self, i: int, f: tuple, strtab: bytes | None = None) -> Symbol | None:
+        """Entry `i` (`f`: its unpacked fields); `strtab`: .dynstr's bytes, where the caller read them once (a
+        full read: one copy instead of a search of the mapping per name)."""
         if self.is64:
             nm, info, other, shndx, _val, _size = f
         else:
@@ -76,11 +78,17 @@ class DynSymTable:
         if nm >= self.sts:
             raise MalformedError(f"{self.name}: symbol {i}: name index {nm} outside .dynstr ({self.sts} bytes)",
                                  fix="rebuild the file")
-        buf = self.v.buf
-        stop = buf.find(b"\0", self.sto + nm, self.sto + self.sts)
-        if stop < 0:
+        if strtab is None:
+            buf = self.v.buf
+            stop = buf.find(b"\0", self.sto + nm, self.sto + self.sts)
+            raw = None if stop < 0 else bytes(buf[self.sto + nm:stop])
+        else:
+            stop = strtab.find(b"\0", nm)
+            raw = None if stop < 0 else strtab[nm:stop]
+        if raw is None:
             raise MalformedError(f"{self.name}: symbol {i}: unterminated name", fix="rebuild the file")
-        sname = bytes(buf[self.sto + nm:stop]).decode("utf-8", "replace")
+        sname = raw.decode("utf-8", "replace")
+        buf = self.v.buf
         version, hidden, vfile = None, False, None
         if i < self.vs_len:
             lo, hi = buf[self.vs_off + 2 * i], buf[self.vs_off + 2 * i + 1]
@@ -96,7 +104,8 @@ class DynSymTable:
         if not self.count:
             return ()
         raw = self.fmt.iter_unpack(self.v.buf[self.off:self.off + self.count * self.fmt.size])
-        return tuple(s for i, f in enumerate(raw) if (s := self._symbol(i, f)) is not None)
+        strtab = bytes(self.v.buf[self.sto:self.sto + self.sts])
+        return tuple(s for i, f in enumerate(raw) if (s := self._symbol(i, f, strtab)) is not None)
 
     def _hash_header(self) -> tuple[int, int, int, int, tuple[int, ...] | None, int, int] | None:
         """DT_GNU_HASH's geometry, read once: (nbuckets, symoffset, buckets_at, chain_at, the Bloom filter's

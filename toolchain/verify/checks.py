@@ -483,10 +483,10 @@ def check_host(elf: ElfFile, path: str, res: FileResult, ctx: Context) -> None:
             res.add("shim-not-exported", f"does not export shim {shim.name} ({why}): a plugin importing it fails "
                     "to load", symbol=shim.name)
     names = [shim.name for shim in ctx.spec.shims]
-    defined_in = [ctx.resolver.defined_among(lo, names) for lo in scope]
+    # the objects defining any shim at all (most of a scope defines none: their lookups gave {})
+    holders = [(lo, defs) for lo in scope if (defs := ctx.resolver.defined_among(lo, names))]
     for shim in ctx.spec.shims:
-        providers = [lo for lo, defs in zip(scope, defined_in, strict=True)
-                     if any(s.visibility == "DEFAULT" for s in defs.get(shim.name, ()))]
+        providers = [lo for lo, defs in holders if any(s.visibility == "DEFAULT" for s in defs.get(shim.name, ()))]
         if len(providers) > 1:
             names = [lo.path for lo in providers]
             res.add("duplicate-shim-definition", f"{shim.name} is defined by {len(names)} objects in the host's "
