@@ -12,8 +12,8 @@ build/bench-python/) and both sides run that very file at OMP_NUM_THREADS=1, eac
   (AOTI_HOST_PYTHON_FAST=0); torch's runner with torch tensors under no_grad; aoti-run --repeat for the
   C++ floor. The figure is the median over --rounds; ratio = ours / torch's.
 - threads: runs/s of 1 and of 2 Python threads, each making --thread-calls calls on one loaded stateless
-  program (the vectorised encoder block, OMP_NUM_THREADS=1), with num_models=2 (the default) and 1; the
-  outputs of the threaded runs are compared with serial runs of the same inputs. A control in the same
+  program (the vectorised encoder block, OMP_NUM_THREADS=1), with num_models=2 (the default) and 1; each
+  output of the threaded runs is compared with the serial run of the same input as it comes, then dropped. A control in the same
   process (hashlib's sha256 of 64 kB blocks, C work with the GIL released) shows what 2 threads can get on
   the machine at that moment: on a loaded machine that, not 2x, is the ceiling.
 Targets (issue 17): per call <= 0.5x torch's runner for two_outputs and embedding, <= 0.9x for attention;
@@ -94,11 +94,14 @@ for _ in range(200):
     prog.run(inputs[0])
 
 def work(k, n, out):
-    got = []
+    # each output is checked against the serial run's as it comes, then dropped, as a consumer would: keeping
+    # them all (3000 x 16 kB per thread) made every call fault in fresh pages, and the two threads' page faults
+    # contend on the process's memory map (1.75x against 1.90x for the same calls with outputs dropped)
+    equal = True
     for c in range(n):
         i = (c + k) % len(inputs)
-        got.append((i, prog.run(inputs[i])[0]))
-    out[k] = got
+        equal = np.array_equal(prog.run(inputs[i])[0], serial[i]) and equal
+    out[k] = equal
 
 def rate(nthreads):
     out = [None] * nthreads
@@ -107,15 +110,14 @@ def rate(nthreads):
     for th in ts: th.start()
     for th in ts: th.join()
     dt = time.perf_counter() - t
-    equal = all(np.array_equal(y, serial[i]) for got in out for i, y in got)
-    return nthreads * calls / dt, equal
+    return nthreads * calls / dt, all(out)
 
 import hashlib
 blob = b"x" * (1 << 16)
 def hwork(k, n, out):
     for _ in range(n):
         hashlib.sha256(blob).digest()  # C work with the GIL released (inputs over 2 kB)
-    out[k] = []
+    out[k] = True
 
 def hrate(nthreads):
     out = [None] * nthreads
