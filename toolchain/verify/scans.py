@@ -2,8 +2,8 @@
 
 Decoding a plugin's code (toolchain.isa) is the largest single part of verifying a small plugin, and it needs
 nothing the ELF checks compute: a child process forked at the start of the run decodes the file on another
-core while this process reads the host, its libraries and the plugin's symbols. The CLI forks it before it
-parses its command line (`prestart`). The child sends the scan back through a pipe, marshalled (the same
+core while this process reads the host, its libraries and the plugin's symbols. The CLI forks it as soon as
+it has read its command line (`prestart`). The child sends the scan back through a pipe, marshalled (the same
 interpreter reads it: a fork); anything short of a complete answer (the child failed, was killed, or
 wrote garbage) makes the caller scan in this process, so a report never depends on whether a child ran.
 
@@ -165,9 +165,10 @@ _prestarted: tuple[list[str], str, BackgroundScans | None] | None = None
 
 
 def prestart(files: list[str], kind: str) -> None:
-    """Start the scans of a command line's files before the command line is parsed (toolchain.cli does, before
-    it imports argparse and the checks): the `start` that verify calls with the same files and kind returns
-    them, a `start` with others stops them, and `drop_prestarted` stops them where no `start` came."""
+    """Start the scans of a command line's files as soon as it is read (toolchain.cli does, with
+    main_verify.quick_args, before argparse and the checks are imported): the `start` that verify calls with the
+    same files and kind returns them, a `start` with others stops them, and `drop_prestarted` stops them where
+    no `start` came."""
     global _prestarted
     drop_prestarted()
     scans = start(files, kind)
