@@ -30,6 +30,12 @@ def lazy_paths(module_globals: dict, **paths: str) -> None:
     module_globals["__getattr__"] = __getattr__
 
 
+def read_text(path: str | os.PathLike[str]) -> str:
+    """Path(path).read_text(encoding="utf-8") for a str or a Path (the spec loaders read str paths)."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def find_spec(name: str):
     """importlib.util.find_spec(name) of a top-level module name (an imported module's __spec__, else the first
     of sys.meta_path's finders that finds it)."""

@@ -202,7 +202,6 @@ def _symbol_value(data, tab, strs, name: str) -> int | None:
     return struct.unpack_from("<Q", data, tab.offset + best * 24 + 8)[0]
 
 
-_SHF_ALLOC = 0x2
 _FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 
 
@@ -211,7 +210,7 @@ def plugin_images(data, label: str) -> tuple[list[CudaImage], list[str]]:
     mapped at load) data sections, and the fatbin sections by name. Not its executable sections (code holds
     no images), not its embedded weights (see _weights_range), and not what is never mapped (debug info,
     .comment: most of a torch-built plugin's bytes beside the weights)."""
-    from toolchain.isa import SHF_EXECINSTR, SHT_NOBITS, IsaDecodeError, _sections
+    from toolchain.isa import SHF_ALLOC, SHF_EXECINSTR, SHT_NOBITS, IsaDecodeError, _sections
 
     try:
         sections = _sections(data, label)
@@ -223,7 +222,7 @@ def plugin_images(data, label: str) -> tuple[list[CudaImage], list[str]]:
     for s in sections:
         if s.type == SHT_NOBITS or s.flags & SHF_EXECINSTR or s.size == 0 or s.type in (2, 3, 11):
             continue
-        if not s.flags & _SHF_ALLOC and s.name not in _FATBIN_SECTIONS:
+        if not s.flags & SHF_ALLOC and s.name not in _FATBIN_SECTIONS:
             continue
         spans = [(s.offset, s.offset + s.size)]
         if weights is not None and s.offset <= weights[0] < s.offset + s.size:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from toolchain._startup import here, lazy_paths
+from toolchain._startup import here, lazy_paths, read_text
 from toolchain.record import record
 from toolchain.speccache import TomlError, parse_toml
 
@@ -25,18 +25,13 @@ lazy_paths(globals(), EXIT_CODES_FILE=_EXIT_CODES, C_API_FILE=_C_API)  # pathlib
 EXIT_CODES_SCHEMA = 1
 
 
-def _read_text(path: str | os.PathLike[str]) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read()
-
-
 def load_runtime_statuses(path: str | os.PathLike[str] = _C_API) -> dict[str, int]:
     """The runtime's aoti_host_status values by name: the [[status]] rows of the C API spec (c_api.toml).
 
     Read here with the TOML parser alone, because the spec loader (toolchain.spec, which validates the whole file)
     imports this module."""
     try:
-        rows = parse_toml(_read_text(path), os.path.basename(path)).get("status")
+        rows = parse_toml(read_text(path), os.path.basename(path)).get("status")
     except (OSError, UnicodeDecodeError, TomlError) as exc:
         raise SpecError(f"{path}: cannot read: {exc}", fix="restore it (git checkout -- toolchain/spec/c_api.toml)"
                         ) from None
@@ -136,7 +131,7 @@ def load_exit_codes(path: str | os.PathLike[str] = _EXIT_CODES) -> tuple[ExitCod
         return SpecError(f"{path}: {where}: {why}", fix=fix)
 
     try:
-        data = parse_toml(_read_text(path), os.path.basename(path))
+        data = parse_toml(read_text(path), os.path.basename(path))
     except FileNotFoundError:
         raise bad("(file)", "exit-code table not found", "restore it (git checkout -- toolchain/spec/exit_codes.toml)"
                   ) from None

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from toolchain._startup import here, lazy_paths
+from toolchain._startup import here, lazy_paths, read_text
 from toolchain.errors import SpecError, exit_code
 from toolchain.record import asdict, field, record
 from toolchain.speccache import TomlError, parse_toml
@@ -70,8 +70,7 @@ def _bad(path: str | os.PathLike[str], where: str, reason: str, fix: str) -> Spe
 def load_rules(path: str | os.PathLike[str] = _RULES_FILE) -> dict[str, Rule]:
     """Read and validate the rule table; SpecError names the file, the rule and the defect."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = parse_toml(f.read(), os.path.basename(path))
+        data = parse_toml(read_text(path), os.path.basename(path))
     except OSError as exc:
         raise _bad(path, "rule table", f"cannot be read: {exc.strerror}", "restore toolchain/spec/rules.toml") from None
     except TomlError as exc:

@@ -41,10 +41,15 @@ def _installed_cuda_host() -> str | None:
     return os.path.join(path_str(next(iter(spec.submodule_search_locations))), "_host")
 
 
+def _installed() -> list[str]:
+    """installed_trees() as strings."""
+    cuda = _installed_cuda_host()
+    return [_INSTALLED_HOST, *([cuda] if cuda else [])]
+
+
 def _trees(device: str) -> list[str]:
     """host_trees() as strings."""
-    cuda = _installed_cuda_host()
-    installed = [_INSTALLED_HOST, *([cuda] if cuda else [])]
+    installed = _installed()
     if device.startswith("cuda"):
         installed.reverse()
     variants = _CUDA + _CPU if device.startswith("cuda") else _CPU + _CUDA
@@ -55,8 +60,7 @@ def installed_trees() -> list[Path]:
     """The runtime trees the installed wheels hold (this package's, and aoti-toolchain-cuda's when present)."""
     from pathlib import Path
 
-    cuda = _installed_cuda_host()
-    return [Path(_INSTALLED_HOST), *([Path(cuda)] if cuda else [])]
+    return [Path(t) for t in _installed()]
 
 
 def host_trees(device: str = "cpu") -> list[Path]:
@@ -67,9 +71,16 @@ def host_trees(device: str = "cpu") -> list[Path]:
     return [Path(t) for t in _trees(device)]
 
 
+def _candidates(device: str) -> list[str]:
+    """candidates() as strings."""
+    return [os.path.join(t, "lib", "libaoti_host.so") for t in _trees(device)]
+
+
 def candidates(device: str = "cpu") -> list[Path]:
     """Every libaoti_host.so default_library looks for, in order."""
-    return [t / "lib" / "libaoti_host.so" for t in host_trees(device)]
+    from pathlib import Path
+
+    return [Path(c) for c in _candidates(device)]
 
 
 def library_path(device: str = "cpu") -> str | None:
@@ -77,7 +88,7 @@ def library_path(device: str = "cpu") -> str | None:
     env = os.environ.get(LIBRARY_ENV)
     if env:
         return path_str(env)
-    return next((c for t in _trees(device) if os.path.exists(c := os.path.join(t, "lib", "libaoti_host.so"))), None)
+    return next((c for c in _candidates(device) if os.path.exists(c)), None)
 
 
 def find_library(device: str = "cpu") -> Path | None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["IsaScan", "IsaUse", "IsaDecodeError", "IsaSpec", "load_isa_spec", "scan_elf", "scan_file"]
 EM_X86_64 = 62
-SHF_EXECINSTR = 0x4
+SHF_ALLOC, SHF_EXECINSTR = 0x2, 0x4
 SHT_PROGBITS, SHT_SYMTAB, SHT_DYNSYM, SHT_NOBITS = 1, 2, 11, 8
 STT_FUNC = 2
 

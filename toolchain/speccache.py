@@ -32,9 +32,10 @@ class TomlError(ValueError):
 
 
 def _store_module(name: str):
-    """toolchain._spec_parsed.<name>, or None where it cannot be imported (no store: tomllib parses)."""
+    """toolchain._spec_parsed.<name> (the package itself for ""), or None where it cannot be imported (no store:
+    tomllib parses)."""
     try:
-        return __import__(f"{_PACKAGE}.{name}", fromlist=["_"]) if name else __import__(_PACKAGE, fromlist=["_"])
+        return __import__(f"{_PACKAGE}.{name}" if name else _PACKAGE, fromlist=["_"])
     except ImportError:
         return None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 
-from toolchain._startup import here, lazy_paths, path_str
+from toolchain._startup import here, lazy_paths, path_str, read_text
 from toolchain.errors import SpecError
 from toolchain.record import record
 from toolchain.speccache import TomlError, parse_toml, stored_prototype, stored_spec
@@ -245,8 +245,7 @@ def _read(path: str | os.PathLike[str], array: str, extra_top: dict[str, tuple[t
           tables: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The file's top level: schema, `extra_top` keys, the [[array]], and `tables` (checked by the caller)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = parse_toml(f.read(), os.path.basename(path))
+        data = parse_toml(read_text(path), os.path.basename(path))
     except FileNotFoundError:
         raise _error(path, "(file)", "spec file not found",
                      "restore it from the repository (git checkout -- <file>)") from None
@@ -604,8 +603,7 @@ def _stored_rows(paths: tuple[str, ...]) -> tuple | None:
     texts = {}
     for p in paths:
         try:
-            with open(p, encoding="utf-8") as f:
-                texts[os.path.basename(p)] = f.read()
+            texts[os.path.basename(p)] = read_text(p)
         except (OSError, UnicodeDecodeError):
             return None  # the validating path reports it
     return stored_spec(texts)

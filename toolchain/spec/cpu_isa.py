@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from functools import cache
 
-from toolchain._startup import here, lazy_paths
+from toolchain._startup import here, lazy_paths, read_text
 from toolchain.errors import SpecError
 from toolchain.record import record
 from toolchain.speccache import parse_toml
@@ -62,8 +62,7 @@ class IsaSpec:
 
 @cache
 def load_isa_spec(path: str | os.PathLike[str] = _SPEC) -> IsaSpec:
-    with open(path, encoding="utf-8") as f:
-        data = parse_toml(f.read(), os.path.basename(path))
+    data = parse_toml(read_text(path), os.path.basename(path))
     levels = tuple(lv["name"] for lv in data["level"])
     exts = {}
     for e in data["extension"]:
