@@ -33,6 +33,8 @@ FIX = "re-create the package with aoti-toolchain export or torch._inductor.aoti_
 FIX_COMPRESSED = ("torch stores .pt2 members uncompressed: re-save it with zip -0 or re-export it with "
                   "aoti-toolchain export")
 FIX_ENCRYPTED = "re-export the package unencrypted with aoti-toolchain export"
+FIX_NOT_ZIP = ("pass the .pt2 written by aoti-toolchain export or torch._inductor.aoti_compile_and_package "
+               "(re-export it, or copy it again if this one was damaged)")
 FIX_CRC = "the package was damaged or tampered with: re-export it or fetch it again"
 
 _EOCD, _EOCD64, _LOCATOR = 0x06054B50, 0x06064B50, 0x07064B50
@@ -107,9 +109,16 @@ def parse(data: Any, label: str) -> dict[str, Member]:
     def bad(why: str, fix: str = FIX) -> PackageError:
         return PackageError(f"{label}: not a valid .pt2 (zip) package: {why}", fix=fix)
 
+    def not_zip() -> PackageError | None:
+        """For a file that does not even start like a zip (no "PK"): that, instead of the first record missing."""
+        if bytes(data[:2]) == b"PK":
+            return None
+        empty = ": the file is empty" if n == 0 else ""
+        return PackageError(f"{label}: not a .pt2 package (not a zip archive{empty})", fix=FIX_NOT_ZIP)
+
     n = len(data)
     if n < _EOCD_SIZE:
-        raise bad("the file is too short to be a zip archive (truncated?)")
+        raise not_zip() or bad("the file is too short to be a zip archive (truncated?)")
 
     # The end record: its comment must run exactly to the end of the file, at one position only.
     eocd = -1
@@ -128,7 +137,7 @@ def parse(data: Any, label: str) -> dict[str, Member]:
             break
         i -= 1
     if eocd < 0:
-        raise bad("no end-of-central-directory record ending at the end of the file (truncated, or bytes appended)")
+        raise not_zip() or bad("no end-of-central-directory record ending at the end of the file (truncated, or bytes appended)")
     disk, cd_disk, on_disk, count, cd_size, cd_offset = struct.unpack_from("<HHHHII", data, eocd + 4)
     if disk != 0 or cd_disk != 0 or on_disk != count:
         raise bad("a multi-disk archive")

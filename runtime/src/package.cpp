@@ -18,6 +18,14 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// A name ending in .pt2 in any case ("model.PT2" too): what the user means to be a package.
+bool named_pt2(const std::string& path) {
+  if (path.size() < 4) return false;
+  std::string tail = path.substr(path.size() - 4);
+  for (char& c : tail) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return tail == ".pt2";
+}
+
 std::string member_text(const ZipArchive& zip, const ZipEntry& e) {
   return std::string(reinterpret_cast<const char*>(zip.data(e)), e.size);
 }
@@ -56,12 +64,25 @@ Package Package::open(const std::string& path) {
     const InputFile file(path, "model (.pt2 package or plugin .so)");
     char magic[4] = {};
     if (file.size() >= 4) file.read_at(0, magic, 4);
-    if (file.size() < 4 || std::memcmp(magic, "PK\x03\x04", 4) != 0) return pkg;  // a plugin .so
+    if (file.size() < 4 || std::memcmp(magic, "PK\x03\x04", 4) != 0) {
+      // Not a zip: a plugin .so, unless it is named .pt2 and is not ELF either (a renamed plugin still
+      // loads): then it is a damaged or wrong file given as the package, bad input like a malformed .npy.
+      const bool elf = file.size() >= 4 && std::memcmp(magic, "\x7f" "ELF", 4) == 0;
+      if (!elf && named_pt2(path))
+        throw Error(path + ": not a .pt2 package (not a zip archive" +
+                        (file.size() == 0 ? std::string(": the file is empty") : std::string()) +
+                        "); pass the .pt2 written by aoti-toolchain export or torch._inductor.aoti_compile_and_package "
+                        "(re-export it, or copy it again if this one was damaged)",
+                    AOTI_HOST_INVALID_ARGUMENT);
+      return pkg;  // a plugin .so
+    }
   }
   try {
     pkg.zip_ = std::make_shared<ZipArchive>(path);
   } catch (const Error& e) {
-    throw Error(e.what(), AOTI_HOST_INVALID_PROGRAM);
+    // The file given is no readable archive (truncated, damaged): bad input, the exit code verify and
+    // inspect give the same file (toolchain/spec/exit_codes.toml, bad_input).
+    throw Error(e.what(), AOTI_HOST_INVALID_ARGUMENT);
   }
   pkg.find_members();
   pkg.read_contract();

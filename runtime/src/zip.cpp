@@ -148,8 +148,16 @@ void ZipArchive::parse() {
   auto bad = [&](const std::string& why, const char* fix = kFix) {
     return Error(label_ + ": not a valid .pt2 (zip) package: " + why + "; " + fix, AOTI_HOST_INVALID_PROGRAM);
   };
+  // A file that does not even start like a zip (no "PK") is refused as that, not by the first record it lacks.
+  const bool starts_like_zip = n >= 2 && d != nullptr && d[0] == 'P' && d[1] == 'K';
+  auto not_zip = [&]() {
+    return Error(label_ + ": not a .pt2 package (not a zip archive" + (n == 0 ? ": the file is empty" : "") +
+                     "); pass the .pt2 written by aoti-toolchain export or torch._inductor.aoti_compile_and_package "
+                     "(re-export it, or copy it again if this one was damaged)",
+                 AOTI_HOST_INVALID_PROGRAM);
+  };
   if (d == nullptr && n != 0) throw bad("no bytes");
-  if (n < kEocdSize) throw bad("the file is too short to be a zip archive (truncated?)");
+  if (n < kEocdSize) throw starts_like_zip ? bad("the file is too short to be a zip archive (truncated?)") : not_zip();
 
   // The end record: its comment must run exactly to the end of the file, and only one position may
   // satisfy that (a comment that holds a second end record is ambiguous).
@@ -161,8 +169,10 @@ void ZipArchive::parse() {
       eocd = i;
     }
   }
-  if (eocd == UINT64_MAX)
+  if (eocd == UINT64_MAX) {
+    if (!starts_like_zip) throw not_zip();
     throw bad("no end-of-central-directory record ending at the end of the file (truncated, or bytes appended)");
+  }
   if (u16(d + eocd + 4) != 0 || u16(d + eocd + 6) != 0 || u16(d + eocd + 8) != u16(d + eocd + 10))
     throw bad("a multi-disk archive");
   uint64_t count = u16(d + eocd + 10);

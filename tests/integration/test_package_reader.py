@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.integration.crafted_zips import corpus
+from toolchain.errors import exit_code
 from toolchain.pt2 import PackageError, open_package
 
 CORPUS = corpus()
@@ -111,8 +112,8 @@ def test_crash_class_aoti_run(host_build, corpus_dir, tmp_path, name):
     package = corpus_dir / f"{name}.pt2"
     proc = subprocess.run([str(host_build.aoti_run), str(package), "-o", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=60)
-    # A package the runtime refuses does not load: exit 4 (toolchain/spec/exit_codes.toml, load_failed).
-    assert proc.returncode == 4, f"rc {proc.returncode}: {proc.stderr[-2000:]}"
+    # An archive the runtime's reader refuses is bad input, as verify and inspect report it (exit_codes.toml).
+    assert proc.returncode == exit_code("bad_input"), f"rc {proc.returncode}: {proc.stderr[-2000:]}"
     assert str(package) in proc.stderr and "not a valid .pt2" in proc.stderr
 
 
@@ -125,8 +126,9 @@ def test_crash_class_python_runtime(host_build, corpus_dir, name):
             "print('loaded')\n")
     proc = subprocess.run([sys.executable, "-c", code, str(package), str(host_build.lib)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 4, f"rc {proc.returncode} (a negative code is a signal): {proc.stderr[-2000:]}"
-    assert proc.stdout.split()[0] == "LoadError" and "not a valid .pt2" in proc.stdout and str(package) in proc.stdout
+    assert proc.returncode == exit_code("bad_input"), \
+        f"rc {proc.returncode} (a negative code is a signal): {proc.stderr[-2000:]}"
+    assert proc.stdout.split()[0] == "InputError" and "not a valid .pt2" in proc.stdout and str(package) in proc.stdout
 
 
 def test_verify_refuses_what_the_runtime_refuses(corpus_dir):

@@ -59,17 +59,19 @@ def asan_run() -> Path:
     return exe
 
 
-def malformed_package_exit_code() -> int:
-    """The exit code aoti-run gives a package the runtime refuses (AOTI_HOST_INVALID_PROGRAM): from the
-    exit-code table where the project has one, else 4 ("the plugin does not load")."""
+def malformed_package_exit_code(status: str = "AOTI_HOST_INVALID_PROGRAM") -> int:
+    """The exit code aoti-run gives a package the runtime refuses with `status`: AOTI_HOST_INVALID_ARGUMENT for a
+    file that is no readable archive (not a zip, truncated, malformed records), AOTI_HOST_INVALID_PROGRAM for an
+    archive whose members it refuses (a CRC-32 that does not match); from the exit-code table where the project
+    has one, else 3 and 4 ("bad input", "the plugin does not load")."""
     table = REPO_ROOT / "toolchain" / "spec" / "exit_codes.toml"
     if table.exists():
         import tomllib
 
         for entry in tomllib.loads(table.read_text())["code"]:
-            if "AOTI_HOST_INVALID_PROGRAM" in entry.get("statuses", []):
+            if status in entry.get("statuses", []):
                 return int(entry["code"])
-    return 4
+    return 3 if status == "AOTI_HOST_INVALID_ARGUMENT" else 4
 
 
 def _run(exe: Path, *args) -> subprocess.CompletedProcess:
@@ -137,16 +139,18 @@ def test_asan_aoti_run_refuses_every_hostile_package(asan_run, mlp, tmp_path):
     pt2, _module, inputs = mlp
     x = tmp_path / "x.npy"
     np.save(x, inputs[0].numpy())
-    want = malformed_package_exit_code()
+    archive, member = (malformed_package_exit_code(s) for s in ("AOTI_HOST_INVALID_ARGUMENT", "AOTI_HOST_INVALID_PROGRAM"))
     failures = []
     cases = hostile_packages(pt2, tmp_path)
     for name, pkg in cases.items():
+        want = member if "forged_crc" in name else archive  # a forged CRC-32 is found reading the member
         p = _run(asan_run, pkg, "-i", x, "-o", tmp_path / "out")
         _assert_no_report(p)
         if p.returncode != want or pkg.name not in p.stderr:
-            failures.append(f"{name}: exit {p.returncode}: {p.stderr.strip()[-400:]}")
-    print(f"\n{len(cases)} hostile packages through the ASan aoti-run: each refused with exit {want}, no report")
-    assert not failures, f"not refused with exit {want} naming the package:\n" + "\n".join(failures)
+            failures.append(f"{name}: exit {p.returncode} (expected {want}): {p.stderr.strip()[-400:]}")
+    print(f"\n{len(cases)} hostile packages through the ASan aoti-run: each refused with exit {archive} (a damaged "
+          f"archive) or {member} (a forged CRC-32), no report")
+    assert not failures, "not refused with the expected exit naming the package:\n" + "\n".join(failures)
 
 
 def test_asan_aoti_run_runs_a_valid_package(asan_run, mlp, tmp_path, torch):

@@ -37,24 +37,64 @@ def main(argv: list[str] | None = None) -> int:
     it), or one command line run in this process (argv given: it returns the exit code and nothing else)."""
     args_in = sys.argv[1:] if argv is None else argv
     command = _command(args_in)
-    if command == "verify":
-        # A command line main_verify reads without argparse (the common ones) starts the code scans of its
-        # files now, before argparse and the checks are imported; verify's start() takes them.
-        from toolchain.cli import main_verify
-        from toolchain.verify import scans
+    try:
+        if command == "verify":
+            # A command line main_verify reads without argparse (the common ones) starts the code scans of its
+            # files now, before argparse and the checks are imported; verify's start() takes them.
+            from toolchain.cli import main_verify
+            from toolchain.verify import scans
 
-        quick = main_verify.quick_args(args_in[1:])
-        if quick is not None:
-            scans.prestart(quick.files, quick.kind)
-        try:
-            code = _run(args_in, quick)
-        finally:
-            scans.drop_prestarted()
-    else:
-        code = _run(args_in)
+            quick = main_verify.quick_args(args_in[1:])
+            if quick is not None:
+                scans.prestart(quick.files, quick.kind)
+            try:
+                code = _run(args_in, quick)
+            finally:
+                scans.drop_prestarted()
+        else:
+            code = _run(args_in)
+        if argv is None and sys.stdout is not None:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        if not _output_closed():
+            raise  # a pipe of the command's own (to a program it runs), not its output: a bug to report
+        from toolchain.errors import exit_code
+
+        return exit_code("broken_pipe")
+    except SystemExit:  # --help, --version: printed, then argparse exits
+        if argv is None and _output_closed():
+            from toolchain.errors import exit_code
+
+            return exit_code("broken_pipe")
+        raise
     if argv is None and command in _NO_TEARDOWN:
         _exit_without_teardown(code)
     return code
+
+
+def _output_closed() -> bool:
+    """Whether the reader of stdout or stderr went away (`aoti-toolchain inspect --json X | head`): each such
+    stream is pointed at /dev/null, so that what is still buffered does not fail again when Python exits, and
+    True; False when both are fine (the broken pipe was another one). The recipe of Python's signal module
+    documentation ("Note on SIGPIPE"), for the streams whose far end poll() reports gone."""
+    import os
+    import select
+
+    closed = False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            if not any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0)):
+                continue
+            closed = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no stream (None), no descriptor, or closed
+            continue
+    return closed
 
 
 def _exit_without_teardown(code: int) -> None:

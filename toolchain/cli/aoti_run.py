@@ -28,6 +28,13 @@ def main(argv: list[str] | None = None) -> int:
               "runtime (scons) in a checkout", file=sys.stderr)
         return exit_code("bad_input")
     sys.stdout.flush()
+    # Python ignores SIGPIPE and SIGXFSZ, and exec keeps an ignored signal ignored: give the program the
+    # dispositions a shell gives it, so that `aoti-run ... | head` ends it quietly as it ends the program run
+    # directly (instead of it writing on into a closed pipe and exiting 0 with its output lost).
+    import signal
+
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
     os.execv(prog, [str(prog), *args])
     return exit_code("failed")  # not reached: execv replaces the process or raises
 
