@@ -74,7 +74,9 @@ def torch_root() -> Path:
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         msg = "torch is not installed: the fallback-op list and the shim headers come from it"
-        raise CoverageError(msg, fix="pip install -e '.[torch]', or run only --check of the markdown")
+        from toolchain.hostlib import pip_install
+
+        raise CoverageError(msg, fix=f"{pip_install('torch')}, or run only --check of the markdown")
     return Path(next(iter(spec.submodule_search_locations)))
 
 

@@ -128,3 +128,20 @@ def build_info(library: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def in_checkout() -> bool:
+    """Whether this package runs from a source checkout (an editable install, or the checkout on sys.path): its
+    SConstruct beside the package. False in an installed wheel (the package sits in site-packages)."""
+    return os.path.isfile(os.path.join(_REPO_ROOT, "SConstruct"))
+
+
+def pip_install(extra: str) -> str:
+    """The command that adds the optional dependencies `extra` (pyproject.toml's [project.optional-dependencies])
+    to this installation: `pip install 'aoti-toolchain[extra]'` for an installed wheel, the editable install of
+    this checkout when running from one (pip install -e '/path/to/checkout[extra]')."""
+    import shlex
+
+    if in_checkout():
+        return f"pip install -e {shlex.quote(f'{_REPO_ROOT}[{extra}]')}"
+    return f"pip install {shlex.quote(f'aoti-toolchain[{extra}]')}"

@@ -63,5 +63,8 @@ def register(sub) -> None:
     r.add_argument("--compare", nargs="+", default=[], metavar="REF.npy", help="reference outputs, in order")
     r.add_argument("--atol", type=float, default=1e-5, help="--compare: absolute tolerance (default 1e-5)")
     r.add_argument("--rtol", type=float, default=1e-4, help="--compare: relative tolerance (default 1e-4)")
-    r.add_argument("--library", type=Path, default=None, help="libaoti_host.so (default: this checkout's build)")
+    r.add_argument("--library", type=Path, default=None, metavar="LIBAOTI_HOST.so",
+                   help="the host runtime library to run in (default: $AOTI_HOST_LIBRARY, else the runtime the "
+                   "installed aoti-toolchain wheel carries, else the build of the checkout this runs from; "
+                   "`aoti-toolchain --version` names the one found)")
     r.set_defaults(func=main)

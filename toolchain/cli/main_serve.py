@@ -32,7 +32,9 @@ def main(args: argparse.Namespace) -> int:
         from toolchain.serve import deploy, private_ray_temp_dir
     except ImportError as exc:
         msg = f"serving needs Ray Serve, which is not importable here: {exc}"
-        raise LoadError(msg, fix="pip install -e '.[serve]'") from None
+        from toolchain.hostlib import pip_install
+
+        raise LoadError(msg, fix=f"{pip_install('serve')} (Ray Serve)") from None
     autoscale = deploy.parse_autoscale(args.autoscale) if args.autoscale is not None else None
     app = deploy.application(model, replicas=args.replicas or 1, autoscale=autoscale, max_batch=args.max_batch,
                              batch_wait_ms=args.batch_wait_ms, device=args.device, cuda_graphs=args.cuda_graphs,

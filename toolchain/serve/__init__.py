@@ -42,5 +42,7 @@ def application(model: Any, **options: Any) -> Any:
         from toolchain.serve import deploy
     except ImportError as exc:
         msg = f"serving needs Ray Serve, which is not importable here: {exc}"
-        raise LoadError(msg, fix="pip install -e '.[serve]' (ray[serve])") from None
+        from toolchain.hostlib import pip_install
+
+        raise LoadError(msg, fix=f"{pip_install('serve')} (Ray Serve)") from None
     return deploy.application(model, **options)
