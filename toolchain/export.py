@@ -45,6 +45,7 @@ from typing import Any
 
 from toolchain import progress
 from toolchain.atomic import current_umask, replacing, write_text
+from toolchain.elf.patcher import rebind_unique_in_package
 from toolchain.errors import ExportError, InputError, ToolchainError
 from toolchain.spec import load_abi
 
@@ -598,6 +599,7 @@ def export(
                     torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
                 with progress.step("packaging (contract, target record, constants, executable-stack flag)"):
                     clear_exec_stack(tmp)
+                    rebind_unique_in_package(tmp)  # unloadable: docs/verify.md, "Unloading"
                     contract = contract_of(ep, example_inputs)
                     for line in narrow_to_compiled(tmp, contract):
                         print(f"aoti-toolchain: note: {line}: torch specialised sizes below it; re-export with "

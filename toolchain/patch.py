@@ -23,7 +23,7 @@ from toolchain.errors import InputError, LoadError, UsageError
 
 @dataclass(frozen=True)
 class Op:
-    kind: str  # add-needed | clear-execstack | set-runpath
+    kind: str  # add-needed | clear-execstack | set-runpath | rebind-unique
     arg: str = ""
 
     def __str__(self) -> str:
@@ -70,6 +70,15 @@ def plan(path: Path, requested: list[Op]) -> list[Op]:
                 continue
             if not any(o.kind == "set-runpath" for o in out):
                 out.append(op)
+        elif op.kind == "rebind-unique":
+            if any(o.kind == "rebind-unique" for o in out) or not any(
+                    s.defined and s.binding == "GNU_UNIQUE" for s in elf.symbols):
+                continue
+            from toolchain.elf import patcher
+
+            safe, _kept = patcher.unique_split(path.read_bytes(), str(path))
+            if safe:  # nothing safe to rebind: nothing to change (docs/verify.md, "Unloading")
+                out.append(op)
         else:
             raise UsageError(f"unknown patch operation {op.kind!r}")
     return [Op("add-needed", a) for a in added] + out
@@ -97,6 +106,9 @@ def apply(src: Path, dst: Path, ops: list[Op]) -> None:
         src = dst
     if any(o.kind == "clear-execstack" for o in ops):
         patcher.clear_execstack(src, dst)
+        src = dst
+    if any(o.kind == "rebind-unique" for o in ops):
+        patcher.rebind_unique(src, dst)
     if not dst.exists():
         shutil.copyfile(src, dst)
 

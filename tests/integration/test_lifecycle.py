@@ -1,7 +1,10 @@
 """Lifecycle (issue 5, point 6): loading and freeing a program 1,000 times in one process neither crashes
 nor grows resident memory by 1 % (docs/performance.md, "Unloading"), and what unloading does is pinned down: a real torch
-plugin stays mapped after its last dlclose (GNU-unique symbols make it NODELETE) and a reload reuses that
-mapping, while a plugin without GNU-unique symbols is unmapped.
+plugin called from the main thread stays mapped after its last dlclose (torch's thread_local error string
+registers a destructor in it, and glibc keeps the object while that thread lives) and a reload reuses that
+mapping, while a plugin with no GNU-unique symbols and no thread_local destructor is unmapped. Export's plugins
+have no GNU-unique symbols (those made the first plugin loaded NODELETE for good):
+tests/integration/test_unload_unique.py unloads them from threads that end.
 
 The measurement starts after 100 warm-up cycles (the allocator's pools, OpenMP's threads and the runtime's
 per-thread buffers are in place by then) and besides resident memory checks what a leak per cycle would
@@ -151,7 +154,7 @@ def test_real_plugin_stays_mapped_after_unload(host_lib, export_example, tmp_pat
     with zipfile.ZipFile(pt2) as zf:
         so = next(n for n in zf.namelist() if n.endswith(".wrapper.so"))
         (tmp_path / "plugin.so").write_bytes(zf.read(so))
-    # NODELETE: dlclose succeeds, the mapping stays, a reload reuses it
+    # the main thread's thread_local destructor: dlclose succeeds, the mapping stays, a reload reuses it
     assert _unload(host_lib, tmp_path / "plugin.so", "plugin.so") == ["True", "True", "True"]
 
 

@@ -1,4 +1,4 @@
-"""aoti-toolchain patch: repair a plugin (DT_NEEDED, exec stack, RUNPATH), proven before writing."""
+"""aoti-toolchain patch: repair a plugin (DT_NEEDED, exec stack, RUNPATH, GNU_UNIQUE), proven before writing."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ def main(args) -> int:
         ops.append(Op("clear-execstack"))
     if args.set_runpath is not None:
         ops.append(Op("set-runpath", args.set_runpath))
+    if args.rebind_unique:
+        ops.append(Op("rebind-unique"))
     if not ops and not args.fix:
-        raise UsageError("nothing to do", fix="give --add-needed, --clear-execstack, --set-runpath or --fix")
+        raise UsageError("nothing to do", fix="give --add-needed, --clear-execstack, --set-runpath, --rebind-unique "
+                         "or --fix")
     steps, written = patch_file(Path(args.plugin), ops, out=Path(args.output) if args.output else None,
                                 in_place=args.in_place, host=args.host, profile=args.profile, use_fix=args.fix,
                                 do_probe=not args.no_probe, probe_lib=probe_library(args.host, find_library()))
@@ -38,6 +41,9 @@ def register(sub) -> None:
                    help="append LIB to DT_NEEDED after the existing entries (repeat)")
     p.add_argument("--clear-execstack", action="store_true", help="clear the executable-stack flag")
     p.add_argument("--set-runpath", metavar="P", help="set DT_RUNPATH (removes DT_RPATH), e.g. '$ORIGIN'")
+    p.add_argument("--rebind-unique", action="store_true",
+                   help="make its GNU_UNIQUE symbols GLOBAL where safe, so that dlclose can unload it "
+                   "(docs/verify.md, Unloading)")
     p.add_argument("--fix", action="store_true", help="apply every repair verify proposes")
     p.add_argument("--host", help="host runtime library/program to verify and probe against")
     p.add_argument("--profile", default=DEFAULT_PROFILE,

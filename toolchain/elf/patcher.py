@@ -1,11 +1,15 @@
-"""Low-level ELF edits for `aoti-toolchain patch`. lief for what changes the layout (a new DT_NEEDED, a
-RUNPATH string); a byte edit for the exec-stack flag (no layout change; clearing it is safe: nothing runs code from the stack).
+"""Low-level ELF edits for `aoti-toolchain patch` and `export`. lief for what changes the layout (a new DT_NEEDED,
+a RUNPATH string); byte edits for the exec-stack flag (no layout change; clearing it is safe: nothing runs code
+from the stack) and for GNU_UNIQUE bindings (rebind_unique: st_info only).
 
-Every function reads `src` and writes `dst` (both paths the caller owns); nothing is done in place.
+Every function reads `src` and writes `dst` (both paths the caller owns); nothing is done in place, except
+rebind_unique_in_package, which export calls on the package it is writing.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -91,3 +95,185 @@ def remove_needed(src: Path, dst: Path, lib: str) -> None:
         binary.remove_version_requirement(lib)
     binary.remove_library(lib)
     binary.write(str(dst))
+
+
+# GNU_UNIQUE -> GLOBAL. gcc gives every static data member of a template and every static local of an inline
+# function (and its guard variable) binding STB_GNU_UNIQUE, so that one copy exists per process; glibc then
+# marks the object that registers such a symbol first NODELETE: dlclose returns 0 and the mapping stays, and
+# every plugin loaded later binds to the first plugin's copies. In a torch 2.13 CPU plugin they are 16
+# libstdc++ header statics (std::regex tables and guards, to_chars digits, piecewise_construct,
+# _Sp_make_shared_tag's fake type_info) and inductor's `inductor_cpu_integer_div_error_flag`, none defined by
+# libstdc++.so.6 or the host, all used only inside the plugin behind its C entry points. GLOBAL keeps them
+# exported and found by the same lookup: a definition in the global scope (the host, libstdc++.so.6 loaded
+# RTLD_GLOBAL) still wins, so nothing that was shared with the runtime stops being shared; only the process-
+# wide registration (and with it NODELETE and the sharing between plugins) goes. Kept as they are: symbols a
+# library in the plugin's DT_NEEDED closure defines (they must keep binding to that copy wherever it sits in
+# the process), locale facet ids (std::locale::id, one index per process), and every symbol of a plugin that
+# carries its own C++ runtime (its facet ids must bind to the shared runtime: verify's two-cxx-runtimes).
+# A byte edit of st_info in .dynsym and .symtab, nothing else moves (lief's writer rebuilds .dynstr, .strtab
+# and both symbol tables for the same change: ~110,000 bytes differ in a 1.4 MB plugin).
+
+STB_GLOBAL, STB_GNU_UNIQUE = 1, 10
+_SHT_SYMTAB, _SHT_DYNSYM = 2, 11
+_FACET_ID = re.compile(r"^_ZN.*2idE$")  # std::locale::id static members (Facet::id)
+
+
+def _unique_entries(data: bytes | bytearray, name: str) -> dict[str, list[int]]:
+    """Defined GNU_UNIQUE symbols: name -> file offsets of their st_info bytes in .dynsym and .symtab."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise PatchError(f"{name}: not an ELF file", fix="pass a plugin .so")
+    is64, e = data[4] == 2, "<" if data[5] == 1 else ">"
+    if is64:
+        shoff = struct.unpack_from(e + "Q", data, 40)[0]
+        shentsize, shnum = struct.unpack_from(e + "HH", data, 58)
+        sh_fmt, sym_size, info_at = e + "IIQQQQIIQQ", 24, 4
+    else:
+        shoff = struct.unpack_from(e + "I", data, 32)[0]
+        shentsize, shnum = struct.unpack_from(e + "HH", data, 46)
+        sh_fmt, sym_size, info_at = e + "IIIIIIIIII", 16, 12
+    if shoff == 0 or shnum == 0:
+        return {}
+    if shentsize < struct.calcsize(sh_fmt) or shoff + shnum * shentsize > len(data):
+        raise PatchError(f"{name}: section headers out of bounds", fix="the file is damaged: rebuild it")
+    sections = [struct.unpack_from(sh_fmt, data, shoff + i * shentsize) for i in range(shnum)]
+    out: dict[str, list[int]] = {}
+    for _name, stype, _flags, _addr, off, size, link, _info, _align, _entsize in sections:
+        if stype not in (_SHT_SYMTAB, _SHT_DYNSYM):
+            continue
+        if link >= len(sections) or off + size > len(data):
+            raise PatchError(f"{name}: a symbol table is out of bounds", fix="the file is damaged: rebuild it")
+        str_off, str_size = sections[link][4], sections[link][5]
+        if str_off + str_size > len(data):
+            raise PatchError(f"{name}: a string table is out of bounds", fix="the file is damaged: rebuild it")
+        for at in range(off, off + size - sym_size + 1, sym_size):
+            st_info = data[at + info_at]
+            shndx = struct.unpack_from(e + "H", data, at + (6 if is64 else 14))[0]
+            if st_info >> 4 != STB_GNU_UNIQUE or shndx == 0:
+                continue
+            st_name = struct.unpack_from(e + "I", data, at)[0]
+            end = data.find(b"\0", str_off + st_name, str_off + str_size)
+            if st_name >= str_size or end < 0:
+                raise PatchError(f"{name}: a symbol name is out of bounds", fix="the file is damaged: rebuild it")
+            out.setdefault(bytes(data[str_off + st_name:end]).decode("utf-8", "replace"), []).append(at + info_at)
+    return out
+
+
+def unique_split(data: bytes | bytearray, name: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The plugin's defined GNU_UNIQUE symbols that are safe to make GLOBAL, and those kept, each with why.
+    `name` is the file's path (its $ORIGIN for finding its DT_NEEDED libraries) or a name for messages."""
+    from toolchain.elf.reader import parse_elf
+    from toolchain.elf.resolve import Resolver
+    from toolchain.spec import load_abi
+
+    found = sorted(_unique_entries(data, name))
+    if not found:
+        return [], []
+    elf = parse_elf(data, name)
+    defined = elf.defined()
+    own = [n for n in load_abi().cxx_runtime_core if n in defined]
+    if own:
+        reason = f"the plugin carries its own C++ runtime ({own[0]}): its unique symbols must bind to the shared one"
+        return [], [(n, reason) for n in found]
+    resolver = Resolver()
+    libs = resolver.scope(elf, name).objects[1:]
+    why: dict[str, str] = {}
+    for n in found:
+        if _FACET_ID.match(_guarded(n)):
+            why[n] = "a locale facet id: one per process"
+            continue
+        lib = next((lo for lo in libs if resolver.find_defs(lo, n)), None)
+        if lib is not None:
+            why[n] = f"{os.path.basename(lib.path)} defines it too: it must keep binding to that copy"
+    # a static and its guard variable (_ZGV + the static's name without _Z) bind together: one decision for both
+    for n in found:
+        partner = _guarded(n) if n.startswith("_ZGV") else "_ZGV" + n[2:]
+        if n not in why and partner in why:
+            why[n] = f"its pair {partner} stays unique"
+    return [n for n in found if n not in why], [(n, why[n]) for n in found if n in why]
+
+
+def _guarded(name: str) -> str:
+    """The static a guard variable guards (`_ZGVZ...` -> `_ZZ...`); other names as they are."""
+    return "_Z" + name[4:] if name.startswith("_ZGV") else name
+
+
+def rebind_unique_bytes(data: bytearray, name: str) -> list[str]:
+    """Makes the safe GNU_UNIQUE symbols GLOBAL in `data` (in place, st_info only); returns their names."""
+    safe, _kept = unique_split(data, name)
+    entries = _unique_entries(data, name)
+    for n in safe:
+        for at in entries[n]:
+            data[at] = (STB_GLOBAL << 4) | (data[at] & 0xF)
+    return safe
+
+
+def rebind_unique(src: Path, dst: Path) -> list[str]:
+    """Copy src to dst with its safe GNU_UNIQUE symbols made GLOBAL (see above); returns their names."""
+    data = bytearray(Path(src).read_bytes())
+    names = rebind_unique_bytes(data, str(src))
+    Path(dst).write_bytes(data)
+    return names
+
+
+def rebind_unique_in_package(package: Path) -> list[str]:
+    """Rebinds the safe GNU_UNIQUE symbols (see above) of every plugin in a `.pt2`, in place, and returns their
+    names. Only st_info bytes and the member's CRC-32 (local header when set there, data descriptor, central
+    directory) change: the package keeps its layout byte for byte (torch aligns members for mmap)."""
+    import zipfile
+    import zlib
+
+    from toolchain.spec import load_abi
+
+    plugin_dir = load_abi().package.plugin_dir
+    with zipfile.ZipFile(package) as zf:
+        # torch stores plugins; a compressed one is left as it is (verify reports it)
+        infos = [i for i in zf.infolist() if plugin_dir in i.filename and i.filename.endswith(".so")
+                 and i.compress_type == zipfile.ZIP_STORED]
+        start_dir = zf.start_dir  # type: ignore[attr-defined]
+    done: list[str] = []
+    with open(package, "r+b") as f:
+        for info in infos:
+            f.seek(info.header_offset)
+            local = f.read(30)
+            if len(local) != 30 or local[:4] != b"PK\x03\x04":
+                raise PatchError(f"{package}: {info.filename}: no local header where the central directory says")
+            name_len, extra_len = struct.unpack_from("<HH", local, 26)
+            data_at = info.header_offset + 30 + name_len + extra_len
+            f.seek(data_at)
+            data = bytearray(f.read(info.file_size))
+            entries = _unique_entries(data, f"{package}:{info.filename}")
+            names = rebind_unique_bytes(data, f"{package}:{info.filename}")
+            if not names:
+                continue
+            for n in names:
+                for at in entries[n]:
+                    f.seek(data_at + at)
+                    f.write(data[at:at + 1])
+            crc = struct.pack("<I", zlib.crc32(data))
+            if struct.unpack_from("<I", local, 14)[0] == info.CRC:
+                f.seek(info.header_offset + 14)
+                f.write(crc)
+            if info.flag_bits & 0x08:  # data descriptor: [signature] crc sizes
+                f.seek(data_at + info.compress_size)
+                sig = f.read(4)
+                f.seek(data_at + info.compress_size + (4 if sig == b"PK\x07\x08" else 0))
+                f.write(crc)
+            f.seek(start_dir)
+            central = f.read()
+            pos, want = 0, info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+            while central[pos:pos + 4] == b"PK\x01\x02":
+                n_len, x_len, c_len = struct.unpack_from("<HHH", central, pos + 28)
+                if central[pos + 46:pos + 46 + n_len] == want:
+                    f.seek(start_dir + pos + 16)
+                    f.write(crc)
+                    break
+                pos += 46 + n_len + x_len + c_len
+            else:
+                raise PatchError(f"{package}: {info.filename}: not found in the central directory")
+            done.extend(names)
+    if done:
+        with zipfile.ZipFile(package) as zf:
+            bad = zf.testzip()
+        if bad is not None:
+            raise PatchError(f"{package}: {bad}: CRC-32 wrong after rebinding GNU_UNIQUE symbols")
+    return done
