@@ -45,6 +45,12 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
+def cpu_has(flag: str) -> bool:
+    """Whether this machine's CPU reports `flag` (e.g. avx512f) in /proc/cpuinfo."""
+    with open("/proc/cpuinfo") as f:
+        return any(line.startswith("flags") and flag in line.split() for line in f)
+
+
 def scons_command() -> list[str]:
     exe = shutil.which("scons") or str(Path(sys.executable).with_name("scons"))
     return [exe]

@@ -1,0 +1,249 @@
+"""The contract of an exported program (torch needed): its size symbols, inputs, outputs and output tree.
+
+A dynamic dimension is what torch's exported program says it is: a size expression over the program's
+symbols (`s77`, `s17 + s77`), never a per-input range. Inputs that share a dimension share its symbol, so
+the runtime binds each symbol once per run and refuses inputs that disagree (docs/package-json.md).
+
+Sizes and strides are read as torch prints them, never with int(): int() on a symbolic size makes torch
+specialise the symbol to the example's value for every later read of the same program.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from toolchain import symdims
+from toolchain.errors import ExportError
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _ranges(ep: Any) -> dict[str, symdims.Range]:
+    out: dict[str, symdims.Range] = {}
+    for sym, vr in ep.range_constraints.items():
+        if not _SYMBOL.match(str(sym)):
+            continue  # a derived dimension's range (`2*s27`): its expression's bounds give it
+        upper = None if str(vr.upper) in ("oo", "int_oo") else int(vr.upper)
+        out[str(sym)] = (max(int(vr.lower), 0), upper)
+    return out
+
+
+def _dim(size: Any, ranges: dict[str, symdims.Range]) -> int | dict[str, Any]:
+    if isinstance(size, int):
+        return size
+    text = str(size)
+    if text.isdigit():
+        return int(text)
+    try:
+        node = symdims.parse(text)
+    except ValueError:
+        node = None
+    if node is not None and symdims.symbols(node) <= set(ranges):
+        span = symdims.bounds(node, ranges) or (0, None)
+        dim: dict[str, Any] = {"expr": text, "min": span[0]}
+    else:  # not a size expression the runtime evaluates: its range alone (unbounded when unknown)
+        dim, span = {}, (0, None)
+        dim["min"] = 0
+    if span[1] is not None:
+        dim["max"] = span[1]
+    return dim
+
+
+def _example_strides(value: Any, env: dict[str, int]) -> list[int] | None:
+    """The strides of `value` (a fake tensor) at the example sizes, or None when one can't be evaluated."""
+    out = []
+    for s in value.stride():
+        if isinstance(s, int):
+            out.append(s)
+            continue
+        try:
+            out.append(symdims.evaluate(symdims.parse(str(s)), env))
+        except (ValueError, KeyError, ZeroDivisionError):
+            return None
+    return out
+
+
+def _tensor(name: str, value: Any, ranges: dict[str, symdims.Range]) -> dict[str, Any]:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        msg = f"{name}: only tensors can cross the plugin boundary, got {type(value).__name__}"
+        raise ExportError(msg)
+    return {"name": name, "dtype": str(value.dtype).removeprefix("torch."),
+            "shape": [_dim(s, ranges) for s in value.shape]}
+
+
+def output_tree(spec: Any) -> tuple[dict[str, Any], list[list[str | int]]]:
+    """torch's output TreeSpec as the contract's "output_tree" ({"kind": "leaf" | "tuple" | "list" | "dict",
+    "keys" for dicts, "children"}) and the path of each leaf in order. Named tuples and other registered
+    containers whose context lists field names become dicts of those names; any other node a tuple."""
+    paths: list[list[str | int]] = []
+
+    def walk(s: Any, path: list[str | int]) -> dict[str, Any]:
+        if s.is_leaf():
+            paths.append(path)
+            return {"kind": "leaf"}
+        kids = list(s.children()) if callable(getattr(s, "children", None)) else list(s.children_specs)
+        keys = _keys(s)
+        if keys is not None and len(keys) == len(kids):
+            return {"kind": "dict", "keys": keys, "children": [walk(c, [*path, k]) for c, k in zip(kids, keys, strict=True)]}
+        kind = "list" if s.type is list else "tuple"
+        return {"kind": kind, "children": [walk(c, [*path, i]) for i, c in enumerate(kids)]}
+
+    return walk(spec, []), paths
+
+
+def _keys(spec: Any) -> list[str] | None:
+    ctx = spec.context
+    fields = getattr(ctx, "_fields", None)  # a namedtuple's context is its class
+    if fields is not None:
+        return [str(f) for f in fields]
+    if isinstance(ctx, (list, tuple)) and ctx and all(isinstance(k, (str, int)) for k in ctx) and (
+            spec.type is not tuple and spec.type is not list):
+        return [str(k) for k in ctx]
+    return None
+
+
+def leaf_names(paths: Sequence[Sequence[str | int]], positional_root: bool) -> list[str]:
+    """A name per output leaf: its path joined with '.', characters outside [A-Za-z0-9_.-] made '_'; under a
+    positional root (one tensor, a tuple or a list) prefixed `output_` (output_0, output_1.0), under a dict
+    root the keys alone (logits, aux.0). Names are unique: a clash gets `_<index>` appended."""
+    names, seen = [], set()
+    for i, path in enumerate(paths):
+        body = ".".join(_SAFE.sub("_", str(p)) for p in path) or "0"
+        name = f"output_{body}" if positional_root else body
+        if name.startswith(".") or name in seen:
+            name = f"{name.lstrip('.') or 'output'}_{i}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def contract_of(ep: Any, example_inputs: Sequence[Any], torch_version: str, schema: int) -> dict[str, Any]:
+    """The contract of `ep` (schema 2, docs/package-json.md): "symbols" with their ranges, each input and
+    output's dtype and shape (a dynamic dimension is {"expr", "min", "max"}), the inputs' strides, the
+    outputs' names and paths and the "output_tree"."""
+    import torch
+
+    ranges = _ranges(ep)
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    env: dict[str, int] = {}  # each symbol's example value, for the outputs' example strides
+    inputs = []
+    for i, name in enumerate(ep.graph_signature.user_inputs):
+        val = placeholders[name].meta.get("val") if name in placeholders else None
+        example = example_inputs[i] if i < len(example_inputs) else None
+        entry = _tensor(name, val if val is not None else example, ranges)
+        if isinstance(example, torch.Tensor):
+            entry["strides"] = [int(s) for s in example.stride()]
+            for dim, size in zip(entry["shape"], example.shape, strict=False):
+                if isinstance(dim, dict) and dim.get("expr") in ranges:
+                    env.setdefault(dim["expr"], int(size))
+        inputs.append(entry)
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    n_out = len(ep.graph_signature.user_outputs)
+    values = [getattr(a, "meta", {}).get("val") for a in (out_node.args[0][-n_out:] if n_out else [])]
+    tree, paths = output_tree(ep.call_spec.out_spec) if ep.call_spec.out_spec is not None else (None, [])
+    if tree is None or len(paths) != len(values):
+        tree, paths = {"kind": "tuple", "children": [{"kind": "leaf"}] * len(values)}, [[k] for k in range(len(values))]
+    names = leaf_names(paths, tree["kind"] != "dict")
+    outputs = []
+    for name, path, val in zip(names, paths, values, strict=True):
+        entry = _tensor(name, val, ranges)
+        entry["path"] = list(path)
+        strides = _example_strides(val, env)
+        if strides is not None:
+            entry["strides"] = strides
+        outputs.append(entry)
+    symbols = [{"name": s, "min": lo, **({"max": hi} if hi is not None else {})} for s, (lo, hi) in ranges.items()]
+    return {"schema": schema, "producer": "aoti-toolchain", "torch": torch_version, "symbols": symbols,
+            "inputs": inputs, "outputs": outputs, "output_tree": tree}
+
+
+_WRAPPER_BOUND = re.compile(
+    r'input_handles\[(\d+)\]: dim value is too (small|large) at (\d+), "\s*<<\s*"expected (?:it )?to be (?:>=|<=) (\d+)')
+
+
+def compiled_input_ranges(wrapper_cpp: str) -> dict[tuple[int, int], dict[str, int]]:
+    """The size bounds the plugin's generated input check enforces, per (input, dimension): what the compiled
+    code was specialised for (inductor writes them from its shape environment, cpp_wrapper_cpu.py)."""
+    out: dict[tuple[int, int], dict[str, int]] = {}
+    for m in _WRAPPER_BOUND.finditer(wrapper_cpp):
+        key = (int(m.group(1)), int(m.group(3)))
+        out.setdefault(key, {})["min" if m.group(2) == "small" else "max"] = int(m.group(4))
+    return out
+
+
+def _set_range(dim: dict[str, Any], span: symdims.Range) -> None:
+    dim["min"] = span[0]
+    if span[1] is None:
+        dim.pop("max", None)
+    else:
+        dim["max"] = span[1]
+
+
+def narrow_to_compiled(contract: dict[str, Any], bounds: dict[tuple[int, int], dict[str, int]]) -> None:
+    """Narrows `contract` to the sizes the compiled plugin checks (`compiled_input_ranges`): a symbol's range
+    to what every input dimension bound to it accepts, then every dimension's range from its expression."""
+    symbols = {s["name"]: s for s in contract["symbols"]}
+    for (i, d), b in bounds.items():
+        if i >= len(contract["inputs"]) or d >= len(contract["inputs"][i]["shape"]):
+            continue
+        dim = contract["inputs"][i]["shape"][d]
+        if not isinstance(dim, dict):
+            continue
+        target = symbols.get(dim.get("expr", "")) or (dim if "expr" not in dim else None)
+        if target is None:
+            continue  # a derived dimension: its symbol is narrowed where it stands alone
+        if b.get("min", 0) > target.get("min", 0):
+            target["min"] = b["min"]
+        if "max" in b and b["max"] < target.get("max", b["max"] + 1):
+            target["max"] = b["max"]
+    ranges = {s["name"]: (s["min"], s.get("max")) for s in contract["symbols"]}
+    for entry in (*contract["inputs"], *contract["outputs"]):
+        for dim in entry["shape"]:
+            if isinstance(dim, dict) and "expr" in dim:
+                _set_range(dim, symdims.bounds(symdims.parse(dim["expr"]), ranges) or (0, None))
+
+
+def asked_ranges(dynamic_shapes: Any, input_names: Sequence[str]) -> dict[tuple[int, int], tuple[Any, Any]]:
+    """(input, dimension) -> (min, max) the caller asked for in torch.export's `dynamic_shapes` (a dict by
+    input name or a sequence by position, each a dict or sequence of Dims or Dim hints); None where not given."""
+    if isinstance(dynamic_shapes, dict):
+        per_input = [dynamic_shapes.get(n) for n in input_names]
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        per_input = list(dynamic_shapes)
+    else:
+        return {}
+    out: dict[tuple[int, int], tuple[Any, Any]] = {}
+    for i, spec in enumerate(per_input):
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (list, tuple)) else ()
+        for d, dim in items:
+            if dim is None or isinstance(dim, int) or not isinstance(d, int):
+                continue
+            low, high = getattr(dim, "min", None), getattr(dim, "max", None)
+            high = None if high is None or str(high) in ("oo", "int_oo") else int(high)
+            out[(i, d)] = (None if low is None else int(low), high)
+    return out
+
+
+def narrower_than_asked(contract: dict[str, Any], asked: dict[tuple[int, int], tuple[Any, Any]]) -> list[str]:
+    """A line for each input dimension whose recorded range is narrower than the one asked for."""
+    lines = []
+    for (i, d), (low, high) in sorted(asked.items()):
+        if i >= len(contract["inputs"]) or d >= len(contract["inputs"][i]["shape"]):
+            continue
+        entry = contract["inputs"][i]
+        dim = entry["shape"][d]
+        got = (dim, dim) if isinstance(dim, int) else (dim.get("min", 0), dim.get("max"))
+        if (low is not None and got[0] > low) or (high is not None and (got[1] is None or got[1] < high)):
+            sym = f" (symbol {dim['expr']})" if isinstance(dim, dict) and "expr" in dim else ""
+            lines.append(f"input {entry['name']} dimension {d}{sym}: asked {_span(low, high)}, the plugin torch "
+                         f"compiled accepts {_span(*got)}")
+    return lines
+
+
+def _span(low: Any, high: Any) -> str:
+    return f"{0 if low is None else low}..{'' if high is None else high}"
