@@ -16,11 +16,13 @@ What this does that a bare `aoti_compile_and_package` call doesn't:
   scalar; the failed result is cached in the process and the probe .so in the inductor cache. We
   probe instead, in our own directory, with the Sleef the host runtime links (libsleef), and pass
   the result as `cpp.vec_isa_ok=True` + `cpp.simdlen`, leaving inductor's caches as we found them.
-- ranges that hold: torch specialises sizes 0 and 1, so `Dim(min=1)` would compile the plugin for >= 2.
-  When a dynamic dimension may be 0 or 1, export traces and compiles with torch's size-oblivious reasoning
-  (`torch.fx.experimental._config.backed_size_oblivious`), which compiles code valid from the asked minimum;
-  and the contract records the range the compiled code checks (read from the generated wrapper's input
-  check), never a wider one, saying so at export when it is narrower than asked.
+- the range asked, or a failed export: torch specialises sizes 0 and 1, so `Dim(min=1)` would compile the
+  plugin for >= 2. When a dynamic dimension may be 0 or 1, export traces and compiles with torch's
+  size-oblivious reasoning (`torch.fx.experimental._config.backed_size_oblivious`); where the model still
+  branches on a size being 1, the compiled plugin's own input check (read from the generated wrapper) is
+  narrower than asked, and export fails naming the dimension, that range and the guards torch added, unless
+  the caller accepts it (allow_narrower). The contract is built from the program's size symbols
+  (toolchain.export_contract), so inputs that share a dimension share its symbol.
 - progress on stderr for each long step (toolchain.progress), and torch's known deprecation warnings
   filtered.
 """
@@ -47,6 +49,13 @@ from toolchain import progress
 from toolchain.atomic import current_umask, replacing, write_text
 from toolchain.elf.patcher import rebind_unique_in_package
 from toolchain.errors import ExportError, InputError, ToolchainError
+from toolchain.export_contract import (
+    asked_ranges,
+    compiled_input_ranges,
+    contract_of,
+    narrow_to_compiled,
+    narrower_than_asked,
+)
 from toolchain.spec import load_abi
 
 _LAYOUT = load_abi().package  # the package's member names and schema versions (toolchain/spec/abi.toml)
@@ -174,72 +183,6 @@ def platform_machine() -> str:
     import platform
 
     return platform.machine()
-
-
-def _dim(size: Any, range_constraints: dict[Any, Any]) -> int | dict[str, int]:
-    if isinstance(size, int):
-        return size
-    expr = getattr(getattr(size, "node", None), "expr", None)
-    if expr is None or getattr(expr, "is_number", False):
-        try:  # a plain or constant size (int() of a symbolic one would give its example value)
-            return int(size)
-        except (TypeError, ValueError):
-            pass
-    vr = range_constraints.get(expr) if expr is not None else None
-    lower = int(vr.lower) if vr is not None else 0
-    upper = vr.upper if vr is not None else None
-    out = {"min": lower}
-    if upper is not None and str(upper) not in ("oo", "int_oo"):
-        out["max"] = int(upper)
-    return out
-
-
-def _tensor_entry(name: str, value: Any, range_constraints: dict[Any, Any]) -> dict[str, Any]:
-    import torch
-
-    if not isinstance(value, torch.Tensor):
-        msg = f"{name}: only tensors can cross the plugin boundary, got {type(value).__name__}"
-        raise ExportError(msg)
-    entry: dict[str, Any] = {
-        "name": name,
-        "dtype": str(value.dtype).removeprefix("torch."),
-        "shape": [_dim(s, range_constraints) for s in value.shape],
-    }
-    try:
-        entry["strides"] = [int(s) for s in value.stride()]
-    except (TypeError, ValueError, RuntimeError):
-        pass  # symbolic strides: the runtime assumes the same dimension order as the example
-    return entry
-
-
-def contract_of(ep: Any, example_inputs: Sequence[Any]) -> dict[str, Any]:
-    """Names, dtypes, shapes (dynamic dims as {min, max}) and strides of the exported program's I/O."""
-    import torch
-
-    rc = dict(ep.range_constraints)
-    user_inputs = list(ep.graph_signature.user_inputs)
-    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    inputs = []
-    for i, name in enumerate(user_inputs):
-        val = placeholders[name].meta.get("val") if name in placeholders else None
-        if val is None and i < len(example_inputs):
-            val = example_inputs[i]
-        entry = _tensor_entry(name, val, rc)
-        if i < len(example_inputs) and isinstance(example_inputs[i], torch.Tensor):
-            entry["strides"] = [int(s) for s in example_inputs[i].stride()]
-        inputs.append(entry)
-    out_node = next(n for n in ep.graph.nodes if n.op == "output")
-    out_names = list(ep.graph_signature.user_outputs)
-    outputs = []
-    for k, arg in enumerate(out_node.args[0][-len(out_names):] if out_names else []):
-        outputs.append(_tensor_entry(f"output_{k}", getattr(arg, "meta", {}).get("val"), rc))
-    return {
-        "schema": CONTRACT_SCHEMA,
-        "producer": "aoti-toolchain",
-        "torch": torch.__version__,
-        "inputs": inputs,
-        "outputs": outputs,
-    }
 
 
 def _package_prefix(path: Path) -> str:
@@ -437,50 +380,75 @@ def asks_small_sizes(dynamic_shapes: Any) -> bool:
     return low is None or (isinstance(low, int) and low <= 1)
 
 
-_WRAPPER_BOUND = re.compile(
-    r'input_handles\[(\d+)\]: dim value is too (small|large) at (\d+), "\s*<<\s*"expected (?:it )?to be (?:>=|<=) (\d+)')
-
-
-def compiled_input_ranges(wrapper_cpp: str) -> dict[tuple[int, int], dict[str, int]]:
-    """The size bounds the plugin's generated input check enforces, per (input, dimension): what the compiled
-    code was specialised for (inductor writes them from its shape environment, cpp_wrapper_cpu.py)."""
-    out: dict[tuple[int, int], dict[str, int]] = {}
-    for m in _WRAPPER_BOUND.finditer(wrapper_cpp):
-        key = (int(m.group(1)), int(m.group(3)))
-        out.setdefault(key, {})["min" if m.group(2) == "small" else "max"] = int(m.group(4))
-    return out
-
-
-def narrow_to_compiled(package: Path, contract: dict[str, Any]) -> list[str]:
-    """Narrows each dynamic input range of `contract` to the one the package's plugin was compiled for; returns
-    a line per dimension narrowed (what was asked, what holds). Outputs sized by a narrowed input's range are
-    narrowed alike."""
+def _wrapper_source(package: Path) -> str:
     with zipfile.ZipFile(package) as zf:
         wrappers = [n for n in zf.namelist() if n.endswith(".wrapper.cpp") and PLUGIN_DIR in n]
-        if len(wrappers) != 1:
-            return []
-        bounds = compiled_input_ranges(zf.read(wrappers[0]).decode(errors="replace"))
-    notes, renamed = [], {}
-    for i, entry in enumerate(contract["inputs"]):
-        for d, dim in enumerate(entry["shape"]):
-            b = bounds.get((i, d))
-            if not isinstance(dim, dict) or b is None:
-                continue
-            asked = dict(dim)
-            if b.get("min", 0) > dim.get("min", 0):
-                dim["min"] = b["min"]
-            if "max" in b and b["max"] < dim.get("max", b["max"] + 1):
-                dim["max"] = b["max"]
-            if dim != asked:
-                renamed[(asked.get("min"), asked.get("max"))] = dict(dim)
-                notes.append(f"input {entry['name']} dimension {d}: asked {asked.get('min')}..{asked.get('max', '')}, "
-                             f"the compiled plugin checks {dim['min']}..{dim.get('max', '')}; the contract records "
-                             "the compiled range")
-    for entry in contract["outputs"]:
-        for d, dim in enumerate(entry["shape"]):
-            if isinstance(dim, dict) and (dim.get("min"), dim.get("max")) in renamed:
-                entry["shape"][d] = dict(renamed[(dim.get("min"), dim.get("max"))])
-    return notes
+        return zf.read(wrappers[0]).decode(errors="replace") if len(wrappers) == 1 else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    detail = next((ln.lstrip("- ") for ln in lines if "satisf" in ln or "guard" in ln), lines[0] if lines else "")
+    return f"{type(exc).__name__}: {detail}"
+
+
+_SMALL_SIZE_GUARD = re.compile(r"eval (.*?(?:\b1\)|[<>]=? ?[12]\b|, [01]\)).*?) \[guard added\](?: \(([^)]*)\))?")
+
+
+class _GuardLog:
+    """A logging handler keeping torch's "[guard added]" lines that compare a size with 0, 1 or 2."""
+
+    def __init__(self, sink: list[str]) -> None:
+        import logging
+
+        self.sink = sink
+        self.handler = logging.Handler(logging.INFO)
+        self.handler.emit = self.emit  # type: ignore[method-assign]
+
+    def emit(self, record: Any) -> None:
+        try:
+            text = record.getMessage()
+            m = None if "guard suppressed" in text else _SMALL_SIZE_GUARD.search(text)
+        except Exception:  # noqa: BLE001 -- a log line torch formats badly is not worth failing an export for
+            return
+        if m and len(self.sink) < 8:
+            where = f" at {m.group(2)}" if m.group(2) else ""
+            line = f"torch added the guard {m.group(1)}{where}"
+            if line not in self.sink:
+                self.sink.append(line)
+
+
+@contextlib.contextmanager
+def _guards_added(sink: list[str]) -> Iterator[None]:
+    """Collects, into `sink`, the size guards torch's shape environment adds in the block: its INFO log lines,
+    with torch's own handlers set aside meanwhile so that nothing more is printed."""
+    import logging
+
+    log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    keep = _GuardLog(sink)
+    level, propagate, handlers = log.level, log.propagate, log.handlers[:]
+    if log.getEffectiveLevel() <= logging.INFO:  # the user asked for torch's logs (TORCH_LOGS): leave them be
+        handlers = None
+    else:
+        log.handlers = [keep.handler]
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    try:
+        yield
+    finally:
+        if handlers is not None:
+            log.handlers = handlers
+            log.setLevel(level)
+            log.propagate = propagate
+
+
+def _narrower_error(lines: list[str], why: str, guards: list[str]) -> ExportError:
+    reasons = ([why] if why else []) + guards[:3]
+    msg = ("the plugin torch compiled does not accept every size asked for:\n  " + "\n  ".join(lines) +
+           "\n  why: torch specialises sizes 0 and 1 where the model's code branches on them" +
+           "".join(f"\n    {r}" for r in reasons))
+    return ExportError(msg, fix="ask for the range that holds (--dynamic NAME:DIM=2..MAX, Dim(min=2)), or accept it "
+                       "with --allow-narrower (export(..., allow_narrower=True)); docs/cli.md, size ranges")
 
 
 def _trace(module: Any, example_inputs: Sequence[Any], dynamic_shapes: Any, oblivious: bool) -> Any:
@@ -506,6 +474,7 @@ def export(
     cpu_isa: str | None = None,
     cuda_arch: str | Sequence[int | str] | None = None,
     cuda_ptx: bool = False,
+    allow_narrower: bool = False,
 ) -> Path:
     """Export `module` called on `example_inputs` to `out` (.pt2) for our host; returns `out`.
 
@@ -515,8 +484,10 @@ def export(
     which the host runtime provides); False, or no working ISA, gives scalar kernels.
     size_oblivious: trace and compile with torch's size-oblivious reasoning, so that a dynamic dimension
     whose minimum is 0 or 1 is compiled for that minimum (torch otherwise specialises 0 and 1 and compiles
-    for >= 2); None (default): on exactly when some dynamic dimension may be 0 or 1. Either way the contract
-    records the range the compiled plugin checks, and a narrower one than asked is reported on stderr.
+    for >= 2); None (default): on exactly when some dynamic dimension may be 0 or 1.
+    allow_narrower: when the plugin torch compiled accepts a narrower range than `dynamic_shapes` asks for
+    (torch specialised a size the model branches on), record that range and say so on stderr; False
+    (default): fail with ExportError naming each dimension, the range that holds and torch's reason.
 
     cpu_isa (toolchain.target.CPU_ISA_CHOICES, default DEFAULT_CPU_ISA): the vector ISA and -march of every
     compile (the host-side code of CUDA plugins too); cuda_arch/cuda_ptx: the GPU architectures and whether
@@ -574,36 +545,48 @@ def export(
     with quiet_torch_warnings():
         oblivious = dynamic_shapes is not None and (
             asks_small_sizes(dynamic_shapes) if size_oblivious is None else size_oblivious)
+        guards: list[str] = []  # the 0/1 guards torch adds while tracing and compiling: why a range narrows
+        why = ""
         try:
-            with progress.step("tracing the module (torch.export)"):
+            with progress.step("tracing the module (torch.export)"), _guards_added(guards):
                 try:
                     ep = _trace(module, example_inputs, dynamic_shapes, oblivious)
                 except Exception as exc:
                     if not oblivious or size_oblivious:
                         raise
-                    # some models don't trace size-obliviously: keep torch's specialisation, and the contract
-                    # records the narrower range that then holds
+                    # the model branches on a size being 0 or 1 where size-oblivious reasoning can't decide:
+                    # trace with torch's specialisation; the range check below says what that costs
                     oblivious = False
-                    progress.note(f"note: size-oblivious tracing failed ({type(exc).__name__}: {exc}); tracing "
-                                  "with sizes 0 and 1 specialised")
+                    why = _first_line(exc)
                     ep = _trace(module, example_inputs, dynamic_shapes, False)
         except Exception as exc:  # torch raises many types; the message is what the user needs
             msg = f"torch.export failed: {type(exc).__name__}: {exc}"
             raise ExportError(msg) from exc
+        # read before compiling: inductor may specialise symbols of the program's shape environment
+        try:
+            contract = contract_of(ep, example_inputs, torch.__version__, CONTRACT_SCHEMA)
+        except ToolchainError:
+            raise
+        except Exception as exc:  # an exported program of a shape this reader does not know
+            msg = f"reading the exported program's inputs and outputs failed: {type(exc).__name__}: {exc}"
+            raise ExportError(msg) from exc
+        asked = asked_ranges(dynamic_shapes, [e["name"] for e in contract["inputs"]])
         # inductor caches its list of working ISAs per process, computed with the configs of the first
         # compile that asked: start from a fresh list and leave one for the next build to compute anew.
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
         try:
             with _package_beside(out) as tmp:
-                with progress.step("compiling with AOTInductor"), _oblivious(oblivious):
+                with progress.step("compiling with AOTInductor"), _oblivious(oblivious), _guards_added(guards):
                     torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
                 with progress.step("packaging (contract, target record, constants, executable-stack flag)"):
                     clear_exec_stack(tmp)
                     rebind_unique_in_package(tmp)  # unloadable: docs/verify.md, "Unloading"
-                    contract = contract_of(ep, example_inputs)
-                    for line in narrow_to_compiled(tmp, contract):
-                        print(f"aoti-toolchain: note: {line}: torch specialised sizes below it; re-export with "
-                              "a minimum of 2 to silence this, or see docs/cli.md (size ranges)", file=sys.stderr)
+                    narrow_to_compiled(contract, compiled_input_ranges(_wrapper_source(tmp)))
+                    narrower = narrower_than_asked(contract, asked)
+                    if narrower and not allow_narrower:
+                        raise _narrower_error(narrower, why, guards)
+                    for line in narrower:
+                        progress.note(f"note: {line} (accepted: allow_narrower)")
                     add_contract(tmp, contract)
                     bits = int(cfg.get("cpp.simdlen") or 0) if cfg.get("cpp.vec_isa_ok") is not False else 0
                     target.add_record(tmp, target.describe(tmp, cpu_isa, march, bits))

@@ -120,8 +120,22 @@ def ops_text(ops: list[dict]) -> list[str]:
 
 def _dim_text(d) -> str:
     if isinstance(d, dict):
-        return f"{d.get('min', 0)}..{d['max'] if 'max' in d else ''}"
+        span = f"{d.get('min', 0)}..{d['max'] if 'max' in d else ''}"
+        return f"{d['expr']}={span}" if isinstance(d.get("expr"), str) else span
     return str(d)
+
+
+def layout_name(strides: object, rank: int) -> str | None:
+    """contiguous, channels_last, channels_last_3d or strides=[...]: the order of `strides` (the contract's, at
+    the example sizes); None when there are none to read."""
+    if not isinstance(strides, list) or len(strides) != rank or not all(type(x) is int for x in strides):
+        return None
+    order = sorted(range(rank), key=lambda d: (-strides[d], d))
+    if order == list(range(rank)):
+        return "contiguous"
+    if rank in (4, 5) and order == [0, *range(2, rank), 1]:
+        return "channels_last" if rank == 4 else "channels_last_3d"
+    return f"strides={strides}"
 
 
 def _tensors_of(entries: object) -> list[dict]:
@@ -132,8 +146,26 @@ def _tensors_of(entries: object) -> list[dict]:
         if isinstance(t, dict):
             raw = t.get("shape")
             shape: list = raw if isinstance(raw, list) else []
-            out.append({"name": str(t.get("name", "")), "dtype": str(t.get("dtype", "?")), "shape": shape,
-                        "sizes": "[" + ", ".join(_dim_text(d) for d in shape) + "]"})
+            item = {"name": str(t.get("name", "")), "dtype": str(t.get("dtype", "?")), "shape": shape,
+                    "sizes": "[" + ", ".join(_dim_text(d) for d in shape) + "]",
+                    "strides": t.get("strides") if isinstance(t.get("strides"), list) else None,
+                    "layout": layout_name(t.get("strides"), len(shape))}
+            if isinstance(t.get("path"), list):
+                item["path"] = t["path"]
+            out.append(item)
+    return out
+
+
+def _symbols_of(contract: dict) -> list[dict]:
+    """Each size symbol with its range and the input dimensions that give it (where the runtime binds it)."""
+    raw = contract.get("symbols")
+    out = []
+    for sym in raw if isinstance(raw, list) else []:
+        if not isinstance(sym, dict) or not isinstance(sym.get("name"), str):
+            continue
+        uses = [f"{t.get('name', i)}:{d}" for i, t in enumerate(contract.get("inputs") or []) if isinstance(t, dict)
+                for d, dim in enumerate(t.get("shape") or []) if isinstance(dim, dict) and dim.get("expr") == sym["name"]]
+        out.append({"name": sym["name"], "min": sym.get("min", 0), "max": sym.get("max"), "inputs": uses})
     return out
 
 
@@ -183,7 +215,7 @@ def model_facts(path: Path, plugin: dict | None = None) -> dict | None:
     if not isinstance(contract, dict):
         return {"has_contract": False, "inputs": None, "outputs": None, "constants": constants, "torch": None}
     return {"has_contract": True, "inputs": _tensors_of(contract.get("inputs")),
-            "outputs": _tensors_of(contract.get("outputs")), "constants": constants,
+            "outputs": _tensors_of(contract.get("outputs")), "symbols": _symbols_of(contract), "constants": constants,
             "torch": str(contract["torch"]) if contract.get("torch") else None}
 
 
@@ -192,9 +224,16 @@ def model_text(m: dict) -> list[str]:
     lines = []
     if m["has_contract"]:
         lines.append("  contract:     yes (the host checks every input against it)")
+        for sym in m.get("symbols") or []:
+            span = f"{sym['min']}..{'' if sym['max'] is None else sym['max']}"
+            where = f" (from {', '.join(sym['inputs'])})" if sym["inputs"] else ""
+            lines.append(f"    size   {sym['name']}: {span}{where}")
         for kind in ("inputs", "outputs"):
             for t in m[kind]:
-                lines.append(f"    {kind[:-1]:6s} {t['name'] or '?'}: {t['dtype']}{t['sizes']}")
+                layout = t.get("layout")
+                extra = f" {layout} (strides {t['strides']} at the example sizes)" if layout not in (None, "contiguous") \
+                    else ""
+                lines.append(f"    {kind[:-1]:6s} {t['name'] or '?'}: {t['dtype']}{t['sizes']}{extra}")
     else:
         lines.append("  contract:     none (the plugin checks its own inputs; re-export with aoti-toolchain export "
                      "to record one)")

@@ -153,8 +153,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
 
 void Program::adopt_package(const Package& package) {
   has_contract_ = package.has_contract();
-  inputs_ = package.contract().inputs;
-  outputs_ = package.contract().outputs;
+  contract_ = package.contract();
   constant_layouts_ = package.constant_layouts();
 }
 
@@ -238,28 +237,28 @@ void Program::read_signature() {
   const AotiEntryPoints& fns = plugin_->fns;
   fns.AOTInductorModelContainerGetNumInputs(container_, &num_inputs_);
   fns.AOTInductorModelContainerGetNumOutputs(container_, &num_outputs_);
-  if (has_contract_ && (inputs_.size() != num_inputs_ || outputs_.size() != num_outputs_)) {
-    throw Error(path_ + ": the contract lists " + std::to_string(inputs_.size()) + " inputs and " +
-                    std::to_string(outputs_.size()) + " outputs, the plugin has " + std::to_string(num_inputs_) +
+  if (has_contract_ && (contract_.inputs.size() != num_inputs_ || contract_.outputs.size() != num_outputs_)) {
+    throw Error(path_ + ": the contract lists " + std::to_string(contract_.inputs.size()) + " inputs and " +
+                    std::to_string(contract_.outputs.size()) + " outputs, the plugin has " + std::to_string(num_inputs_) +
                     " and " + std::to_string(num_outputs_) + "; re-export the model", AOTI_HOST_INVALID_PROGRAM);
   }
   if (!has_contract_) {
     enable_plugin_input_checks();
-    inputs_.resize(num_inputs_);
-    outputs_.resize(num_outputs_);
+    contract_.inputs.resize(num_inputs_);
+    contract_.outputs.resize(num_outputs_);
   }
   layouts_.resize(num_inputs_);
   for (size_t i = 0; i < num_inputs_; ++i) {
     const char* name = nullptr;
     if (fns.AOTInductorModelContainerGetInputName(container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
-        inputs_[i].name.empty())
-      inputs_[i].name = name;
+        contract_.inputs[i].name.empty())
+      contract_.inputs[i].name = name;
   }
   for (size_t i = 0; i < num_outputs_; ++i) {
     const char* name = nullptr;
     if (fns.AOTInductorModelContainerGetOutputName(container_, i, &name) == AOTI_RUNTIME_SUCCESS && name &&
-        outputs_[i].name.empty())
-      outputs_[i].name = name;
+        contract_.outputs[i].name.empty())
+      contract_.outputs[i].name = name;
   }
 }
 
@@ -491,7 +490,7 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
   try {
     for (size_t i = 0; i < num_inputs; ++i) {
       const aoti_host_tensor_view& v = inputs[i];
-      const TensorContract& c = inputs_[i];
+      const TensorContract& c = contract_.inputs[i];
       // The input's name for messages, built only when one is raised (not on every call).
       auto what = [&]() { return path_ + ": input " + std::to_string(i) + (c.name.empty() ? "" : " (" + c.name + ")"); };
       if (v.ndim < 0 || (v.ndim > 0 && v.sizes == nullptr))
@@ -571,6 +570,13 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
       }
 #endif
       handles.push_back(to_handle(t));
+    }
+    if (has_contract_ && contract_.has_shared_sizes()) {
+      // Inputs that share a size must agree before the plugin reads one by the other's extent.
+      std::vector<const int64_t*> sizes(num_inputs);
+      for (size_t i = 0; i < num_inputs; ++i) sizes[i] = inputs[i].sizes;
+      std::vector<int64_t> values;
+      bind_sizes(contract_, sizes.data(), path_, values);
     }
   } catch (...) {
     release();

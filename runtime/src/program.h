@@ -47,8 +47,8 @@ class Program {
   size_t num_inputs() const { return num_inputs_; }
   size_t num_outputs() const { return num_outputs_; }
   bool has_contract() const { return has_contract_; }
-  const TensorContract& input(size_t i) const { return inputs_.at(i); }
-  const TensorContract& output(size_t i) const { return outputs_.at(i); }
+  const TensorContract& input(size_t i) const { return contract_.inputs.at(i); }
+  const TensorContract& output(size_t i) const { return contract_.outputs.at(i); }
   const std::string& path() const { return path_; }
   const Plugin& plugin() const { return *plugin_; }
   AOTInductorModelContainerHandle container() const { return container_; }
@@ -105,7 +105,7 @@ class Program {
   bool has_contract_ = false;
   bool strict_ = false;
   bool plugin_checks_inputs_ = false;  // AOTI_RUNTIME_CHECK_INPUTS was on for the plugin's first Run
-  std::vector<TensorContract> inputs_, outputs_;
+  Contract contract_;  // symbols, size expressions, inputs and outputs (contract.h)
   std::vector<std::vector<int64_t>> layouts_;  // per input: strides given by set_input_layout, or empty
   bool weights_pending_ = false;  // a blob-mode plugin whose weights are not in yet: Run would crash
   std::string pending_weights_path_;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -64,7 +65,7 @@ const char kUsageLine[] =
 
 const char kHelp[] =
     "\n"
-    "Runs an AOTInductor plugin on CPU: inputs from .npy files, outputs to OUTDIR/output_<k>.npy.\n"
+    "Runs an AOTInductor plugin on CPU: inputs from .npy files, outputs to OUTDIR/output_<name>.npy.\n"
     "\n"
     "  MODEL.pt2|PLUGIN.so   a .pt2 package or a compiled plugin .so\n"
     "  METHODS_DIR|methods.json  a program of several methods (one .pt2 each; weights shared)\n"
@@ -75,7 +76,8 @@ const char kHelp[] =
     "                        for (contiguous, channels_last, channels_last_3d or strides=S0,S1,...):\n"
     "                        needed only for a plugin without a contract; the array is converted to it\n"
     "  --strict              refuse inputs whose layout differs from the plugin's instead of converting\n"
-    "  -o, --output DIR      where output_<k>.npy go (created if missing; also --output-dir)\n"
+    "  -o, --output DIR      where output_<name>.npy go: output_0.npy, ... or a dict's output_logits.npy\n"
+    "                        (created if missing; also --output-dir)\n"
     "  --repeat N            after the first run, run N more times and print\n"
     "                        'latency_us: median=.. p10=.. p90=.. n=N'\n"
     "  --warmup N            with --repeat: N untimed runs before the timed ones (steady state: clocks,\n"
@@ -345,7 +347,36 @@ void check_shim(int32_t err, const char* shim, size_t k) {
   }
 }
 
-void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool quiet) {
+// The stem each output's file is named by (output_<stem>.npy), as toolchain/contract.py names them: the
+// contract's output name without its "output_" prefix (0, 1 for positional outputs; logits, aux.0 for a dict's
+// leaves). A name that is not a safe file stem, or stems that clash, fall back to positions, and so do a
+// program without a contract and methods other than the first (the C API describes the first one's outputs).
+std::vector<std::string> output_stems(aoti_host_program* program, size_t method, size_t count) {
+  std::vector<std::string> stems;
+  auto safe = [](const std::string& n) {
+    if (n.empty() || n.size() > 128 || n[0] == '.' || n[0] == '-') return false;
+    for (char c : n)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) return false;
+    return true;
+  };
+  bool has_contract = false;  // without one, the plugin's own output names are buffer names, not leaves
+  if (aoti_host_program_has_contract(program, &has_contract) != AOTI_HOST_OK) has_contract = false;
+  for (size_t k = 0; has_contract && method == 0 && k < count; ++k) {
+    aoti_host_tensor_spec spec{};
+    if (aoti_host_program_output_spec(program, k, &spec) != AOTI_HOST_OK || spec.name == nullptr) break;
+    std::string name = spec.name;
+    if (name.rfind("output_", 0) == 0 && name.size() > 7) name = name.substr(7);
+    if (!safe(name) || std::find(stems.begin(), stems.end(), name) != stems.end()) break;
+    stems.push_back(name);
+  }
+  if (stems.size() != count) {
+    stems.clear();
+    for (size_t k = 0; k < count; ++k) stems.push_back(std::to_string(k));
+  }
+  return stems;
+}
+
+void write_output(AtenTensorHandle h, size_t k, const std::string& stem, const std::string& outdir, bool quiet) {
   int32_t device_type = 0;
   check_shim(aoti_torch_get_device_type(h, &device_type), "aoti_torch_get_device_type", k);
   if (device_type != 0) {  // a device output: write its host copy
@@ -354,7 +385,7 @@ void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool 
     if (st != AOTI_HOST_OK) throw Failure{exit_code_for_status(st), "cannot copy output_" + std::to_string(k) + " to the host: " + last_error_or(st)};
     Outputs keep(1);
     keep.data()[0] = host;
-    return write_output(host, k, outdir, quiet);
+    return write_output(host, k, stem, outdir, quiet);
   }
   int32_t dtype = -1;
   int64_t dim = 0;
@@ -372,7 +403,7 @@ void write_output(AtenTensorHandle h, size_t k, const std::string& outdir, bool 
   }
   const std::vector<int64_t> sizes(sizes_p, sizes_p + dim);
   const std::vector<int64_t> strides(strides_p, strides_p + dim);
-  const std::string name = "output_" + std::to_string(k);
+  const std::string name = "output_" + stem;
   const std::string path = join(outdir, name + ".npy");
   try {
     aoti_host::write_npy(path, dtype, sizes, strides, data);  // bfloat16: '<V2', read with ml_dtypes
@@ -543,11 +574,12 @@ int run(const Args& args) {
   {
     Outputs outputs(num_outputs);
     run_once(program.get(), method, args.model, views, outputs);
+    const std::vector<std::string> stems = output_stems(program.get(), method, outputs.size());
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (outputs[k] == nullptr) {
-        throw Failure{kExitRunFailed, args.model + ": the run returned no tensor for output_" + std::to_string(k)};
+        throw Failure{kExitRunFailed, args.model + ": the run returned no tensor for output_" + stems[k]};
       }
-      write_output(outputs[k], k, args.outdir, args.quiet);
+      write_output(outputs[k], k, stems[k], args.outdir, args.quiet);
     }
   }
   std::fflush(stdout);

@@ -59,6 +59,11 @@ def _wrapper(pt2: Path) -> str:
         return zf.read(next(n for n in zf.namelist() if n.endswith(".wrapper.cpp"))).decode()
 
 
+def _ranges(shape: list) -> list:
+    """A contract shape with each dynamic dimension's range only (its symbol's name is torch's choice)."""
+    return [{k: v for k, v in d.items() if k != "expr"} if isinstance(d, dict) else d for d in shape]
+
+
 def _contract(pt2: Path) -> dict:
     with zipfile.ZipFile(pt2) as zf:
         return json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("aoti_toolchain_contract.json"))))
@@ -82,7 +87,7 @@ def test_dim_min1_is_compiled_for_1_and_runs_at_1_and_max(torch, host_build, min
     pt2, model = min1_package
     # the compiled plugin's own check and the recorded contract both start at 1
     assert "expected it to be >= 1" in _wrapper(pt2)
-    assert _contract(pt2)["inputs"][0]["shape"] == [{"min": 1, "max": 64}, 16]
+    assert _ranges(_contract(pt2)["inputs"][0]["shape"]) == [{"min": 1, "max": 64}, 16]
     with runtime.load(pt2, library_path=host_build.lib) as prog:
         for batch in (1, 2, 64):
             x = torch.randn(batch, 16)
@@ -100,34 +105,44 @@ def test_inspect_shows_the_contract_constants_and_torch(torch, min1_package):
     text = subprocess.run([sys.executable, "-m", "toolchain", "inspect", str(pt2)], capture_output=True,
                           text=True, cwd=REPO_ROOT)
     assert text.returncode == 0, text.stderr
-    assert "contract:     yes" in text.stdout and "input  x: float32[1..64, 16]" in text.stdout
-    assert "output output_0: float32[1..64, 4]" in text.stdout
+    assert "contract:     yes" in text.stdout and re.search(r"input  x: float32\[(s\d+)=1\.\.64, 16\]", text.stdout)
+    sym = re.search(r"input  x: float32\[(s\d+)=", text.stdout).group(1)
+    assert f"output output_0: float32[{sym}=1..64, 4]" in text.stdout and f"size   {sym}: 1..64 (from x:0)" in text.stdout
     assert re.search(r"constants:    6 \(3,008 bytes\), embedded", text.stdout), text.stdout
     assert f"torch:        {torch.__version__}" in text.stdout
     js = subprocess.run([sys.executable, "-m", "toolchain", "inspect", "--json", str(pt2)], capture_output=True,
                         text=True, cwd=REPO_ROOT)
     model = json.loads(js.stdout)["files"][0]["model"]
-    assert model["has_contract"] and model["inputs"][0]["shape"] == [{"min": 1, "max": 64}, 16]
+    assert model["has_contract"] and _ranges(model["inputs"][0]["shape"]) == [{"min": 1, "max": 64}, 16]
+    assert model["symbols"] == [{"name": sym, "min": 1, "max": 64, "inputs": ["x:0"]}]
     assert model["constants"] == {"count": 6, "bytes": 3008, "where": "embedded"}
     assert model["torch"] == torch.__version__
 
 
-def test_specialised_range_is_recorded_and_explained(torch, host_build, tmp_path, capfd):
-    """Without size-oblivious compiling torch compiles Dim(min=1) for >= 2: the contract records 2..64 and
-    export says so; the runtime's refusal of batch 1, with the contract or without it (the bare plugin checks
-    its own inputs), explains the specialisation and how to re-export."""
+def test_specialised_range_fails_the_export_or_is_recorded_when_allowed(torch, host_build, tmp_path, capfd):
+    """Without size-oblivious compiling torch compiles Dim(min=1) for >= 2: export fails, naming the range that
+    holds, and writes nothing; with allow_narrower the contract records 2..64 and export says so; the runtime's
+    refusal of batch 1, with the contract or without it (the bare plugin checks its own inputs), explains the
+    specialisation and how to re-export."""
     from toolchain import runtime
-    from toolchain.errors import InputError
+    from toolchain.errors import ExportError, InputError
     from toolchain.export import export
 
     model, (x,) = _net(torch)
-    pt2 = export(model, (x,), tmp_path / "spec.pt2", build_dir=BUILD_DIR, size_oblivious=False,
-                 dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=64)}})
+    dyn = {"x": {0: torch.export.Dim("batch", min=1, max=64)}}
+    with pytest.raises(ExportError) as refused:
+        export(model, (x,), tmp_path / "spec.pt2", build_dir=BUILD_DIR, size_oblivious=False, dynamic_shapes=dyn)
+    assert "input x dimension 0" in str(refused.value) and "asked 1..64" in str(refused.value)
+    assert "accepts 2..64" in str(refused.value) and "--allow-narrower" in str(refused.value)
+    assert not (tmp_path / "spec.pt2").exists()
+    capfd.readouterr()
+    pt2 = export(model, (x,), tmp_path / "spec.pt2", build_dir=BUILD_DIR, size_oblivious=False, dynamic_shapes=dyn,
+                 allow_narrower=True)
     err = capfd.readouterr().err
     assert "expected it to be >= 2" in _wrapper(pt2)
-    assert _contract(pt2)["inputs"][0]["shape"] == [{"min": 2, "max": 64}, 16]
-    assert _contract(pt2)["outputs"][0]["shape"] == [{"min": 2, "max": 64}, 4]
-    assert "asked 1..64, the compiled plugin checks 2..64" in err, err
+    assert _ranges(_contract(pt2)["inputs"][0]["shape"]) == [{"min": 2, "max": 64}, 16]
+    assert _ranges(_contract(pt2)["outputs"][0]["shape"]) == [{"min": 2, "max": 64}, 4]
+    assert "asked 1..64, the plugin torch compiled accepts 2..64 (accepted: allow_narrower)" in err, err
     one = torch.randn(1, 16).numpy()
     with runtime.load(pt2, library_path=host_build.lib) as prog, pytest.raises(InputError) as exc:
         prog.run([one])

@@ -143,6 +143,16 @@ def _contract_docs(base: dict) -> list[tuple[str, bool, bytes]]:
         d["extra"] = "@@"
         return json.dumps(d).encode().replace(b'"@@"', b"[" * (depth - 1) + b"]" * (depth - 1))
 
+    def with_symbols(symbols, expr) -> bytes:  # the first input's first dimension as a size expression
+        d = copy.deepcopy(base)
+        d["schema"] = 2
+        if symbols is None:
+            d.pop("symbols", None)
+        else:
+            d["symbols"] = symbols
+        d["inputs"][0]["shape"][0] = {"expr": expr, "min": 1, "max": 4}
+        return json.dumps(d).encode()
+
     good = json.dumps(base).encode()
     no_names = copy.deepcopy(base)
     no_names.pop("schema")
@@ -187,7 +197,23 @@ def _contract_docs(base: dict) -> list[tuple[str, bool, bytes]]:
         ("shape-string", False, with_input(shape="4,16")),
         ("strides-object", False, with_input(strides={"0": 16})),
         ("name-number", False, with_input(name=5)),
-        ("schema-2", False, json.dumps({**base, "schema": 2}).encode()),
+        ("schema-1", True, json.dumps({**base, "schema": 1}).encode()),
+        ("schema-3", False, json.dumps({**base, "schema": 3}).encode()),
+        ("valid-symbol", True, with_symbols([{"name": "s0", "min": 1, "max": 4}], "s0")),
+        ("valid-derived", True, with_symbols([{"name": "s0", "min": 1, "max": 2}], "((2*s0 + 1)//2) - Max(s0, 1) + 1")),
+        ("expr-unknown-symbol", False, with_symbols([{"name": "s0"}], "s1")),
+        ("expr-no-symbols", False, with_symbols(None, "s0")),
+        ("expr-power", False, with_symbols([{"name": "s0"}], "s0**2")),
+        ("expr-true-division", False, with_symbols([{"name": "s0"}], "s0/2")),
+        ("expr-number", False, with_symbols([{"name": "s0"}], 4)),
+        ("expr-unknown-function", False, with_symbols([{"name": "s0"}], "ceiling(s0)")),
+        ("expr-65-deep", False, with_symbols([{"name": "s0"}], "(" * 65 + "s0" + ")" * 65)),
+        ("expr-4097-long", False, with_symbols([{"name": "s0"}], "s0" + " " * 4095)),
+        ("expr-stack", False, with_symbols([{"name": "s0"}], "s0+s0*Max(s0," * 60 + "s0" + ")" * 60)),
+        ("symbol-twice", False, with_symbols([{"name": "s0"}, {"name": "s0"}], "s0")),
+        ("symbol-bad-name", False, with_symbols([{"name": "0s"}], "s0")),
+        ("symbol-min>max", False, with_symbols([{"name": "s0", "min": 3, "max": 2}], "s0")),
+        ("symbols-object", False, with_symbols({"s0": {}}, "s0")),
         ("schema-true", False, json.dumps({**base, "schema": True}).encode()),
         ("inputs-missing", False, json.dumps({k: v for k, v in base.items() if k != "inputs"}).encode()),
         ("inputs-object", False, json.dumps({**base, "inputs": {"0": base["inputs"][0]}}).encode()),

@@ -163,7 +163,7 @@ def _abi_copy(tmp_path: Path, old: str, new: str) -> Path:
     ('aliases = ["half"]', 'aliases = ["float"]', "is taken"),
     ("itemsize = 16", "itemsize = 3", "is not 1, 2, 4, 8 or 16"),
     ("cuda = 1", 'cuda = "1"', "must be an integer"),
-    ("contract_schema = 1\n", "", "missing required key"),
+    ("contract_schema = 2\n", "", "missing required key"),
 ])
 def test_bad_abi_is_refused_naming_file_and_key(tmp_path, old, new, message):
     with pytest.raises(SpecError, match=re.escape(message)) as exc:

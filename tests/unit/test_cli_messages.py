@@ -13,7 +13,8 @@ import pytest
 from toolchain.cli import files
 from toolchain.cli.main_export import parse_dynamic
 from toolchain.errors import CompareError, InputError, UsageError
-from toolchain.export import asks_small_sizes, compiled_input_ranges
+from toolchain.export import asks_small_sizes
+from toolchain.export_contract import compiled_input_ranges
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -185,22 +185,24 @@ def save_npy(path: Path, array) -> None:
         raise InputError(msg, fix="check the output directory exists, is writable and has free space") from None
 
 
-def compare(outputs, refs, atol: float, rtol: float) -> list[str]:
-    """Lines describing each output against its reference; raises CompareError on a mismatch."""
+def compare(outputs, refs, atol: float, rtol: float, names: list[str] | None = None) -> list[str]:
+    """Lines describing each output (named `names`, default output_<k>) against its reference; raises
+    CompareError on a mismatch."""
     import numpy as np
 
+    names = names or [f"output_{k}" for k in range(len(outputs))]
     if len(refs) != len(outputs):
         msg = f"{len(refs)} reference(s) for {len(outputs)} output(s)"
         raise UsageError(msg)
     lines, bad = [], []
     for k, (out, ref) in enumerate(zip(outputs, refs, strict=True)):
         if out.shape != ref.shape:
-            bad.append(f"output_{k}: shape {list(out.shape)}, reference {list(ref.shape)}")
+            bad.append(f"{names[k]}: shape {list(out.shape)}, reference {list(ref.shape)}")
             continue
         out64, ref64 = out.astype(np.float64), ref.astype(np.float64)  # bfloat16 (ml_dtypes) too
         err = float(np.max(np.abs(out64 - ref64))) if out.size else 0.0
         ok = bool(np.allclose(out64, ref64, atol=atol, rtol=rtol))
-        lines.append(f"output_{k}: max abs error {err:.3g} ({'ok' if ok else 'MISMATCH'})")
+        lines.append(f"{names[k]}: max abs error {err:.3g} ({'ok' if ok else 'MISMATCH'})")
         if not ok:
             bad.append(lines[-1])
     if bad and len(lines) < len(outputs):  # a shape differs: no tolerance can help

@@ -31,9 +31,21 @@ exports forward(x) with its dimension 0 ("batch") dynamic from 1 to 64; NAME is 
 The factory may also return (model, inputs, dynamic_shapes), e.g. {"x": {0: torch.export.Dim("batch",
 min=1, max=64)}}; then leave --dynamic out. The current directory is importable, as with `python -m`.
 
-Size ranges: torch specialises sizes 0 and 1; when a dynamic dimension's minimum is 0 or 1, export traces
-and compiles with torch's size-oblivious reasoning so the plugin is valid from that minimum. The package's
-contract records the range the compiled plugin checks; when it is narrower than asked, export says so.
+Size ranges: each --dynamic MIN..MAX is what the package must accept. torch specialises sizes 0 and 1
+while tracing, so when a minimum is 0 or 1 export traces and compiles with torch's size-oblivious
+reasoning. Where the model's code still branches on a size being 1 (a channels-last convolution choosing
+its memory format, a linear layer's contiguity check on attention's transposed input), torch compiles the
+plugin for sizes >= 2 only: export then fails, naming each dimension, the range the plugin accepts and
+the guard torch added. Re-export with that range (--dynamic x:0=2..64), or pass --allow-narrower to keep
+the plugin; the package then records the narrower range and the runtime refuses smaller sizes, saying why.
+
+Shared sizes: give --dynamic for every input dimension that varies. torch finds dimensions that must be
+equal (a batch, the sequence length of tokens and of their mask); the package records each as one named
+size (inspect shows them), and the runtime refuses inputs that disagree on one before the plugin runs.
+
+Outputs: forward may return tensors in tuples, lists and dicts. Each leaf is named by its path (logits,
+aux.0, aux.1) or output_<k> for a positional output; --save-inputs writes expected_<name>.npy per leaf
+(expected_0.npy for output_0), which `aoti-toolchain run --compare DIR` reads back.
 """
 
 _DYNAMIC = re.compile(r"^(?P<name>[A-Za-z_]\w*):(?P<dim>\d+)=(?P<min>\d+)\.\.(?P<max>\d*)$")
@@ -111,6 +123,8 @@ def _module_from_spec(spec: str) -> tuple[Any, Any, Any]:
     try:
         module = importlib.import_module(mod_name)
     except ImportError as exc:
+        if getattr(exc, "name", None) == "torch" or str(getattr(exc, "name", "")).startswith("torch."):
+            _need_torch()
         msg = f"{spec}: cannot import module {mod_name!r}: {exc}"
         raise InputError(msg, fix=f"run from the directory holding {mod_name.replace('.', '/')}.py, or add its "
                          "directory to PYTHONPATH") from exc
@@ -129,7 +143,19 @@ def _module_from_spec(spec: str) -> tuple[Any, Any, Any]:
     return made[0], tuple(inputs), (made[2] if len(made) == 3 else None)
 
 
+def _need_torch() -> None:
+    """export needs torch, which the toolchain installs only with its [torch] extra: say so before anything."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        from toolchain.hostlib import pip_install
+
+        msg = "export needs torch, which is not installed here (running, verifying and serving don't need it)"
+        raise UsageError(msg, fix=pip_install("torch"))
+
+
 def main(args: argparse.Namespace) -> int:
+    _need_torch()
     from toolchain.export import export, prepare_build_dirs
 
     progress.set_quiet(bool(getattr(args, "quiet", False)))
@@ -144,24 +170,38 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(msg, fix="give dynamic shapes in one place: the factory or --dynamic")
         dynamic_shapes = dynamic_shapes_for(module, example_inputs, dynamic)
     out = export(module, example_inputs, Path(args.output), weights=args.weights, build_dir=build_dir,
-                 dynamic_shapes=dynamic_shapes, **_target_options(args))
+                 dynamic_shapes=dynamic_shapes, allow_narrower=bool(getattr(args, "allow_narrower", False)),
+                 **_target_options(args))
     print(f"exported {args.model} -> {out}")
     if args.save_inputs:
-        files.prepare_outdir(Path(args.save_inputs))
-        import torch
-
-        from toolchain.runtime import to_numpy  # bfloat16 as ml_dtypes.bfloat16 ('<V2' in the file)
-
-        d = Path(args.save_inputs)
-        for i, x in enumerate(example_inputs):
-            files.save_npy(d / f"input_{i}.npy", to_numpy(x.detach()))
-        with torch.no_grad():
-            outs = module(*example_inputs)
-        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-        for k, y in enumerate(outs):
-            files.save_npy(d / f"expected_{k}.npy", to_numpy(y.detach()))
-        print(f"example inputs and eager outputs -> {d}")
+        save_examples(Path(args.save_inputs), module, example_inputs, out)
+        print(f"example inputs and eager outputs -> {args.save_inputs}")
     return exit_code("ok")
+
+
+def save_examples(d: Path, module: Any, example_inputs: Any, package: Path) -> None:
+    """The example inputs (input_<i>.npy) and eager PyTorch's outputs, one file per leaf of the output tree,
+    named as `aoti-toolchain run` names its outputs (expected_<name>.npy, docs/cli.md). Everything is computed
+    before the first file is written, so a model whose outputs can't be saved leaves no half-written folder."""
+    import torch
+    from torch.utils import _pytree
+
+    from toolchain import contract
+    from toolchain.runtime import to_numpy  # bfloat16 as ml_dtypes.bfloat16 ('<V2' in the file)
+
+    with torch.no_grad():
+        outs = module(*example_inputs)
+    leaves = _pytree.tree_leaves(outs)
+    bad = [type(x).__name__ for x in leaves if not isinstance(x, torch.Tensor)]
+    if bad:
+        msg = f"the model returns {', '.join(sorted(set(bad)))} among its outputs; only tensors can be saved"
+        raise InputError(msg, fix="return tensors (in tuples, lists or dicts) from forward")
+    names = contract.output_file_stems(contract.read_contract(package), len(leaves))
+    arrays = {f"input_{i}.npy": to_numpy(x.detach()) for i, x in enumerate(example_inputs)}
+    arrays.update({f"expected_{n}.npy": to_numpy(y.detach()) for n, y in zip(names, leaves, strict=True)})
+    files.prepare_outdir(d)
+    for name, array in arrays.items():
+        files.save_npy(d / name, array)
 
 
 def _target_options(args: argparse.Namespace) -> dict:
@@ -197,7 +237,11 @@ def register(sub) -> None:
                    help="weights inside the plugin .so (embedded) or in a separate blob in the package (blob)")
     e.add_argument("--build-dir", default=None, help="TMPDIR and the inductor cache go under it (default: "
                    "$XDG_CACHE_HOME/aoti-toolchain, else ~/.cache/aoti-toolchain; never the current directory)")
-    e.add_argument("--save-inputs", metavar="DIR", help="also save the example inputs and eager outputs as .npy")
+    e.add_argument("--save-inputs", metavar="DIR", help="also save the example inputs (input_<i>.npy) and eager "
+                   "outputs as .npy, one per output leaf (expected_<name>.npy: expected_0.npy, expected_logits.npy)")
+    e.add_argument("--allow-narrower", action="store_true", help="accept a plugin that torch compiled for a "
+                   "narrower size range than --dynamic asks for (it specialised sizes 0 and 1): the package records "
+                   "the range that holds; without it such an export fails and says why")
     e.add_argument("-q", "--quiet", action="store_true", help="print no progress, only the result and errors")
     _add_target_arguments(e)
     e.set_defaults(func=main)

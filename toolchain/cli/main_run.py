@@ -10,7 +10,7 @@ from toolchain.errors import UsageError, exit_code
 
 
 def main(args: argparse.Namespace) -> int:
-    from toolchain import runtime
+    from toolchain import contract, runtime
 
     # Every file is checked (regular, well-formed) and the output directory made before the slow load.
     model = Path(args.model)
@@ -21,7 +21,8 @@ def main(args: argparse.Namespace) -> int:
     specs = [runtime.split_input_arg(p) for p in args.input]
     inputs = [files.load_npy(Path(p)) for p, _ in specs]
     layouts = [runtime.layout_strides(lay, x.shape) if lay else None for (_, lay), x in zip(specs, inputs, strict=True)]
-    refs = [files.load_npy(Path(p), "reference (--compare)") for p in args.compare]
+    compare_dir = len(args.compare) == 1 and Path(args.compare[0]).is_dir()
+    refs = [] if compare_dir else [files.load_npy(Path(p), "reference (--compare)") for p in args.compare]
     created = files.prepare_outdir(Path(args.output))
     written: list[Path] = []
     try:
@@ -33,18 +34,21 @@ def main(args: argparse.Namespace) -> int:
                 if strides is not None:
                     prog.set_input_layout(k, strides, method=args.method)
             outputs = prog.run(inputs, method=args.method)
-        for k, out in enumerate(outputs):
-            dest = Path(args.output) / f"output_{k}.npy"
+            stems = contract.output_file_stems(prog.contract(args.method), len(outputs))
+        if compare_dir:  # export --save-inputs DIR wrote expected_<stem>.npy per output
+            refs = [files.load_npy(Path(args.compare[0]) / f"expected_{s}.npy", "reference (--compare)") for s in stems]
+        for stem, out in zip(stems, outputs, strict=True):
+            dest = Path(args.output) / f"output_{stem}.npy"
             files.save_npy(dest, out)
             written.append(dest)
-            print(f"output_{k}: {out.dtype}{list(out.shape)} -> {dest}")
+            print(f"output_{stem}: {out.dtype}{list(out.shape)} -> {dest}")
     except BaseException:  # no partial result: this command's outputs and the directories it made go
         for f in written:
             f.unlink(missing_ok=True)
         files.remove_created(created)
         raise
     if refs:
-        for line in files.compare(outputs, refs, args.atol, args.rtol):
+        for line in files.compare(outputs, refs, args.atol, args.rtol, [f"output_{s}" for s in stems]):
             print(line)
     return exit_code("ok")
 
@@ -59,8 +63,10 @@ def register(sub) -> None:
                    "strides=S0,S1,...) is the layout a plugin without a contract was built for")
     r.add_argument("--strict", action="store_true",
                    help="refuse inputs in another layout than the plugin's instead of converting them")
-    r.add_argument("-o", "--output", required=True, help="directory for output_<k>.npy")
-    r.add_argument("--compare", nargs="+", default=[], metavar="REF.npy", help="reference outputs, in order")
+    r.add_argument("-o", "--output", required=True, help="directory for the outputs, one file per output leaf: "
+                   "output_0.npy, output_1.npy, ... (a dict's leaves by key: output_logits.npy, output_aux.0.npy)")
+    r.add_argument("--compare", nargs="+", default=[], metavar="REF.npy|DIR", help="reference outputs, in order; or "
+                   "the directory export --save-inputs wrote (its expected_<name>.npy files)")
     r.add_argument("--atol", type=float, default=1e-5, help="--compare: absolute tolerance (default 1e-5)")
     r.add_argument("--rtol", type=float, default=1e-4, help="--compare: relative tolerance (default 1e-4)")
     r.add_argument("--library", type=Path, default=None, metavar="LIBAOTI_HOST.so",

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from toolchain import contract as _contract
 from toolchain.errors import InputError, LoadError, RunError, error_for_status
 from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, default_library
 from toolchain.runtime import _abi, _dlpack
@@ -347,6 +348,16 @@ class Program(_Owned):
         # synchronize(). close() clears both before it frees the handle.
         self._plain = (self._fast, handle, *self._arity[0]) if self._fast is not None and self._arity else None
         self._plain_sync = (self._fast_sync, handle) if self._fast_sync is not None else None
+        self._contracts: dict[int, dict[str, Any] | None] = {}
+
+    def contract(self, method: str | None = None) -> dict[str, Any] | None:
+        """The contract `method`'s package records (docs/package-json.md): its size symbols, inputs, outputs and
+        output tree, as read from the file; None for a plugin without one (a bare .so)."""
+        index = self._method_index(method)
+        if index not in self._contracts:
+            name = self.methods[index] if index < len(self.methods) else ""
+            self._contracts[index] = _contract.read_contract(_contract.method_package(self.path, name))
+        return self._contracts[index]
 
     def _method_index(self, method: str | None) -> int:
         if method is None:
@@ -404,7 +415,7 @@ class Program(_Owned):
         self._lib.check(rc, "set_input_layout")
 
     def run(self, inputs: Sequence[Any], *, method: str | None = None, session: Session | None = None,
-            device_outputs: bool = False, output_type: str = "numpy") -> list[Any]:
+            device_outputs: bool = False, output_type: str = "numpy", structured: bool = False) -> Any:
         """Run `method` (default: the first, "forward" when present) in `session` (default: the program's state).
 
         Inputs: numpy arrays (bfloat16 as ml_dtypes.bfloat16), torch tensors or any DLPack producer (`__dlpack__`:
@@ -415,7 +426,15 @@ class Program(_Owned):
 
         Outputs are views of the runtime's buffers (no copy): each array owns its tensor, which stays valid
         after the program is closed. The GIL is released during the run: Python threads run a program
-        concurrently, up to `num_models` runs at once (load()); a stateful program runs one at a time."""
+        concurrently, up to `num_models` runs at once (load()); a stateful program runs one at a time.
+
+        structured=True returns the outputs as the model returned them (dicts, tuples, lists, a lone tensor),
+        from the output tree the package's contract records; the default is the flat list of leaves, in the
+        order of `outputs` (whose names are the leaves' paths: logits, aux.0, ...)."""
+        if structured:
+            flat = self.run(inputs, method=method, session=session, device_outputs=device_outputs,
+                            output_type=output_type)
+            return _contract.structure(self.contract(method), flat)
         plain = self._plain
         if (plain is not None and method is None and session is None and output_type == "numpy"
                 and device_outputs == self._on_cuda and len(inputs) == plain[2]):

@@ -15,13 +15,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from toolchain import pt2
+from toolchain import contract
 from toolchain.errors import InputError, ToolchainError
 from toolchain.serve.protocol import CONTRACT_DATATYPES, ModelMeta, TensorMeta, V2Error, datatype_of
 from toolchain.spec import load_abi
 
 _LAYOUT = load_abi().package
-CONTRACT_ENTRY = _LAYOUT.contract_entry
 MANIFEST_NAME = _LAYOUT.methods_manifest
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -67,14 +66,7 @@ def read_contract(package: Path) -> dict[str, Any] | None:
     contract that is not what the exporter writes)."""
     if Path(package).suffix != ".pt2":
         return None
-    try:
-        with pt2.open_package(package) as pkg:
-            name = next((n for n in pkg.members if n.endswith("/" + CONTRACT_ENTRY)), None)
-            if name is None:
-                return None
-            doc = json.loads(pkg.read(name))
-    except (ToolchainError, UnicodeDecodeError, ValueError, RecursionError):
-        return None
+    doc = contract.read_contract(package)
     ok = (isinstance(doc, dict) and isinstance(doc.get("inputs"), list) and isinstance(doc.get("outputs"), list))
     return doc if ok else None
 

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from toolchain import symdims
 from toolchain.pt2 import Package, PackageError
 from toolchain.record import record
 from toolchain.spec import load_abi
@@ -27,6 +28,8 @@ TARGET_ENTRY = _ABI.package.target_entry
 PLUGIN_DIR = _ABI.package.plugin_dir
 MAX_INT = 1 << 62  # largest size, bound, stride, offset or data_size accepted (contract.h kMaxContractInt)
 MAX_RANK = 64  # contract.h kMaxContractRank
+MAX_SYMBOLS = 4096  # contract.cpp kMaxSymbols
+_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_DEPTH = 64  # json.h Json::kMaxDepth: nested arrays/objects
 
 # contract.cpp dtype_from_name -> (code, item size); "torch." prefixes are dropped first.
@@ -125,7 +128,53 @@ def _bounded(v: Any, what: str) -> int:
     return v
 
 
-def _tensors(lst: Any, what: str) -> int:
+def _symbols(lst: Any, what: str) -> set[str]:
+    if lst is None:
+        return set()
+    if not isinstance(lst, list):
+        msg = f"{what} is not a list"
+        raise PackageJsonError(msg)
+    if len(lst) > MAX_SYMBOLS:
+        msg = f"{what} has more than {MAX_SYMBOLS} entries"
+        raise PackageJsonError(msg)
+    names: set[str] = set()
+    for i, s in enumerate(lst):
+        w = f"{what}[{i}]"
+        name = s.get("name") if isinstance(s, dict) else None
+        if not isinstance(name, str) or not name or len(name) > 128:
+            msg = f"{w} is not an object with a name"
+            raise PackageJsonError(msg)
+        if not _SYMBOL.match(name):
+            msg = f"{w}.name \"{name[:80]}\" is not a symbol name (a letter or _, then letters, digits, _)"
+            raise PackageJsonError(msg)
+        if name in names:
+            msg = f"{w}.name {name} is given twice"
+            raise PackageJsonError(msg)
+        names.add(name)
+        lo = _bounded(s["min"], w + ".min") if "min" in s else 0
+        hi = _bounded(s["max"], w + ".max") if "max" in s else (1 << 63) - 1
+        if lo > hi:
+            msg = f"{w} has min {lo} > max {hi}"
+            raise PackageJsonError(msg)
+    return names
+
+
+def _expr(text: Any, what: str, symbols: set[str]) -> None:
+    if not isinstance(text, str):
+        msg = f"{what} is not a string"
+        raise PackageJsonError(msg)
+    try:
+        node = symdims.parse(text)
+    except ValueError as exc:
+        msg = f"{what}: {exc}"
+        raise PackageJsonError(msg) from None
+    unknown = sorted(symdims.symbols(node) - symbols)
+    if unknown:
+        msg = f"{what}: size expression \"{text[:80]}\" names {unknown[0]}, which is not in the contract's symbols"
+        raise PackageJsonError(msg)
+
+
+def _tensors(lst: Any, what: str, symbols: set[str] = frozenset()) -> int:
     if not isinstance(lst, list):
         msg = f"{what} is missing or not a list"
         raise PackageJsonError(msg)
@@ -156,6 +205,8 @@ def _tensors(lst: Any, what: str) -> int:
                 if lo > hi:
                     msg = f"{wd} has min {lo} > max {hi}"
                     raise PackageJsonError(msg)
+                if "expr" in dim:
+                    _expr(dim["expr"], wd + ".expr", symbols)
             else:
                 _bounded(dim, wd)
         if "strides" in t:
@@ -178,10 +229,12 @@ def check_contract(data: bytes, where: str) -> tuple[int, int]:
         msg = f"{where}: the contract is not a JSON object"
         raise PackageJsonError(msg)
     schema = _ABI.package.contract_schema
-    if "schema" in doc and not (type(doc["schema"]) is int and doc["schema"] == schema):
-        msg = f"{where}: schema is not {schema} (written by a newer aoti-toolchain?)"
+    if "schema" in doc and not (type(doc["schema"]) is int and 1 <= doc["schema"] <= schema):
+        msg = f"{where}: schema is not 1..{schema} (written by a newer aoti-toolchain?)"
         raise PackageJsonError(msg)
-    return _tensors(doc.get("inputs"), f"{where}: inputs"), _tensors(doc.get("outputs"), f"{where}: outputs")
+    symbols = _symbols(doc.get("symbols"), f"{where}: symbols")
+    return (_tensors(doc.get("inputs"), f"{where}: inputs", symbols),
+            _tensors(doc.get("outputs"), f"{where}: outputs", symbols))
 
 
 # -- constant layouts (weights.cpp parse_constant_layouts) -----------------------------------------------
