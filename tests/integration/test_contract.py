@@ -132,6 +132,11 @@ def test_channels_last_package_converts_or_refuses_with_strict(host_build, expor
     assert same.returncode == 0, same.stderr
     other = aoti_run(host_build, pt2, "-i", f"{tmp_path / 'x.npy'}:contiguous", "-o", tmp_path / "o5")
     assert other.returncode == 3 and "contract" in other.stderr
+    # inspect tells the user the layout to give (the example's channels-last strides)
+    shown = subprocess.run([sys.executable, "-m", "toolchain", "inspect", str(pt2)], capture_output=True, text=True)
+    strides = list(inputs[0].stride())
+    assert shown.returncode == 0 and f"channels_last (strides {strides} at the example sizes)" in shown.stdout, \
+        shown.stdout
 
 
 def test_outputs_keep_the_plugins_layout(host_lib, export_example):

@@ -333,12 +333,15 @@ def test_nested_outputs_flat_and_structured_in_python(torch, host_lib, tree_pt2,
         flat = prog.run([x.numpy()])
         got = prog.run([x.numpy()], structured=True)
         as_torch = prog.run([x.numpy()], structured=True, output_type="torch")
+        with prog.session() as session:
+            in_session = session.run([x.numpy()], structured=True)
     assert len(flat) == 4 and isinstance(got, dict) and list(got) == ["logits", "aux"]
     assert isinstance(got["aux"], tuple) and isinstance(got["aux"][1], list) and len(got["aux"][1]) == 2
     np.testing.assert_allclose(got["logits"], want["logits"].numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["aux"][1][1], want["aux"][1][1].numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(flat[1], got["aux"][0])
     assert isinstance(as_torch["aux"][0], torch.Tensor)
+    np.testing.assert_array_equal(in_session["aux"][1][0], got["aux"][1][0])
 
 
 def test_nested_outputs_served_by_leaf_name(torch, tree_pt2, models_dir):

@@ -629,8 +629,9 @@ class Session(_Owned):
         self.program = program  # keeps the library; the C session keeps the program's resources alive
         self._handle = ctypes.c_void_p(handle)
 
-    def run(self, inputs: Sequence[Any], *, method: str | None = None, output_type: str = "numpy") -> list[Any]:
-        return self.program.run(inputs, method=method, session=self, output_type=output_type)
+    def run(self, inputs: Sequence[Any], *, method: str | None = None, output_type: str = "numpy",
+            structured: bool = False) -> Any:
+        return self.program.run(inputs, method=method, session=self, output_type=output_type, structured=structured)
 
     def reset(self) -> None:
         """Back to the state as loaded."""
