@@ -15,8 +15,7 @@ PTX ISA version; the CUDA version that introduced each PTX ISA and each toolkit'
 from __future__ import annotations
 
 import struct
-
-from toolchain.record import record
+from dataclasses import dataclass
 
 EM_CUDA = 190
 FATBIN_MAGIC = 0xBA55ED50
@@ -41,7 +40,7 @@ class CudaBinaryError(ValueError):
     """A cubin or fatbin whose headers contradict its size."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class CudaImage:
     """One GPU image: SASS or PTX, its architecture and PTX ISA version."""
 

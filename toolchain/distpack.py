@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
-
-from toolchain.record import record
 
 SCHEMA = "aoti-host-dist/1"
 MANIFEST = "manifest.json"
@@ -136,7 +135,7 @@ def _parents(rel: str) -> list[str]:
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-@record
+@dataclass
 class Problem:
     """One defect of a runtime tree against its manifest: `path` (the tree or a file in it), `message`."""
 

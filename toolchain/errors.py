@@ -8,31 +8,25 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
-from toolchain._startup import here, lazy_paths, read_text
-from toolchain.record import record
-from toolchain.speccache import TomlError, parse_toml
+import tomllib
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    EXIT_CODES_FILE: Path
-    C_API_FILE: Path
-_EXIT_CODES = here(__file__, "spec", "exit_codes.toml")
-_C_API = here(__file__, "spec", "c_api.toml")
-lazy_paths(globals(), EXIT_CODES_FILE=_EXIT_CODES, C_API_FILE=_C_API)  # pathlib.Path, read from outside
+_SPEC_DIR = Path(__file__).resolve().parent / "spec"
+EXIT_CODES_FILE = _SPEC_DIR / "exit_codes.toml"
+C_API_FILE = _SPEC_DIR / "c_api.toml"
 EXIT_CODES_SCHEMA = 1
 
 
-def load_runtime_statuses(path: str | os.PathLike[str] = _C_API) -> dict[str, int]:
+def load_runtime_statuses(path: str | os.PathLike[str] = C_API_FILE) -> dict[str, int]:
     """The runtime's aoti_host_status values by name: the [[status]] rows of the C API spec (c_api.toml).
 
     Read here with the TOML parser alone, because the spec loader (toolchain.spec, which validates the whole file)
     imports this module."""
     try:
-        rows = parse_toml(read_text(path), os.path.basename(path)).get("status")
-    except (OSError, UnicodeDecodeError, TomlError) as exc:
+        rows = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("status")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SpecError(f"{path}: cannot read: {exc}", fix="restore it (git checkout -- toolchain/spec/c_api.toml)"
                         ) from None
     out: dict[str, int] = {}
@@ -103,7 +97,7 @@ ERROR_CLASSES: dict[str, type[ToolchainError]] = {
 }
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ExitCode:
     """One row of the exit-code table (toolchain/spec/exit_codes.toml)."""
 
@@ -124,18 +118,18 @@ _FIELDS: dict[str, type] = {"name": str, "code": int, "meaning": str, "tools": l
                             "statuses": list}
 
 
-def load_exit_codes(path: str | os.PathLike[str] = _EXIT_CODES) -> tuple[ExitCode, ...]:
+def load_exit_codes(path: str | os.PathLike[str] = EXIT_CODES_FILE) -> tuple[ExitCode, ...]:
     """Read and check the exit-code table; SpecError names the file, the row and what is wrong."""
 
     def bad(where: str, why: str, fix: str) -> SpecError:
         return SpecError(f"{path}: {where}: {why}", fix=fix)
 
     try:
-        data = parse_toml(read_text(path), os.path.basename(path))
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise bad("(file)", "exit-code table not found", "restore it (git checkout -- toolchain/spec/exit_codes.toml)"
                   ) from None
-    except (OSError, UnicodeDecodeError, TomlError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise bad("(file)", f"cannot read: {exc}", "fix the file's syntax or permissions") from None
     if data.get("schema") != EXIT_CODES_SCHEMA or set(data) != {"schema", "code"}:
         raise bad("(top level)", f"expected schema = {EXIT_CODES_SCHEMA} and [[code]] tables, got keys {sorted(data)}",

@@ -10,23 +10,18 @@ cannot parse: bad-package-json). Unreadable input wins over failures: the verdic
 
 from __future__ import annotations
 
-import _string  # string.Formatter's parser, without the string module (its Template compiles a regex)
 import os
+import string
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 
-from toolchain._startup import here, lazy_paths, read_text
+import tomllib
+
 from toolchain.errors import SpecError, exit_code
-from toolchain.record import asdict, field, record
-from toolchain.speccache import TomlError, parse_toml
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    RULES_FILE: Path
-_RULES_FILE = here(__file__, "spec", "rules.toml")
-lazy_paths(globals(), RULES_FILE=_RULES_FILE)  # pathlib.Path, read from outside
+RULES_FILE = Path(__file__).resolve().parent / "spec" / "rules.toml"
 SEVERITIES = ("error", "warning")
 STAGES = ("link", "post-link", "verify")
 APPLIES_TO = ("plugin", "host", "package", "any")
@@ -39,10 +34,10 @@ REPORT_SCHEMA_VERSION = 1
 
 def template_fields(template: str) -> tuple[str, ...]:
     """The named fields of a fix template ("{soname}"), in order."""
-    return tuple(f for _, f, _, _ in _string.formatter_parser(template) if f is not None)
+    return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f is not None)
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Rule:
     """One row of the rule table (toolchain/spec/rules.toml): severity, stages, what it applies to, fixes."""
 
@@ -67,13 +62,13 @@ def _bad(path: str | os.PathLike[str], where: str, reason: str, fix: str) -> Spe
     return SpecError(f"{path}: {where}: {reason}", fix=fix)
 
 
-def load_rules(path: str | os.PathLike[str] = _RULES_FILE) -> dict[str, Rule]:
+def load_rules(path: str | os.PathLike[str] = RULES_FILE) -> dict[str, Rule]:
     """Read and validate the rule table; SpecError names the file, the rule and the defect."""
     try:
-        data = parse_toml(read_text(path), os.path.basename(path))
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise _bad(path, "rule table", f"cannot be read: {exc.strerror}", "restore toolchain/spec/rules.toml") from None
-    except TomlError as exc:
+    except tomllib.TOMLDecodeError as exc:
         raise _bad(path, "rule table", f"not valid TOML: {exc}", "fix the TOML syntax") from None
     rows = data.get("rule")
     if not isinstance(rows, list) or set(data) != {"rule"}:
@@ -121,7 +116,7 @@ def verify_rules() -> list[Rule]:
     return [r for r in RULES.values() if "verify" in r.stages]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Finding:
     """One rule's finding on one file, with the fix the rule table gives."""
 
@@ -142,7 +137,7 @@ class Finding:
         return d
 
 
-@record
+@dataclass
 class FileResult:
     """What verify found in one file: its kind, machine, findings and where its imports bound."""
 
@@ -166,7 +161,7 @@ class FileResult:
         self.findings.append(Finding(rule, severity or r.severity, self.path, message, fix, **kw))
 
 
-@record
+@dataclass
 class Report:
     """Every file's result under one profile and host, with the verdict and exit code."""
 

@@ -8,102 +8,62 @@ wheel, aoti_toolchain_cuda/_host/ of the aoti-toolchain-cuda wheel); the builds 
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
-from toolchain._startup import find_spec, here, lazy_paths, path_str
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    PACKAGE_DIR: Path
-    REPO_ROOT: Path
-    INSTALLED_HOST: Path
-_PACKAGE_DIR = here(__file__)
-_REPO_ROOT = os.path.dirname(_PACKAGE_DIR)
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
 #: The runtime tree (lib/, bin/, include/, manifest.json) inside the installed aoti-toolchain wheel.
-_INSTALLED_HOST = os.path.join(_PACKAGE_DIR, "_host")
-# pathlib.Path, made when first read (verify asks library_path(), in strings, on every start)
-lazy_paths(globals(), PACKAGE_DIR=_PACKAGE_DIR, REPO_ROOT=_REPO_ROOT, INSTALLED_HOST=_INSTALLED_HOST)
+INSTALLED_HOST = PACKAGE_DIR / "_host"
 LIBRARY_ENV = "AOTI_HOST_LIBRARY"
 CUDA_DISTRIBUTION_PACKAGE = "aoti_toolchain_cuda"
 _CPU = ("cpu-gcc-release", "cpu-clang-release", "cpu-gcc-debug")
 _CUDA = ("cuda-gcc-release", "cuda-clang-release", "cuda-gcc-debug")
 
 
-def _installed_cuda_host() -> str | None:
+def _installed_cuda_host() -> Path | None:
     try:
-        spec = find_spec(CUDA_DISTRIBUTION_PACKAGE)
+        spec = importlib.util.find_spec(CUDA_DISTRIBUTION_PACKAGE)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return os.path.join(path_str(next(iter(spec.submodule_search_locations))), "_host")
-
-
-def _installed() -> list[str]:
-    """installed_trees() as strings."""
-    cuda = _installed_cuda_host()
-    return [_INSTALLED_HOST, *([cuda] if cuda else [])]
-
-
-def _trees(device: str) -> list[str]:
-    """host_trees() as strings."""
-    installed = _installed()
-    if device.startswith("cuda"):
-        installed.reverse()
-    variants = _CUDA + _CPU if device.startswith("cuda") else _CPU + _CUDA
-    return [*installed, *(os.path.join(_REPO_ROOT, "build", v, "dist") for v in variants)]
+    return Path(next(iter(spec.submodule_search_locations))) / "_host"
 
 
 def installed_trees() -> list[Path]:
     """The runtime trees the installed wheels hold (this package's, and aoti-toolchain-cuda's when present)."""
-    from pathlib import Path
-
-    return [Path(t) for t in _installed()]
+    cuda = _installed_cuda_host()
+    return [INSTALLED_HOST, *([cuda] if cuda else [])]
 
 
 def host_trees(device: str = "cpu") -> list[Path]:
     """The runtime trees (folders with lib/libaoti_host.so) in the order default_library prefers them:
     installed wheels first, then this checkout's builds."""
-    from pathlib import Path
-
-    return [Path(t) for t in _trees(device)]
-
-
-def _candidates(device: str) -> list[str]:
-    """candidates() as strings."""
-    return [os.path.join(t, "lib", "libaoti_host.so") for t in _trees(device)]
+    installed = installed_trees()
+    if device.startswith("cuda"):
+        installed.reverse()
+    variants = _CUDA + _CPU if device.startswith("cuda") else _CPU + _CUDA
+    return [*installed, *(REPO_ROOT / "build" / v / "dist" for v in variants)]
 
 
 def candidates(device: str = "cpu") -> list[Path]:
     """Every libaoti_host.so default_library looks for, in order."""
-    from pathlib import Path
-
-    return [Path(c) for c in _candidates(device)]
-
-
-def library_path(device: str = "cpu") -> str | None:
-    """find_library() as a string (verify's start-up, without pathlib)."""
-    env = os.environ.get(LIBRARY_ENV)
-    if env:
-        return path_str(env)
-    return next((c for c in _candidates(device) if os.path.exists(c)), None)
+    return [t / "lib" / "libaoti_host.so" for t in host_trees(device)]
 
 
 def find_library(device: str = "cpu") -> Path | None:
     """$AOTI_HOST_LIBRARY, else the first installed or built runtime that exists; None when there is none."""
-    from pathlib import Path
-
-    found = library_path(device)
-    return None if found is None else Path(found)
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        return Path(env)
+    return next((c for c in candidates(device) if c.exists()), None)
 
 
 def default_library(device: str = "cpu") -> Path:
     """find_library(), or the path the release build would have (for a clear "not built" message)."""
-    from pathlib import Path
-
-    return find_library(device) or Path(_REPO_ROOT, "build", "cpu-gcc-release", "dist", "lib", "libaoti_host.so")
+    return find_library(device) or REPO_ROOT / "build" / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
 
 
 def find_program(name: str = "aoti-run", device: str = "cpu") -> Path | None:
@@ -133,7 +93,7 @@ def build_info(library: Path) -> dict | None:
 def in_checkout() -> bool:
     """Whether this package runs from a source checkout (an editable install, or the checkout on sys.path): its
     SConstruct beside the package. False in an installed wheel (the package sits in site-packages)."""
-    return os.path.isfile(os.path.join(_REPO_ROOT, "SConstruct"))
+    return (REPO_ROOT / "SConstruct").is_file()
 
 
 def pip_install(extra: str) -> str:
@@ -143,5 +103,5 @@ def pip_install(extra: str) -> str:
     import shlex
 
     if in_checkout():
-        return f"pip install -e {shlex.quote(f'{_REPO_ROOT}[{extra}]')}"
+        return f"pip install -e {shlex.quote(f'{REPO_ROOT}[{extra}]')}"
     return f"pip install {shlex.quote(f'aoti-toolchain[{extra}]')}"

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import re
 import struct
+from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 from toolchain.errors import InputError
-from toolchain.record import field, record
 from toolchain.spec.cpu_isa import IsaSpec, load_isa_spec
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
 
 __all__ = ["IsaScan", "IsaUse", "IsaDecodeError", "IsaSpec", "load_isa_spec", "scan_elf", "scan_file"]
 EM_X86_64 = 62
@@ -65,7 +62,7 @@ _MAY_NEED = re.compile(rb"[\x62\xc4\xc5]|\x0f[\x38\x3a\xb8\xbc\xbd\x7c\x7d\xd0\x
                        rb"|[\xdb\xdd\xdf][\x08-\x0f\x48-\x4f\x88-\x8f]")
 
 
-@record
+@dataclass
 class IsaUse:
     """One extension's use: how many instructions, and the first one met (its text, function, address)."""
 
@@ -75,7 +72,7 @@ class IsaUse:
     address: int = 0
 
 
-@record
+@dataclass
 class IsaScan:
     """The extensions a file's code uses, the level they need, and how much code was decoded."""
 
@@ -105,7 +102,7 @@ class IsaDecodeError(InputError):
     pass
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class _Section:
     """The fields of a section header the scan uses."""
 
@@ -196,12 +193,11 @@ def _libcapstone():
     """libcapstone.so where capstone's package finds it (LIBCAPSTONE_PATH, else the package's lib/), loaded
     as the package loads it, if it is capstone 5; else None."""
     import ctypes
+    import importlib.util
     import os
 
-    from toolchain._startup import find_spec
-
     try:
-        spec = find_spec("capstone")
+        spec = importlib.util.find_spec("capstone")
     except (ImportError, ValueError):
         spec = None
     dirs = [os.environ.get("LIBCAPSTONE_PATH")]  # where capstone's package looks first

@@ -1,9 +1,7 @@
 """aoti-toolchain: command-line entry point (`aoti-toolchain ...` or `python -m toolchain ...`).
 
-This module imports nothing but sys at start: `verify` reads its usual command lines itself
-(toolchain.cli.main_verify.quick_args, argparse for the rest) and forks its code scans (toolchain.verify.scans)
-from main(), before the checks are imported, so that the scans decode on another CPU while this process imports
-the checks. The parser is toolchain.cli.parser."""
+The parser is toolchain.cli.parser (argparse), built for the command a command line names; each command's
+module (toolchain/cli/main_<command>.py) imports its work when it runs."""
 
 from __future__ import annotations
 
@@ -38,21 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     command = _command(args_in)
     try:
-        if command == "verify":
-            # A command line main_verify reads without argparse (the common ones) starts the code scans of its
-            # files now, before argparse and the checks are imported; verify's start() takes them.
-            from toolchain.cli import main_verify
-            from toolchain.verify import scans
-
-            quick = main_verify.quick_args(args_in[1:])
-            if quick is not None:
-                scans.prestart(quick.files, quick.kind)
-            try:
-                code = _run(args_in, quick)
-            finally:
-                scans.drop_prestarted()
-        else:
-            code = _run(args_in)
+        code = _run(args_in)
         if argv is None and sys.stdout is not None:
             sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except BrokenPipeError:
@@ -111,13 +95,12 @@ def _exit_without_teardown(code: int) -> None:
     os._exit(code)
 
 
-def _run(args_in: list[str], args=None) -> int:
-    """Run the command line (`args`: already read, for the command's main; else argparse reads `args_in`)."""
+def _run(args_in: list[str]) -> int:
+    """Parse the command line and run its command."""
     from toolchain.errors import ToolchainError, exit_code
 
     try:
-        if args is None:
-            args = build_parser(_command(args_in)).parse_args(args_in)
+        args = build_parser(_command(args_in)).parse_args(args_in)
         return int(args.func(args))
     except ToolchainError as exc:
         print(f"aoti-toolchain: error: {exc}", file=sys.stderr)

@@ -4,9 +4,9 @@ records (segments, symbols, notes) and the bounds-checked view of a file's bytes
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from toolchain.errors import InputError
-from toolchain.record import record
 
 # e_machine values we name (elf.h)
 MACHINES = {0: "NONE", 2: "SPARC", 3: "i386", 8: "MIPS", 20: "PPC", 21: "PPC64", 22: "S390", 40: "ARM",
@@ -46,7 +46,7 @@ class MalformedError(ElfError):
     rule = "malformed"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Segment:
     """One program header (PT_LOAD, PT_GNU_STACK, ...)."""
 
@@ -58,7 +58,7 @@ class Segment:
     memsz: int
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Symbol:
     """One dynamic symbol: name, defined or not, binding, type, visibility and version."""
 
@@ -72,7 +72,7 @@ class Symbol:
     version_file: str | None  # for an undefined, versioned reference: the library named in verneed
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Note:
     """One ELF note (a SHT_NOTE section's or PT_NOTE segment's entry)."""
 
@@ -110,7 +110,7 @@ class _View:
         return bytes(self.buf[start:stop]).decode("utf-8", "replace")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class _Section:
     """The fields of a section header the reader uses."""
 

@@ -16,13 +16,10 @@ API (used by the checks engine, toolchain/verify/checks.py, which the post-link 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from toolchain.elf.reader import ElfFile, parse_note_bytes, read_elf
-from toolchain.record import field, record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
 
 NOTE_OWNER = "AOTI"
 NOTE_TYPE = 0x414F0001
@@ -31,7 +28,7 @@ RULE_MIXED = "mixed-config"
 RULE_NO_RECORD = "object-without-config-record"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ConfigRecord:
     """The configuration one object was compiled with (its aoti_host/config.h note)."""
 
@@ -42,7 +39,7 @@ class ConfigRecord:
         return " ".join(f"{k}={v}" for k, v in sorted(self.defines.items()))
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ConfigConflict:
     """A configuration key the objects of one binary disagree on, with who saw which value."""
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import mmap
 import struct
 from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from toolchain._startup import path_str
 from toolchain.elf.base import (
     DF_1_NODELETE,
     DF_TEXTREL,
@@ -60,11 +61,6 @@ from toolchain.elf.base import (
 )
 from toolchain.elf.symtab import DynSymTable
 from toolchain.errors import InputError
-from toolchain.record import field, record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
 
 __all__ = [
     "MAX_SYMBOLS", "PF_R", "PF_W", "PF_X", "PT_GNU_STACK", "PT_LOAD", "PT_NOTE", "SHT_DYNSYM", "SHT_GNU_HASH",
@@ -75,7 +71,7 @@ __all__ = [
 #: How often each file (by name) was parsed in this process: a linked binary is parsed once per check.
 PARSES: Counter[str] = Counter()
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ElfFile:
     """What the reader keeps of one ELF file: headers, segments, dynamic section, symbols, versions, notes."""
 
@@ -128,7 +124,7 @@ class ElfFile:
 
 def read_elf(path: Path | str) -> ElfFile:
     """Read an ELF file from disk (mapped, so a 1 GB plugin costs only the pages we touch)."""
-    p = path_str(path)
+    p = str(Path(path))
     try:
         with open(p, "rb") as f:
             size = f.seek(0, 2)
@@ -329,7 +325,7 @@ def parse_note_bytes(data: bytes, name: str = "<notes>", little_endian: bool = T
 def open_library(path: Path | str) -> tuple[ElfFile, DynSymTable]:
     """A library for symbol lookup: headers parsed now, symbols found by name later (the file stays mapped
     while the table is alive)."""
-    p = path_str(path)
+    p = str(Path(path))
     with open(p, "rb") as f:
         if f.seek(0, 2) == 0:
             raise NotElfError(f"{p}: empty file, not an ELF object", fix="reinstall the library")

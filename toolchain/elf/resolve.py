@@ -14,39 +14,15 @@ breadth-first), then the plugin's own scope (itself and its DT_NEEDED closure, b
 
 from __future__ import annotations
 
-import fnmatch
+import glob
 import os
+from dataclasses import dataclass, field
 
-from toolchain._startup import path_str
 from toolchain.elf.reader import ElfError, ElfFile, Symbol, open_library
 from toolchain.elf.symtab import DynSymTable, bloom_passes, gnu_hash
-from toolchain.record import field, record
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 SYSTEM_DIRS = frozenset(DEFAULT_DIRS) | {"/usr/local/lib", "/usr/local/lib64", "/usr/local/lib/x86_64-linux-gnu"}
-
-
-_MAGIC = frozenset("*?[")
-
-
-def _glob(pattern: str) -> list[str]:
-    """glob.glob(pattern), as ldconfig's glob(3) expands an `include` line; a pattern with wildcards in its last
-    part only (/etc/ld.so.conf.d/*.conf, the usual one) is matched here, without importing glob (and the
-    contextlib it imports) on every verify start."""
-    head, tail = os.path.split(pattern)
-    if _MAGIC & set(head):
-        import glob
-
-        return glob.glob(pattern)
-    if not _MAGIC & set(tail):
-        return [pattern] if (os.path.lexists(pattern) if tail else os.path.isdir(head)) else []
-    try:
-        names = os.listdir(head or os.curdir)
-    except OSError:
-        return []
-    if not tail.startswith("."):  # glob(3) without GLOB_PERIOD: a leading dot is matched only by a dot
-        names = [n for n in names if not n.startswith(".")]
-    return [os.path.join(head, n) for n in fnmatch.filter(names, tail)]
 
 
 def ld_so_conf_dirs(conf: str | os.PathLike[str] = "/etc/ld.so.conf", _depth: int = 0) -> list[str]:
@@ -66,15 +42,15 @@ def ld_so_conf_dirs(conf: str | os.PathLike[str] = "/etc/ld.so.conf", _depth: in
         if line.startswith("include "):
             pattern = line.split(None, 1)[1]
             if not os.path.isabs(pattern):
-                pattern = os.path.join(os.path.dirname(path_str(conf)), pattern)
-            for inc in sorted(_glob(pattern)):
+                pattern = os.path.join(os.path.dirname(conf), pattern)
+            for inc in sorted(glob.glob(pattern)):
                 out.extend(ld_so_conf_dirs(inc, _depth + 1))
         elif line.startswith("/"):
             out.append(line)
     return out
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Loaded:
     """An object in a lookup scope: the file, and why it is there."""
 
@@ -83,7 +59,7 @@ class Loaded:
     needed_by: str | None
 
 
-@record
+@dataclass
 class Scope:
     """The objects a DT_NEEDED closure loads, in load order, and the libraries not found."""
 

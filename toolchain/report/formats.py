@@ -3,21 +3,15 @@ sarif (SARIF 2.1.0, for code-scanning UIs) and junit (JUnit XML, for CI test rep
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
-from toolchain._startup import here, lazy_paths
 from toolchain.findings import REPORT_SCHEMA_VERSION, Report, verify_rules
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    SCHEMA_DIR: Path
-    REPORT_SCHEMA: Path
-    SARIF_SCHEMA: Path
-lazy_paths(globals(), SCHEMA_DIR=here(__file__, "schema"),  # pathlib.Path: the schemas, for tests and docs
-           REPORT_SCHEMA=here(__file__, "schema", "verify-report-v1.schema.json"),
-           SARIF_SCHEMA=here(__file__, "schema", "sarif-schema-2.1.0.json"))
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema"  # the schemas, for tests and docs
+REPORT_SCHEMA = SCHEMA_DIR / "verify-report-v1.schema.json"
+SARIF_SCHEMA = SCHEMA_DIR / "sarif-schema-2.1.0.json"
 FORMATS = ("text", "json", "sarif", "junit")
 
 
@@ -74,8 +68,6 @@ def to_text(report: Report) -> str:
 
 
 def _uri(path: str) -> str:
-    from pathlib import Path
-
     outer = path.split("!", 1)[0]
     return Path(os.path.abspath(outer)).as_uri()
 
@@ -151,8 +143,6 @@ def to_junit(report: Report) -> str:
 def render(report: Report, fmt: str) -> str:
     if fmt == "text":
         return to_text(report)
-    import json  # here: the text report, the common case, needs no JSON encoder
-
     if fmt == "json":
         return json.dumps(to_json(report), indent=2) + "\n"
     if fmt == "sarif":

@@ -11,21 +11,15 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from toolchain._startup import here, lazy_paths, path_str, read_text
+import tomllib
+
 from toolchain.errors import SpecError
-from toolchain.record import record
-from toolchain.speccache import TomlError, parse_toml, stored_prototype, stored_spec
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Any
-
-    SPEC_DIR: Path
-_SPEC_DIR = here(__file__)
-# pathlib.Path, made when first read: toolchain.spec.cpu_isa (in the code scans' start-up) imports this package
-lazy_paths(globals(), SPEC_DIR=_SPEC_DIR)
+SPEC_DIR = Path(__file__).resolve().parent
 SCHEMA_VERSION = 1
 ENTRY_POINTS_FILE = "entry_points.toml"
 SHIMS_FILE = "shims.toml"
@@ -52,7 +46,7 @@ _SPACES_RE = re.compile(r"\s+")
 _STAR_RE = re.compile(r"\s*\*\s*")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Param:
     """One parameter of a C prototype: its type and name."""
 
@@ -60,7 +54,7 @@ class Param:
     name: str
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Function:
     """A C function of the spec: name, return type, parameters, and the prototype's text."""
 
@@ -70,7 +64,7 @@ class Function:
     prototype: str  # normalised: "RET NAME(TYPE NAME, ...)"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class EntryPoint(Function):
     """An AOTInductor entry point a plugin exports (entry_points.toml)."""
 
@@ -80,7 +74,7 @@ class EntryPoint(Function):
     since_note: str = ""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Shim(Function):
     """A shim function the host provides to plugins (shims.toml), with its group and header."""
 
@@ -99,7 +93,7 @@ class Shim(Function):
         )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Provider:
     """A library that provides symbols a plugin may import (providers.toml): its SONAMEs and patterns."""
 
@@ -110,7 +104,7 @@ class Provider:
     note: str = ""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Spec:
     """The entry points, shims and providers of the spec, and the files they were read from."""
 
@@ -118,14 +112,7 @@ class Spec:
     shims: tuple[Shim, ...]
     providers: tuple[Provider, ...]
     types: tuple[str, ...]
-    source_files: tuple[str, ...]  # the files read (`sources`: as pathlib.Path)
-
-    @property
-    def sources(self) -> tuple[Path, ...]:
-        """The files read, as pathlib.Path (imported here: verify's start-up reads the spec without it)."""
-        from pathlib import Path
-
-        return tuple(Path(p) for p in self.source_files)
+    sources: tuple[Path, ...]  # the files read
 
     def shims_in(self, *groups: str) -> tuple[Shim, ...]:
         for group in groups:
@@ -140,7 +127,7 @@ class Spec:
                 return s
         names = [s.name for s in self.shims]
         msg = f"no shim named {name!r} in the spec{_did_you_mean(name, names)}"
-        raise SpecError(msg, fix=f"add it to {os.path.join(_SPEC_DIR, SHIMS_FILE)} or correct the name")
+        raise SpecError(msg, fix=f"add it to {SPEC_DIR / SHIMS_FILE} or correct the name")
 
     def entry_point(self, name: str) -> EntryPoint:
         for e in self.entry_points:
@@ -148,7 +135,7 @@ class Spec:
                 return e
         names = [e.name for e in self.entry_points]
         msg = f"no entry point named {name!r} in the spec{_did_you_mean(name, names)}"
-        raise SpecError(msg, fix=f"add it to {os.path.join(_SPEC_DIR, ENTRY_POINTS_FILE)} or correct the name")
+        raise SpecError(msg, fix=f"add it to {SPEC_DIR / ENTRY_POINTS_FILE} or correct the name")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,19 +151,8 @@ def normalise_type(text: str) -> str:
 def parse_prototype(text: str) -> Function:
     """Parse ``RET NAME(TYPE NAME, ...)``; ``()`` and ``(void)`` mean no parameters.
 
-    Raises ``ValueError`` with the reason when the text is not such a prototype. The spec's own prototypes
-    come parsed from toolchain/spec/parsed.json (this function's result, stored by codegen: no regex work at
-    start-up); any other text is parsed here.
+    Raises ``ValueError`` with the reason when the text is not such a prototype.
     """
-    stored = stored_prototype(text)
-    if stored is not None:
-        name, returns, params, prototype = stored
-        return Function(name, returns, tuple(Param(t, n) for t, n in params), prototype)
-    return parse_prototype_text(text)
-
-
-def parse_prototype_text(text: str) -> Function:
-    """parse_prototype without the stored results: what codegen stores."""
     m = re.match(_PROTO_PATTERN, text)
     if m is None:
         msg = f"cannot parse {text!r} as 'RET NAME(TYPE NAME, ...)'"
@@ -245,13 +221,13 @@ def _read(path: str | os.PathLike[str], array: str, extra_top: dict[str, tuple[t
           tables: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The file's top level: schema, `extra_top` keys, the [[array]], and `tables` (checked by the caller)."""
     try:
-        data = parse_toml(read_text(path), os.path.basename(path))
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise _error(path, "(file)", "spec file not found",
                      "restore it from the repository (git checkout -- <file>)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _error(path, "(file)", f"cannot read: {exc}", "check the file's permissions and encoding") from None
-    except TomlError as exc:
+    except tomllib.TOMLDecodeError as exc:
         raise _error(path, "(file)", f"invalid TOML: {exc}", "fix the syntax at that line and column") from None
     if "schema" not in data:
         raise _error(path, "schema", "missing schema version",
@@ -390,7 +366,7 @@ def _load_providers(path: str | os.PathLike[str]) -> tuple[Provider, ...]:
 # abi.toml: dtypes, constant codes, package member names, C++-runtime symbols
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Dtype:
     """One torch dtype: its name, code and item size (abi.toml)."""
 
@@ -407,7 +383,7 @@ class Dtype:
         return self.numpy[1] if self.numpy else ""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class PackageLayout:
     """The .pt2 members the runtime reads and their schema versions (abi.toml)."""
 
@@ -429,7 +405,7 @@ CONSTANT_TABLES: dict[str, str] = {
 }
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Abi:
     """The ABI facts both languages share: dtypes, constant tables, the package layout (abi.toml)."""
 
@@ -437,7 +413,7 @@ class Abi:
     constants: dict[str, dict[str, int]]  # table ("device_type", ...) -> {name: code}
     package: PackageLayout
     cxx_runtime_core: tuple[str, ...]
-    source: str | os.PathLike[str]  # the file read (a str for the packaged one: read on every verify start)
+    source: Path  # the file read
 
     def dtype(self, name: str) -> Dtype | None:
         """The dtype called `name` or one of its aliases ("torch." prefix allowed); None if none is."""
@@ -487,7 +463,7 @@ def _table(path: str | os.PathLike[str], data: dict[str, Any], key: str) -> dict
 
 def load_abi(path: str | os.PathLike[str] | None = None) -> Abi:
     """Read and validate abi.toml (default: the packaged one)."""
-    path = os.path.join(_SPEC_DIR, ABI_FILE) if path is None else path
+    path = SPEC_DIR / ABI_FILE if path is None else Path(path)
     data, rows = _read(path, "dtype", {}, ("device_type", "layout", "memory_format", "package", "cxx_runtime"))
     dtypes: list[Dtype] = []
     names: set[str] = set()
@@ -528,7 +504,7 @@ def load_abi(path: str | os.PathLike[str] | None = None) -> Abi:
 # c_api.toml: the host runtime's C API
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Status:
     """One aoti_host_status value of the C API (c_api.toml)."""
 
@@ -537,7 +513,7 @@ class Status:
     meaning: str
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class CStruct:
     """A struct of the C API and its fields (c_api.toml)."""
 
@@ -545,7 +521,7 @@ class CStruct:
     fields: tuple[Param, ...]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class CApi:
     """The runtime's C API: statuses, structs, functions and the shims it exports (c_api.toml)."""
 
@@ -558,9 +534,7 @@ class CApi:
 
 def load_c_api(path: Path | None = None) -> CApi:
     """Read and validate c_api.toml (default: the packaged one)."""
-    from pathlib import Path
-
-    path = Path(_SPEC_DIR, C_API_FILE) if path is None else Path(path)
+    path = SPEC_DIR / C_API_FILE if path is None else Path(path)
     data, rows = _read(path, "function", {"shims": (list, True)}, ("status", "struct"))
     for key in ("status", "struct"):
         if not isinstance(data.get(key), list) or not all(isinstance(r, dict) for r in data[key]):
@@ -598,56 +572,15 @@ def load_c_api(path: Path | None = None) -> CApi:
     return CApi(tuple(statuses), tuple(structs), tuple(functions), tuple(data["shims"]), path)
 
 
-def _stored_rows(paths: tuple[str, ...]) -> tuple | None:
-    """The stored spec's rows (toolchain.speccache.stored_spec) when the files' texts are the stored ones."""
-    texts = {}
-    for p in paths:
-        try:
-            texts[os.path.basename(p)] = read_text(p)
-        except (OSError, UnicodeDecodeError):
-            return None  # the validating path reports it
-    return stored_spec(texts)
-
-
-def spec_rows(spec: Spec) -> tuple:
-    """What codegen stores of a validated spec (toolchain/_spec_parsed/spec_rows.py) for load_spec to build it from."""
-    return (tuple((e.name, e.returns, tuple((p.type, p.name) for p in e.params), e.prototype, e.required, e.since,
-                   e.deprecated, e.since_note) for e in spec.entry_points),
-            tuple((s.name, s.returns, tuple((p.type, p.name) for p in s.params), s.prototype, s.group, s.header, s.loads)
-                  for s in spec.shims),
-            tuple((p.name, p.sonames, p.symbol_patterns, p.preload, p.note) for p in spec.providers),
-            spec.types)
-
-
 def spec_files(directory: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:
     """The files ``load_spec`` reads, for build-system dependencies."""
-    from pathlib import Path
-
-    return tuple(Path(p) for p in _spec_paths(directory))
-
-
-def _spec_paths(directory: str | os.PathLike[str] | None) -> tuple[str, str, str]:
-    """spec_files() as strings (Spec.source_files; verify's start-up reads them without pathlib)."""
-    d = _SPEC_DIR if directory is None else path_str(directory)
-    return (os.path.join(d, ENTRY_POINTS_FILE), os.path.join(d, SHIMS_FILE), os.path.join(d, PROVIDERS_FILE))
+    d = SPEC_DIR if directory is None else Path(directory)
+    return (d / ENTRY_POINTS_FILE, d / SHIMS_FILE, d / PROVIDERS_FILE)
 
 
-def load_spec(directory: str | os.PathLike[str] | None = None, *, stored: bool = True) -> Spec:
-    """Read and validate the spec in ``directory`` (default: the packaged one). Where the three files' texts
-    are the ones toolchain/_spec_parsed/spec_rows.py was generated from, the spec comes from there: what this function
-    gave for those texts, stored by codegen (`stored=False`: validate anyway, as codegen does)."""
-    ep_path, shim_path, prov_path = _spec_paths(directory)
-    if stored:
-        rows = _stored_rows((ep_path, shim_path, prov_path))
-        if rows is not None:
-            eps, shims, provs, types = rows
-            return Spec(entry_points=tuple(EntryPoint(n, r, tuple(Param(t, pn) for t, pn in ps), pr, required=rq,
-                                                      since=si, deprecated=de, since_note=sn)
-                                           for n, r, ps, pr, rq, si, de, sn in eps),
-                        shims=tuple(Shim(n, r, tuple(Param(t, pn) for t, pn in ps), pr, group=g, header=h, loads=lo)
-                                    for n, r, ps, pr, g, h, lo in shims),
-                        providers=tuple(Provider(n, tuple(so), tuple(pa), pre, note) for n, so, pa, pre, note in provs),
-                        types=tuple(types), source_files=(ep_path, shim_path, prov_path))
+def load_spec(directory: str | os.PathLike[str] | None = None) -> Spec:
+    """Read and validate the spec in ``directory`` (default: the packaged one)."""
+    ep_path, shim_path, prov_path = spec_files(directory)
     entry_points = _load_entry_points(ep_path)
     shims, types = _load_shims(shim_path)
     providers = _load_providers(prov_path)
@@ -656,9 +589,9 @@ def load_spec(directory: str | os.PathLike[str] | None = None, *, stored: bool =
         if shim.loads and shim.loads not in names:
             raise _error(shim_path, f"shim[{i}] ({shim.name}).loads",
                          f"unknown provider {shim.loads!r}{_did_you_mean(shim.loads, names)}",
-                         f"name a provider of {os.path.basename(prov_path)}: {', '.join(names)}")
+                         f"name a provider of {prov_path.name}: {', '.join(names)}")
     return Spec(entry_points=entry_points, shims=shims, providers=providers, types=types,
-                source_files=(ep_path, shim_path, prov_path))
+                sources=(ep_path, shim_path, prov_path))
 
 
 __all__ = [

@@ -4,24 +4,19 @@ decodes plugins against it; codegen renders it into the runtime's aoti_host/cpu_
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
-from toolchain._startup import here, lazy_paths, read_text
+import tomllib
+
 from toolchain.errors import SpecError
-from toolchain.record import record
-from toolchain.speccache import parse_toml
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    SPEC: Path
-_SPEC = here(__file__, "cpu_isa.toml")
-lazy_paths(globals(), SPEC=_SPEC)  # pathlib.Path, read from outside
+SPEC = Path(__file__).resolve().parent / "cpu_isa.toml"
 REGISTERS = ("eax", "ebx", "ecx", "edx")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Extension:
     """One x86-64 extension: its psABI level, where cpuid reports it, the XCR0 state it needs."""
 
@@ -34,7 +29,7 @@ class Extension:
     xcr0: int
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class IsaSpec:
     """The psABI levels, the --cpu-isa choices and the extensions of toolchain/spec/cpu_isa.toml."""
 
@@ -61,8 +56,8 @@ class IsaSpec:
 
 
 @cache
-def load_isa_spec(path: str | os.PathLike[str] = _SPEC) -> IsaSpec:
-    data = parse_toml(read_text(path), os.path.basename(path))
+def load_isa_spec(path: str | os.PathLike[str] = SPEC) -> IsaSpec:
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     levels = tuple(lv["name"] for lv in data["level"])
     exts = {}
     for e in data["extension"]:

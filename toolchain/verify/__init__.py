@@ -11,7 +11,8 @@ scans) does not load the ELF reader, the resolver and the rules.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~5 ms); mypy reads it the same
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from toolchain.verify.core import (
         DEFAULT_PROFILE,

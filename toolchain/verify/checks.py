@@ -8,15 +8,15 @@ import functools
 import os
 import re
 import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from toolchain.elf.reader import ElfFile, Symbol, read_elf
 from toolchain.elf.resolve import Loaded, Resolver, expand_origin, is_system_dir
 from toolchain.findings import FileResult
-from toolchain.record import field, record
 from toolchain.spec import Provider, Spec, load_abi
 from toolchain.verify.profiles import Profile, parse_version, vstr
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at start-up
 if TYPE_CHECKING:
     from toolchain.torch_ops import TorchOp
 
@@ -26,7 +26,7 @@ _LIBTORCH_RE = re.compile(r"^lib(torch|torch_cpu|torch_cuda|torch_global_deps|c1
 _ARCH = {"x86_64": ("x86_64", 64), "aarch64": ("aarch64", 64), "i386": ("i386", 32)}
 
 
-@record
+@dataclass
 class Context:
     """What the checks share across files: spec, profile, resolver, host and build facts."""
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from toolchain._startup import path_str
 from toolchain.elf.reader import ElfError, ElfFile, MalformedError, parse_elf, read_elf
 from toolchain.elf.resolve import Loaded, Resolver
 from toolchain.errors import InputError, UsageError
@@ -12,10 +12,6 @@ from toolchain.findings import FileResult, Report
 from toolchain.spec import load_spec
 from toolchain.verify import checks
 from toolchain.verify.profiles import DEFAULT_PROFILE, load_profile
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
 
 __all__ = ["verify_paths", "verify_buffer", "make_context", "check_elf", "Report", "DEFAULT_PROFILE", "elf_members",
            "default_host", "proxy_ops"]
@@ -32,17 +28,10 @@ def default_host() -> Path:
     """The host a plugin will load in by default: this project's runtime library (toolchain.hostlib finds it
     as toolchain.runtime does). UsageError when there is none: a verdict against no host would differ from
     what loads (Sleef_*, aoti_torch_* and the runtime's preloads come from it)."""
-    from pathlib import Path
+    from toolchain.hostlib import LIBRARY_ENV, find_library
 
-    return Path(default_host_path())
-
-
-def default_host_path() -> str:
-    """default_host() as a string (the CLI's start-up, without pathlib)."""
-    from toolchain.hostlib import LIBRARY_ENV, library_path
-
-    lib = library_path()
-    if lib is not None and not os.path.isfile(lib):
+    lib = find_library()
+    if lib is not None and not lib.is_file():
         msg = f"${LIBRARY_ENV}={lib}: not a file, so there is no runtime library to assume as the host"
         raise UsageError(msg, fix=f"point {LIBRARY_ENV} at a built libaoti_host.so, unset it to use this checkout's "
                          "build, or pass --host PATH / --host none")
@@ -59,7 +48,7 @@ def default_host_path() -> str:
 def elf_members(path: str | os.PathLike[str]) -> list[tuple[str, ElfFile | ElfError]]:
     """(name, parsed ELF or the error) for a file, or for each .so inside a .pt2 package (names: the path as
     str(Path(path)) gives it)."""
-    path = path_str(path)
+    path = str(Path(path))
     if not os.path.exists(path):
         msg = f"{path}: no such file"
         raise InputError(msg, fix="check the path")
@@ -69,8 +58,6 @@ def elf_members(path: str | os.PathLike[str]) -> list[tuple[str, ElfFile | ElfEr
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic == b"PK\x03\x04":
-        from pathlib import Path
-
         return _pt2_members(Path(path))
     if magic != b"\x7fELF" and path.lower().endswith(".pt2"):
         from toolchain.pt2 import FIX_NOT_ZIP
@@ -148,10 +135,9 @@ _SPEC_CACHE: dict[tuple, object] = {}
 
 def _spec():
     """load_spec(), re-read only when a spec file changes (a build or release verifies many files)."""
-    from toolchain.spec import _SPEC_DIR
+    from toolchain.spec import SPEC_DIR
 
-    key = tuple((name, st.st_mtime_ns, st.st_size) for name in sorted(os.listdir(_SPEC_DIR)) if name.endswith(".toml")
-                for st in (os.stat(os.path.join(_SPEC_DIR, name)),))
+    key = tuple((p.name, st.st_mtime_ns, st.st_size) for p in sorted(SPEC_DIR.glob("*.toml")) for st in (p.stat(),))
     if key not in _SPEC_CACHE:
         _SPEC_CACHE.clear()
         _SPEC_CACHE[key] = load_spec()
@@ -190,7 +176,7 @@ def _verify(paths, host, ctx: checks.Context, strict: bool, kind: str, host_sour
     report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict,
                     host_source=host_source or ("--host" if host else "none: each file checked standalone"))
     if host is not None:
-        hpath = path_str(host)
+        hpath = str(Path(host))
         members = elf_members(hpath)
         helf = members[0][1]
         if isinstance(helf, ElfError):
@@ -200,17 +186,13 @@ def _verify(paths, host, ctx: checks.Context, strict: bool, kind: str, host_sour
         ctx.host_scope = ctx.resolver.scope(helf, hpath).objects
         report.files.append(check_elf(hpath, helf, ctx, "host"))
     for p in paths:
-        path = path_str(p)  # str(Path(p)): the file's label in the report
+        path = str(Path(p))  # the file's label in the report
         if _is_runtime_tree(path):
-            from pathlib import Path
-
             report.files.extend(_check_runtime_tree(Path(path), ctx, kind))
             continue
         members = elf_members(path)
         in_package = _is_zip(path) and any(label.startswith(f"{path}!") for label, _ in members)
         if in_package:
-            from pathlib import Path
-
             report.files.append(_check_package(Path(path)))
             ctx.proxy_ops.update(proxy_ops(Path(path)))
         for label, elf in members:
@@ -265,8 +247,6 @@ def _is_runtime_tree(path: str) -> bool:
     """A `scons dist` archive (aoti-host-*.tar.gz) or an unpacked one (a folder with manifest.json)."""
     if not os.path.isdir(path) and not os.path.basename(path).startswith("aoti-host-"):
         return False  # neither (toolchain.distpack's tests, without importing it)
-    from pathlib import Path
-
     from toolchain.distpack import MANIFEST, is_runtime_archive
 
     p = Path(path)
@@ -277,7 +257,6 @@ def _check_runtime_tree(path: Path, ctx: checks.Context, kind: str) -> list[File
     """The tree against its manifest (dist-manifest-mismatch), then every ELF file in it; an archive is
     unpacked into a private temporary folder first (tarfile's data filter: nothing lands outside it)."""
     import tempfile
-    from pathlib import Path
 
     from toolchain.distpack import ManifestError, check_tree, safe_extract
 

@@ -12,13 +12,13 @@ import json
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from toolchain import symdims
 from toolchain.pt2 import Package, PackageError
-from toolchain.record import record
 from toolchain.spec import load_abi
 
 _ABI = load_abi()  # member names, schema versions and dtypes: toolchain/spec/abi.toml
@@ -40,7 +40,7 @@ class PackageJsonError(ValueError):
     """A contract or constants entry the runtime refuses; the message names the member and the field."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Member:
     """One member of a package: its name, size and how to read it."""
 
@@ -311,7 +311,7 @@ def check_constant_layouts(data: bytes, where: str, blob_size: int) -> int:
 
 # -- the package as the runtime reads it ----------------------------------------------------------------
 
-@record
+@dataclass
 class PackageFinding:
     """A finding on a package entry (bad-package-json, bad-package)."""
 

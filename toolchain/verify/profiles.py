@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from toolchain._startup import here, lazy_paths
+import tomllib
+
 from toolchain.errors import UsageError
-from toolchain.record import field, record
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    PROFILE_DIR: Path
-_PROFILE_DIR = here(__file__, "profiles")
-lazy_paths(globals(), PROFILE_DIR=_PROFILE_DIR)  # pathlib.Path, read from outside
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = "host"
 # Version families we compare, and the library whose version definitions give the host's maximum.
 FAMILIES = {"GLIBC": "libc.so.6", "GLIBCXX": "libstdc++.so.6", "CXXABI": "libstdc++.so.6", "GCC": "libgcc_s.so.1"}
@@ -40,7 +36,7 @@ def vstr(v: tuple[int, ...]) -> str:
     return ".".join(map(str, v))
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Profile:
     """A target: the newest symbol versions and the libraries it provides, and its CPU and GPUs."""
 
@@ -62,7 +58,7 @@ class Profile:
         return out
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class TargetProfile:
     """The target's CPUs and GPUs (the [cpu] and [cuda] tables): None/empty means not checked."""
 
@@ -118,9 +114,8 @@ def load_target(data: dict, path: Path) -> TargetProfile:
 
 
 def available() -> list[str]:
-    """"host" and the profiles of PROFILE_DIR (each NAME.toml there; listed for verify's --help on every start,
-    so without pathlib's glob machinery)."""
-    return ["host", *sorted(n[:-5] for n in os.listdir(_PROFILE_DIR) if n.endswith(".toml") and len(n) > 5)]
+    """"host" and the profiles of PROFILE_DIR (each NAME.toml there)."""
+    return ["host", *sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))]
 
 
 def load_profile(name: str, read=None) -> Profile:
@@ -128,9 +123,7 @@ def load_profile(name: str, read=None) -> Profile:
     the reader of the run's Resolver, so that the libraries the host profile reads are parsed once."""
     if name == "host":
         return host_profile(read)
-    from pathlib import Path
-
-    path = Path(_PROFILE_DIR, f"{name}.toml")
+    path = PROFILE_DIR / f"{name}.toml"
     if not path.is_file():
         names = available()
         import difflib
@@ -139,8 +132,6 @@ def load_profile(name: str, read=None) -> Profile:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         msg = f"unknown profile {name!r}{hint}"
         raise UsageError(msg, fix=f"use one of: {', '.join(names)}")
-    import tomllib
-
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     maxv = {}
     for fam, v in data["max_versions"].items():
@@ -154,7 +145,6 @@ def load_profile(name: str, read=None) -> Profile:
 
 def host_profile(read=None) -> Profile:
     """This machine: the highest version each of its own runtime libraries defines. `read`: as load_profile's."""
-    from toolchain._startup import path_str
     from toolchain.elf.reader import open_library
     from toolchain.elf.resolve import DEFAULT_DIRS, ld_so_conf_dirs
 
@@ -165,7 +155,7 @@ def host_profile(read=None) -> Profile:
     maxv: dict[str, tuple[int, ...]] = {}
     sources = []
     for fam, lib in FAMILIES.items():
-        path = next((p for d in dirs if os.path.isfile(p := os.path.join(path_str(d), lib))), None)
+        path = next((p for d in dirs if os.path.isfile(p := os.path.join(d, lib))), None)
         if path is None:
             continue
         real = os.path.realpath(path)  # Path.resolve()

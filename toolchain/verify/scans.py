@@ -3,7 +3,7 @@
 Decoding a plugin's code (toolchain.isa) is the largest single part of verifying a small plugin, and it needs
 nothing the ELF checks compute: a child process forked at the start of the run decodes the file on another
 core while this process reads the host, its libraries and the plugin's symbols. The CLI forks it as soon as
-it has read its command line (`prestart`). The child sends the scan back through a pipe, marshalled (the same
+argparse has read its command line (toolchain.cli.main_verify.main). The child sends the scan back through a pipe, marshalled (the same
 interpreter reads it: a fork); anything short of a complete answer (the child failed, was killed, or
 wrote garbage) makes the caller scan in this process, so a report never depends on whether a child ran.
 
@@ -18,13 +18,12 @@ import marshal
 import os
 import stat
 import sys
+from pathlib import Path
 
-from toolchain._startup import path_str
-
-# imported here, before the children fork (the CLI starts them first): a child does not import it again
+# imported here, before the children fork: a child does not import it again
 from toolchain.isa import IsaDecodeError, IsaScan, IsaUse, load_isa_spec, scan_elf, scan_file
 
-__all__ = ["BackgroundScans", "drop_prestarted", "prestart", "start"]
+__all__ = ["BackgroundScans", "start"]
 
 _MAX_CHILDREN = 4
 
@@ -130,21 +129,12 @@ def start(paths, kind: str = "auto") -> BackgroundScans | None:
     """Scans of the files among `paths` whose code the CPU rule may decode (a regular file holding ELF or a
     zip: a package), started now; None where there is none to start (a `kind` the rule does not check, no
     such file). Called before anything else is read, so that the children decode while the caller imports
-    and runs the checks; the caller closes it when the CPU rule is off (its profile has no [cpu]). Scans
-    `prestart` began for the same paths and kind are these: they are returned (any others are stopped)."""
-    global _prestarted
-    early, _prestarted = _prestarted, None
-    if early is not None:
-        files, early_kind, scans = early
-        if files == [os.fspath(p) for p in paths] and early_kind == kind:
-            return scans
-        if scans is not None:
-            scans.close()
+    and runs the checks; the caller closes it when the CPU rule is off (its profile has no [cpu])."""
     if kind not in ("auto", "plugin"):
         return None
     jobs = []
     for p in paths:
-        path = path_str(os.fspath(p))
+        path = str(Path(p))
         try:  # non-blocking, and a regular file only: a FIFO or a device is never waited on here
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
@@ -158,29 +148,6 @@ def start(paths, kind: str = "auto") -> BackgroundScans | None:
         if magic in (b"\x7fELF", b"PK\x03\x04"):
             jobs.append((path, magic == b"PK\x03\x04"))
     return BackgroundScans(jobs) if jobs else None
-
-
-# (files, kind, their scans) started by prestart, until start() takes them or drop_prestarted() stops them
-_prestarted: tuple[list[str], str, BackgroundScans | None] | None = None
-
-
-def prestart(files: list[str], kind: str) -> None:
-    """Start the scans of a command line's files as soon as it is read (toolchain.cli does, with
-    main_verify.quick_args, before argparse and the checks are imported): the `start` that verify calls with the
-    same files and kind returns them, a `start` with others stops them, and `drop_prestarted` stops them where
-    no `start` came."""
-    global _prestarted
-    drop_prestarted()
-    scans = start(files, kind)
-    _prestarted = (list(files), kind, scans)
-
-
-def drop_prestarted() -> None:
-    """Stop the scans prestart began that no start() took (the command line did not parse, or named others)."""
-    global _prestarted
-    early, _prestarted = _prestarted, None
-    if early is not None and early[2] is not None:
-        early[2].close()
 
 
 def _reap(pid: int) -> int | None:
@@ -284,7 +251,7 @@ class BackgroundScans:
 
     def drop(self, path) -> None:
         """The file's results will not be asked for: stop its child, forget its job."""
-        path = path_str(os.fspath(path))
+        path = str(Path(path))
         self._pending = [(p, k) for p, k in self._pending if p != path]
         for child in [c for c in self._running if c.path == path]:
             self._kill(child)
