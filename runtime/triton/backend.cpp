@@ -5,6 +5,9 @@
 // The runtime library is not linked: it is opened RTLD_GLOBAL at TRITONBACKEND_Initialize (Triton opens
 // backends RTLD_LOCAL, and plugins bind their aoti_torch_* shims from the global scope), from
 // $AOTI_HOST_LIBRARY or else libaoti_host.so beside this library, and its C API is resolved by name.
+//
+// Triton's C API comes from triton_api.h, this project's declaration of the part the backend uses (no Triton
+// sources are needed to build it; tests/integration/test_triton_server.py holds it to the real server).
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -15,12 +18,13 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "aoti_host/c_api.h"
 
 #pragma GCC visibility push(default)  // the TRITONBACKEND_* entry points this library implements
-#include "triton/core/tritonbackend.h"
+#include "triton_api.h"
 #pragma GCC visibility pop
 
 namespace {
@@ -142,21 +146,193 @@ const Dtype* by_code(int32_t c) {
   return nullptr;
 }
 
-// A string parameter of the model configuration ("parameters": {"method": {"string_value": "embed"}}), read
-// from Triton's own JSON serialisation of the parsed config (compact, keys quoted as below).
-std::string config_parameter(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\":{\"string_value\":\"";
-  size_t at = json.find(needle);
-  if (at == std::string::npos) return "";
-  at += needle.size();
-  size_t end = json.find('"', at);
-  return end == std::string::npos ? "" : json.substr(at, end - at);
+// Triton's model configuration, as TRITONSERVER_MessageSerializeToJson gives it: a small JSON reader for the
+// few fields the backend reads (parameters, input and output names). Numbers stay text; at most 64 levels.
+struct Json {
+  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
+  std::string text;  // a string's value, a number's or literal's spelling
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> members;
+  const Json* get(const std::string& key) const {
+    for (const auto& m : members)
+      if (m.first == key) return &m.second;
+    return nullptr;
+  }
+  std::string string_at(const std::string& key) const {
+    const Json* v = get(key);
+    return v != nullptr && v->kind == kString ? v->text : "";
+  }
+};
+
+class JsonReader {
+ public:
+  JsonReader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  bool parse(Json& out) {
+    if (!value(out, 0)) return false;
+    space();
+    return p_ == end_;
+  }
+
+ private:
+  void space() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+  bool literal(const char* word) {
+    size_t n = std::strlen(word);
+    if (static_cast<size_t>(end_ - p_) < n || std::strncmp(p_, word, n) != 0) return false;
+    p_ += n;
+    return true;
+  }
+  static void utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  bool hex4(unsigned& cp) {
+    if (end_ - p_ < 4) return false;
+    cp = 0;
+    for (int i = 0; i < 4; ++i, ++p_) {
+      char c = *p_;
+      unsigned d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 16;
+      if (d > 15) return false;
+      cp = cp * 16 + d;
+    }
+    return true;
+  }
+  bool string(std::string& out) {
+    if (p_ == end_ || *p_ != '"') return false;
+    ++p_;
+    while (p_ < end_ && *p_ != '"') {
+      char c = *p_++;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (p_ == end_) return false;
+      char e = *p_++;
+      switch (e) {
+        case '"': case '\\': case '/': out += e; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = 0;
+          if (!hex4(cp)) return false;
+          if (cp >= 0xD800 && cp < 0xDC00 && end_ - p_ >= 6 && p_[0] == '\\' && p_[1] == 'u') {
+            p_ += 2;
+            unsigned lo = 0;
+            if (!hex4(lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          utf8(out, cp);
+          break;
+        }
+        default: return false;
+      }
+    }
+    if (p_ == end_) return false;
+    ++p_;
+    return true;
+  }
+  bool value(Json& out, int depth) {
+    if (depth > 64) return false;
+    space();
+    if (p_ == end_) return false;
+    const char c = *p_;
+    if (c == '{') {
+      out.kind = Json::kObject;
+      ++p_;
+      space();
+      if (p_ < end_ && *p_ == '}') return ++p_, true;
+      for (;;) {
+        space();
+        std::pair<std::string, Json> m;
+        if (!string(m.first)) return false;
+        space();
+        if (p_ == end_ || *p_++ != ':') return false;
+        if (!value(m.second, depth + 1)) return false;
+        out.members.push_back(std::move(m));
+        space();
+        if (p_ == end_) return false;
+        if (*p_ == ',') { ++p_; continue; }
+        if (*p_ == '}') return ++p_, true;
+        return false;
+      }
+    }
+    if (c == '[') {
+      out.kind = Json::kArray;
+      ++p_;
+      space();
+      if (p_ < end_ && *p_ == ']') return ++p_, true;
+      for (;;) {
+        out.items.emplace_back();
+        if (!value(out.items.back(), depth + 1)) return false;
+        space();
+        if (p_ == end_) return false;
+        if (*p_ == ',') { ++p_; continue; }
+        if (*p_ == ']') return ++p_, true;
+        return false;
+      }
+    }
+    if (c == '"') {
+      out.kind = Json::kString;
+      return string(out.text);
+    }
+    for (const char* word : {"true", "false"}) {
+      if (literal(word)) {
+        out.kind = Json::kBool;
+        out.text = word;
+        return true;
+      }
+    }
+    if (literal("null")) return true;
+    const char* start = p_;
+    while (p_ < end_ && (std::strchr("+-.eE", *p_) != nullptr || (*p_ >= '0' && *p_ <= '9'))) ++p_;
+    if (p_ == start) return false;
+    out.kind = Json::kNumber;
+    out.text.assign(start, p_);
+    return true;
+  }
+  const char* p_;
+  const char* end_;
+};
+
+// A string parameter of the model configuration (parameters { key: "method" value: { string_value: "embed" } }
+// in config.pbtxt; "parameters": {"method": {"string_value": "embed"}} in its JSON); "" when absent.
+std::string config_parameter(const Json& config, const std::string& key) {
+  const Json* params = config.get("parameters");
+  const Json* entry = params != nullptr ? params->get(key) : nullptr;
+  return entry != nullptr ? entry->string_at("string_value") : "";
+}
+
+// The names of the config's "input" or "output" entries, in the order the configuration lists them.
+std::vector<std::string> config_names(const Json& config, const char* key) {
+  std::vector<std::string> out;
+  const Json* list = config.get(key);
+  if (list != nullptr && list->kind == Json::kArray)
+    for (const Json& e : list->items) out.push_back(e.string_at("name"));
+  return out;
 }
 
 struct ModelState {
   std::string artifact;  // model.pt2, or a program directory / methods.json
   std::string method;    // empty: the first ("forward" when present)
   bool cuda_graphs = false;
+  std::vector<std::string> config_inputs, config_outputs;  // the configuration's names, in its order
 };
 
 struct InstanceState {
@@ -346,13 +522,17 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   const char* json = nullptr;
   size_t size = 0;
   TRITONSERVER_Error* err = TRITONSERVER_MessageSerializeToJson(config, &json, &size);
-  if (err == nullptr) {
-    const std::string text(json, size);
-    state->method = config_parameter(text, "method");
-    state->cuda_graphs = config_parameter(text, "cuda_graphs") == "true";
-  }
-  TRITONSERVER_MessageDelete(config);
+  Json doc;
+  if (err == nullptr && !JsonReader(json, size).parse(doc))
+    err = error(TRITONSERVER_ERROR_INTERNAL, "cannot read the model configuration Triton gave (JSON)");
+  TRITONSERVER_Error* del = TRITONSERVER_MessageDelete(config);
+  if (del != nullptr) TRITONSERVER_ErrorDelete(del);
   RETURN_IF_ERROR(err);
+  state->method = config_parameter(doc, "method");
+  const std::string graphs = config_parameter(doc, "cuda_graphs");
+  state->cuda_graphs = graphs == "true" || graphs == "1";
+  state->config_inputs = config_names(doc, "input");
+  state->config_outputs = config_names(doc, "output");
   RETURN_IF_ERROR(TRITONBACKEND_ModelSetState(model, state.release()));
   return nullptr;
 }
@@ -389,17 +569,41 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   if (g_api.method_num_inputs(st->program, st->method, &st->num_inputs) != 0 ||
       g_api.method_num_outputs(st->program, st->method, &st->num_outputs) != 0)
     return runtime_error("reading the method's arity");
+  // Input and output names: method 0's from the runtime (its contract); another method's from the
+  // configuration, in its order (aoti-toolchain triton-repo writes them in the method's contract order); else
+  // Triton's INPUT__k/OUTPUT__k. Every name the configuration lists must then be one of them, so that a
+  // configuration that does not fit the program fails the load, not each request.
   auto names = [&](bool inputs, size_t n, const char* prefix) {
+    const std::vector<std::string>& listed = inputs ? ms->config_inputs : ms->config_outputs;
     std::vector<std::string> out;
     for (size_t i = 0; i < n; ++i) {
       aoti_host_tensor_spec spec{};
       int rc = st->method == 0 ? (inputs ? g_api.input_spec : g_api.output_spec)(st->program, i, &spec) : 1;
-      out.push_back(rc == 0 && spec.name != nullptr && *spec.name ? spec.name : prefix + std::to_string(i));
+      if (rc == 0 && spec.name != nullptr && *spec.name)
+        out.push_back(spec.name);
+      else if (st->method != 0 && listed.size() == n && !listed[i].empty())
+        out.push_back(listed[i]);
+      else
+        out.push_back(prefix + std::to_string(i));
     }
     return out;
   };
   st->input_names = names(true, st->num_inputs, "INPUT__");
   st->output_names = names(false, st->num_outputs, "OUTPUT__");
+  auto check = [&](const std::vector<std::string>& listed, const std::vector<std::string>& known, const char* prefix,
+                   const char* what) -> TRITONSERVER_Error* {
+    for (const std::string& name : listed) {
+      if (slot_of(known, name.c_str(), prefix, known.size()) >= 0) continue;
+      std::string all;
+      for (const std::string& k : known) all += (all.empty() ? "" : ", ") + k;
+      return error(TRITONSERVER_ERROR_INVALID_ARG, "config.pbtxt " + std::string(what) + " '" + name +
+                                                       "' is not one of the method's (" + all +
+                                                       "): write the configuration with aoti-toolchain triton-repo");
+    }
+    return nullptr;
+  };
+  RETURN_IF_ERROR(check(ms->config_inputs, st->input_names, "INPUT__", "input"));
+  RETURN_IF_ERROR(check(ms->config_outputs, st->output_names, "OUTPUT__", "output"));
   size_t state_tensors = 0;
   if (g_api.num_state_tensors(st->program, &state_tensors) == 0 && state_tensors > 0 &&
       g_api.session_create(st->program, &st->session) != 0)

@@ -17,12 +17,11 @@ import socket
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import BUILD_DIR, repo_scons
+from tests.conftest import BUILD_DIR
 
 th = pytest.importorskip("tritonclient.http", reason="tritonclient is not installed (pip install -e '.[serve]')")
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e '.[serve]')")
@@ -335,52 +334,6 @@ def test_killing_a_replica_mid_loop_loses_no_request(ray_serve, dyn_mlp):
             break
         assert time.monotonic() < deadline, "the killed replica was not replaced"
     assert all(not i["torch_imported"] for i in replaced.values())
-
-
-# ------------------------------------------------------------------------------------ Triton backend
-
-def _triton_include() -> Path | None:
-    """Triton's public headers (github.com/triton-inference-server/core, include/): $AOTI_TRITON_INCLUDE,
-    else build/triton-include."""
-    for cand in (os.environ.get("AOTI_TRITON_INCLUDE"), str(BUILD_DIR / "triton-include")):
-        if cand and (Path(cand) / "triton" / "core" / "tritonbackend.h").is_file():
-            return Path(cand)
-    return None
-
-
-def test_triton_backend_runs_the_lifecycle_and_answers_bad_requests_with_errors(host_build, dyn_mlp, tmp_path):
-    include = _triton_include()
-    if include is None:
-        pytest.skip("Triton's headers are not here: set AOTI_TRITON_INCLUDE to the include/ directory of "
-                    "github.com/triton-inference-server/core (or put them in build/triton-include)")
-    pt2, eager = dyn_mlp
-    proc = repo_scons("-Q", "-j2", f"triton_include={include}", "triton")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    backend_dir = host_build.lib.parent.parent / "triton" / "aoti_toolchain"
-    backend = backend_dir / "libtriton_aoti_toolchain.so"
-    exported = subprocess.run(["nm", "-D", "--defined-only", backend], capture_output=True, text=True).stdout
-    names = {line.split()[-1] for line in exported.splitlines() if line.strip()}
-    assert names == {"TRITONBACKEND_Initialize", "TRITONBACKEND_ModelInitialize", "TRITONBACKEND_ModelFinalize",
-                     "TRITONBACKEND_ModelInstanceInitialize", "TRITONBACKEND_ModelInstanceFinalize",
-                     "TRITONBACKEND_ModelInstanceExecute"}, names
-    assert not [line for line in exported.splitlines() if " u " in line]  # no GNU-unique: Triton can unload it
-    needed = subprocess.run(["readelf", "-d", backend], capture_output=True, text=True).stdout
-    assert "libaoti_host" not in needed and "torch" not in needed  # the runtime is opened, not linked
-    model_dir = tmp_path / "repo" / "mlp"
-    (model_dir / "1").mkdir(parents=True)
-    (model_dir / "1" / "model.pt2").write_bytes(pt2.read_bytes())
-    rows = 5
-    run = subprocess.run([host_build.tests_dir / "triton_harness", backend, model_dir, "1", str(rows),
-                          tmp_path / "out.bin"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
-    lines = run.stdout.splitlines()
-    assert "response 0: ok [5,8]" in lines
-    assert any(ln.startswith("response 1: error 3:") and "float64" in ln for ln in lines), lines  # INVALID_ARG
-    assert any(ln.startswith("response 2: error 3:") and "dimension 1 must be 16" in ln for ln in lines), lines
-    assert [ln for ln in lines if ln.startswith("released")] == ["released 0", "released 1", "released 2"]
-    x = ((np.arange(rows * 16) % 97) * 0.01 - 0.5).astype(np.float32).reshape(rows, 16)
-    out = np.fromfile(tmp_path / "out.bin", dtype=np.float32).reshape(rows, 8)
-    np.testing.assert_allclose(out, eager(x), rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------ command line

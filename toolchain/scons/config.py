@@ -55,9 +55,6 @@ def add_variables(vars) -> None:
          "OpenBLAS/Sleef unpacked from .debs: PREFIX/include is searched for headers, PREFIX/lib and "
          "PREFIX/lib/<multiarch> for libraries; at run time the loader must find them too (ldconfig or "
          "LD_LIBRARY_PATH: no build-machine RUNPATH is written)", ""),
-        PathVariable("triton_include", "also build the Triton Inference Server backend against the headers in this "
-                     "directory (triton/core/tritonbackend.h, tritonserver.h; empty: not built)", "",
-                     PathVariable.PathAccept),
         PathVariable("spec_dir", "the spec (TOML) the shim lists are generated from",
                      os.path.join(REPO_ROOT, "toolchain", "spec"), PathVariable.PathIsDir),
     )

@@ -1,7 +1,7 @@
-// Drives the Triton backend library the way Triton's server does, without the server (no Triton binary can
-// be installed here): this program provides the TRITONBACKEND_*/TRITONSERVER_* calls the backend imports
-// (exported, so the backend opened RTLD_LOCAL binds them, as it binds libtritonserver.so in Triton), then
-// runs the lifecycle: Initialize, ModelInitialize, ModelInstanceInitialize (KIND_CPU), one Execute of three
+// Drives the Triton backend library the way Triton's server does, without the server (a fast unit test; the
+// real tritonserver runs it in tests/integration/test_triton_server.py): this program provides the
+// TRITONBACKEND_*/TRITONSERVER_* calls the backend imports (exported, so the backend opened RTLD_LOCAL binds
+// them, as it binds libtritonserver.so in Triton), then runs the lifecycle: Initialize, ModelInitialize, ModelInstanceInitialize (KIND_CPU), one Execute of three
 // requests, the finalizers.
 //
 //   triton_harness BACKEND.so MODEL_DIR VERSION ROWS OUT.bin
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "triton/core/tritonbackend.h"
+#include "../triton_api.h"  // the declarations the backend is built against
 
 struct TRITONSERVER_Error {
   TRITONSERVER_Error_Code code;
