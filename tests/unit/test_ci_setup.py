@@ -16,11 +16,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / ".ci" / "setup"
 
-# The venv's python: `-m pip ...` logs and exits with $PIP_STATUS (default 0); `-c CODE` says "no nvidia package".
+# The venv's python: `-m pip ...` logs and exits with $PIP_STATUS (default 0), `.ci/tritonserver.py` (the Triton
+# server's fetch) with $TRITON_STATUS (default 0); `-c CODE` says "no nvidia package".
 VENV_PYTHON = """#!/bin/sh
 echo "RAN python $*" >> "$STUB_LOG"
 echo "RAN python $*"
 [ "$1" = "-m" ] && [ "$2" = "pip" ] && exit "${PIP_STATUS:-0}"
+[ "$1" = ".ci/tritonserver.py" ] && exit "${TRITON_STATUS:-0}"
 exit 1
 """
 STUBS = {
@@ -126,3 +128,21 @@ def test_setup_stops_at_a_failing_pip(sandbox):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "setup: done" not in proc.stdout and "apt-get" not in log.read_text(), proc.stdout
     assert _lines(proc.stdout)[-1].startswith("RAN python -m pip install"), proc.stdout
+
+
+def test_setup_announces_the_triton_server_fetch_and_stops_when_it_fails(sandbox):
+    checkout, env, _log = sandbox
+    proc = _setup(checkout, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = _lines(proc.stdout)
+    ran = next(i for i, line in enumerate(lines) if line == "RAN python .ci/tritonserver.py build/tritonserver")
+    said = lines[ran - 1]
+    assert said.startswith("setup: fetching Triton Inference Server 2.51") and "nvidia-pytriton==0.7.0" in said, lines
+    assert "build/tritonserver/" in said and "not installed" in said, said
+    # unpacked already: nothing fetched, nothing announced
+    (checkout / "build" / "tritonserver" / "nvidia_pytriton-0.7.0.dist-info").mkdir(parents=True)
+    again = _setup(checkout, env)
+    assert again.returncode == 0 and "tritonserver" not in again.stdout, again.stdout
+    (checkout / "build" / "tritonserver" / "nvidia_pytriton-0.7.0.dist-info").rmdir()
+    failed = _setup(checkout, env, TRITON_STATUS="1")
+    assert failed.returncode == 1 and "setup: done" not in failed.stdout, failed.stdout
