@@ -1,13 +1,18 @@
 """Packed weights are built only for constants (docs/performance.md "Packed weights cost memory"): a Buffer the model
 mutates in place and a constant-folded tensor are GEMM operands here, so a runtime that packed them would
-reuse a stale copy and these outputs would leave eager's. The stateful model is exported through the CLI
-(`aoti-toolchain export package.module:factory --save-inputs`) and run by aoti-run and `aoti-toolchain run`
-too: the documented command-line path end to end. References are eager torch on deep copies of a freshly
-built module, never this runtime."""
+reuse a stale copy and these outputs would leave eager's. Those claims bite only where the runtime packs at
+all: runtime/src/packed_gemm.cpp packs constant weights for its AVX-512 kernel alone, so
+`test_packing_is_live_for_these_programs` shows (from the runtime's debug log) that the programs' other
+constants were registered for packing there, and skips, saying so, on a CPU without avx512f. The stateful
+model is exported through the CLI (`aoti-toolchain export package.module:factory --save-inputs`) and run by
+aoti-run and `aoti-toolchain run` too: the documented command-line path end to end. References are eager
+torch on deep copies of a freshly built module, never this runtime."""
 
 from __future__ import annotations
 
 import copy
+import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -15,7 +20,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.conftest import BUILD_DIR, REPO_ROOT
+from tests.conftest import BUILD_DIR, REPO_ROOT, cpu_has
 from tests.integration import stateful_models
 
 RTOL, ATOL = 1e-5, 1e-5
@@ -143,3 +148,31 @@ def test_constant_folded_gemm_operand_matches_eager(host_lib, folded):
     for call, w in enumerate(want):
         np.testing.assert_allclose(got[call], w, rtol=RTOL, atol=ATOL, err_msg=f"call {call}")
         np.testing.assert_allclose(got_s[call], w, rtol=RTOL, atol=ATOL, err_msg=f"session call {call}")
+
+
+@pytest.mark.skipif(not cpu_has("avx512f"), reason="runtime/src/packed_gemm.cpp packs constant weights only for its "
+                    "AVX-512 kernel and this CPU has no avx512f: nothing is packed here, so the tests above check "
+                    "state and folding without packing")
+@pytest.mark.parametrize("which", ["buffer_matmul", "folded"])
+def test_packing_is_live_for_these_programs(host_build, buffer_matmul, folded, tmp_path, which):
+    """Where the runtime packs, it registered these programs' weights for packed GEMMs (the debug line of
+    runtime/src/program.cpp): exactly the two parameters of each (proj.weight and proj.bias; w and gain),
+    never the mutated Buffer nor the folded constant. So the tests above ran with the packed-weight cache on
+    and would have failed with a runtime that packed those. (The C API exposes no counter of packed copies;
+    the registration line is the runtime's only witness short of resident memory. Seen on an AVX-512 Xeon:
+    2 and 2, and none with AOTI_HOST_PACK_WEIGHTS=0.)"""
+    if which == "buffer_matmul":
+        pt2, saved = buffer_matmul
+        x = saved / "input_0.npy"
+    else:
+        pt2, _, (t,) = folded
+        x = tmp_path / "x.npy"
+        np.save(x, t.numpy())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AOTI_HOST_PACK")}
+    env["AOTI_HOST_LOG"] = "debug"
+    p = subprocess.run([str(host_build.aoti_run), str(pt2), "-i", str(x), "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    counts = [int(n) for n in re.findall(r"(\d+) constant\(s\) registered for packed GEMM weights", p.stderr)]
+    assert counts, f"no constant registered for packed GEMM weights:\n{p.stderr[-3000:]}"
+    assert counts[-1] == 2, f"expected the model's 2 parameters registered, not {counts[-1]}:\n{p.stderr[-3000:]}"
