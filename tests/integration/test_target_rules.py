@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration import elf_builders as eb
+from tests.integration.synthetic_profiles import synthetic_profile
 from toolchain.cuda_bin import CudaBinaryError, member_images, parse_fatbin, plugin_images
 from toolchain.isa import IsaDecodeError, load_isa_spec, scan_elf, scan_file
 from toolchain.verify import verify_paths
@@ -38,12 +39,18 @@ __attribute__((target("avx512bf16,avx512vl"))) void to_bf16(const float* a, void
 }
 #endif
 """
+# SSE4.2 alone (x86-64-v2): no AVX2 function beside it, unlike KERNELS
+SSE42 = r"""
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) unsigned crc_sse42(unsigned c, unsigned v) { return _mm_crc32_u32(c, v); }
+"""
 
 
 @pytest.fixture(scope="module")
 def plugins(tmp_path_factory):
     d = tmp_path_factory.mktemp("isa")
     return {
+        "sse42": eb.build(d, "p_sse42", extra=SSE42, flags=["-O2"]),
         "avx2": eb.build(d, "p_avx2", extra=KERNELS, flags=["-O2"]),
         "avx512": eb.build(d, "p_avx512", extra=KERNELS, flags=["-O2", "-DWITH_AVX512"]),
         "bf16": eb.build(d, "p_bf16", extra=KERNELS, flags=["-O2", "-DWITH_AVX512", "-DWITH_BF16"]),
@@ -183,8 +190,28 @@ def test_cpu_isa_too_new_against_profiles(plugins):
     assert "cpu-isa-too-new" not in rules(plugins["avx512"], "dgx-h200")
     assert "cpu-isa-too-new" not in rules(plugins["bf16"], "dgx-h200")  # the profile lists avx512_bf16
     assert "cpu-isa-too-new" in rules(plugins["avx2"], "ubuntu22.04")
-    assert "cpu-isa-too-new" not in rules(plugins["base"], "debian12") or \
-        scan_file(plugins["base"]).level != "x86-64"
+    assert scan_file(plugins["base"]).level == "x86-64"  # -O2 without -m flags: the baseline
+    assert "cpu-isa-too-new" not in rules(plugins["base"], "debian12")
+
+
+@pytest.mark.parametrize(("plugin", "needs", "below"), [("sse42", "x86-64-v2", "x86-64"),
+                                                        ("avx2", "x86-64-v3", "x86-64-v2")])
+def test_cpu_isa_too_new_at_adjacent_levels(plugins, tmp_path, monkeypatch, plugin, needs, below):
+    """A plugin whose code needs level L is flagged on a profile of the level just below L and passes on a
+    profile of exactly L (synthetic profiles: no shipped one is at x86-64-v2 or v3)."""
+    assert scan_file(plugins[plugin]).level == needs
+
+    def findings(level: str) -> list:
+        name = synthetic_profile(monkeypatch, tmp_path / "profiles", f"cpu-{level}", cpu_isa=level)
+        rep = verify_paths([plugins[plugin]], host=None, profile=name, kind="plugin")
+        return [f for f in rep.findings if f.rule == "cpu-isa-too-new"]
+
+    (f,) = findings(below)
+    top = {"sse42": "sse4_2", "avx2": "avx2"}[plugin]
+    assert f.severity == "error" and f"uses {top}" in f.message, f.message
+    assert f"its code needs {needs}, profile cpu-{below} guarantees {below}" in f.message, f.message
+    assert f"--cpu-isa {below}" in f.fix, f.fix  # the export choice that fits the profile
+    assert findings(needs) == []
 
 
 def test_decoder_refuses_damaged_files_by_name(plugins, tmp_path):

@@ -9,6 +9,7 @@ import zipfile
 import pytest
 
 from tests.integration import elf_builders as eb
+from tests.integration.synthetic_profiles import synthetic_profile
 from toolchain.verify import verify_paths
 
 
@@ -201,6 +202,24 @@ def test_symbol_version_too_new_numeric(work, good):
     assert f.version == "GLIBC_2.34" and "GLIBC_2.28" in f.message
     assert "symbol-version-too-new" not in rules(so, profile="debian12")
     assert "symbol-version-too-new" not in rules(good, profile="host")
+
+
+def test_symbol_version_too_new_at_the_profiles_maximum(work, tmp_path, monkeypatch):
+    """dlopen@GLIBC_2.34 (the plugin's newest version) on profiles whose GLIBC maximum is exactly 2.34 (passes)
+    and one below it, 2.33 (fails, naming that one version only): synthetic profiles, since no shipped one
+    stops at either."""
+    so = eb.build(work, "dl_user_edge", imports=["dlopen"], flags=["-Wl,-z,noexecstack"])
+    from toolchain.elf.reader import read_elf
+    from toolchain.verify.profiles import parse_version
+
+    needs = [parse_version(s.version) for s in read_elf(so).symbols if not s.defined and s.version]
+    assert max(v for fam, v in filter(None, needs) if fam == "GLIBC") == (2, 34)  # dlopen's, the newest
+    at = synthetic_profile(monkeypatch, tmp_path, "glibc-2.34", max_versions={"GLIBC": "2.34"})
+    assert "symbol-version-too-new" not in rules(so, profile=at)
+    below = synthetic_profile(monkeypatch, tmp_path, "glibc-2.33", max_versions={"GLIBC": "2.33"})
+    found = rules(so, profile=below)["symbol-version-too-new"]
+    assert [(f.symbol, f.version) for f in found] == [("dlopen", "GLIBC_2.34")], found
+    assert "newer than GLIBC_2.33 of profile glibc-2.33" in found[0].message, found[0].message
 
 
 def test_library_not_allowed(work, good):
