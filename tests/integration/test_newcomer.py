@@ -167,7 +167,11 @@ def test_export_cli_refuses_bad_dynamic_and_factories_clearly(torch, tmp_path):
     cases = [
         (["mymodel:factory", "-o", "m.pt2", "--dynamic", "x:0=1-64"], 2, "expected NAME:DIM=MIN..MAX"),
         (["mymodel:factory", "-o", "m.pt2", "--dynamic", "y:0=1..64"], 2, "y: not a parameter of Net.forward"),
-        (["mymodel:factory", "-o", "m.pt2", "--dynamic", "x:0=9..64"], 2, "outside the range"),
+        (["mymodel:factory", "-o", "m.pt2", "--dynamic", "x:0=9..64"], 2,
+         "--dynamic x:0=9..64: the example input has size 8 there, outside the range"),
+        # the upper bound too: an example of batch 8 is outside 1..4
+        (["mymodel:factory", "-o", "m.pt2", "--dynamic", "x:0=1..4"], 2,
+         "--dynamic x:0=1..4: the example input has size 8 there, outside the range"),
         (["mymodel:factory", "-o", "m.pt2", "--dynamic", "x:2=1..64"], 2, "x has 2 dimensions"),
         (["mymodel:factory_dynamic", "-o", "m.pt2", "--dynamic", "x:0=1..64"], 2, "dynamic shapes in one place"),
         (["mymodel:factory_wrong", "-o", "m.pt2"], 3, "the factory returned Net"),
