@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -180,6 +182,49 @@ def test_fast_and_ctypes_paths_agree_and_refuse_alike(runtime_lib, export_exampl
         prog.run(xs[:1])
     with pytest.raises(InputError, match="num_models"):
         _load(runtime_lib, pt2, num_models=0)
+
+
+_ENV_RUN = """
+import sys, numpy as np
+sys.path.insert(0, {root!r})
+from toolchain import runtime
+lib = runtime.library({lib!r})
+xs = [np.load(p) for p in {inputs!r}]
+with runtime.load({pt2!r}, library_path={lib!r}) as prog:
+    print("fast" if lib.fast_run is not None and prog._fast is not None else "ctypes")
+    outs = prog.run(xs) + prog.run([np.asfortranarray(a) for a in xs])
+np.savez({out!r}, *outs)
+"""
+
+
+def test_python_fast_env_off_gives_the_fast_paths_results(runtime_lib, export_example, tmp_path):
+    """AOTI_HOST_PYTHON_FAST=0, as a user sets it (the environment of a fresh process, which the module reads
+    when it binds the library), takes the ctypes path, and its outputs are the compiled path's, bit for bit."""
+    from tests.conftest import REPO_ROOT
+
+    pt2, _module, inputs = export_example("two_outputs")
+    paths = []
+    for i, t in enumerate(inputs):
+        paths.append(str(tmp_path / f"x{i}.npy"))
+        np.save(paths[-1], t.numpy())
+    outs, paths_taken = {}, {}
+    for setting in ("default", "0"):
+        env = {k: v for k, v in os.environ.items() if k != "AOTI_HOST_PYTHON_FAST"}
+        if setting == "0":
+            env["AOTI_HOST_PYTHON_FAST"] = "0"
+        out = tmp_path / f"{setting}.npz"
+        code = _ENV_RUN.format(root=str(REPO_ROOT), lib=str(runtime_lib.path), inputs=paths, pt2=str(pt2),
+                               out=str(out))
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        paths_taken[setting] = proc.stdout.split()[-1]
+        with np.load(out) as z:
+            outs[setting] = [z[k] for k in sorted(z.files, key=lambda k: int(k.split("_")[1]))]
+    assert paths_taken == {"default": "fast", "0": "ctypes"}, paths_taken
+    assert len(outs["default"]) == 4, len(outs["default"])  # two outputs, of two runs each
+    for a, b in zip(outs["default"], outs["0"], strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+        np.testing.assert_array_equal(a, b)
 
 
 def test_dlpack_export_is_a_view_that_keeps_its_owner(runtime_lib, torch):
