@@ -131,8 +131,9 @@ def test_cuda_on_without_nvcc_stops_with_a_clear_message(tmp_path):
 @needs_nvcc
 def test_cuda_auto_with_nvcc_selects_the_cuda_variant(tmp_path):
     proc = _scons(REPO_ROOT, "cuda=auto", f"build_dir={tmp_path}", "-n")
-    assert "nvcc found" in proc.stdout, proc.stdout + proc.stderr
-    assert f"{tmp_path}/cuda-gcc-release" in proc.stdout or "cuda-gcc-release" in proc.stdout
+    assert proc.returncode == 0 and "nvcc found" in proc.stdout, proc.stdout + proc.stderr
+    # the CUDA variant, in the build_dir given, and no CPU variant
+    assert f"{tmp_path}/cuda-gcc-release/" in proc.stdout and "cpu-gcc-release" not in proc.stdout, proc.stdout[-3000:]
 
 
 @needs_nvcc
