@@ -6,11 +6,16 @@ assembles a platform wheel from what it installed into build/<variant>/dist:
     toolchain/                     the Python package (spec, profiles, schemas: every file it has)
     toolchain/_data/templates/     the codegen templates (templates/ in the source tree)
     toolchain/_host/               lib/libaoti_host.so, bin/aoti-run, include/aoti_host/, manifest.json
+    toolchain/runtime/_aoti_fastrun.abi3.so
+                                   the Python module's compiled per-call path (CPU wheel; SCons skips it,
+                                   with a note, without numpy or Python.h)
     aoti_toolchain_cuda/_host/     the same for the CUDA runtime (the aoti-toolchain-cuda distribution)
 
-The wheel is tagged py3-none-linux_<arch> (the binaries are loaded with ctypes and exec, not imported, so
-any Python 3 works); `auditwheel repair` then vendors OpenBLAS, Sleef and libgomp and gives it the
-manylinux tag it proves (docs/packaging.md). build_sdist packs the files git knows (or, from an sdist,
+The wheel is tagged py3-none-linux_<arch>: the runtime and aoti-run are loaded with ctypes and exec'ed, not
+imported, and the one extension module, _aoti_fastrun, is built on CPython's stable ABI (3.10 and later) and
+optional (toolchain.runtime takes its ctypes path where it cannot be imported), so any Python 3 works.
+`auditwheel repair` then vendors OpenBLAS, Sleef and libgomp and gives it the manylinux tag it proves
+(docs/packaging.md). build_sdist packs the files git knows (or, from an sdist,
 the same list again); build_editable points a .pth file at the source tree and builds nothing.
 
 Config settings (pip --config-settings KEY=VALUE, or python -m build -C):
@@ -18,7 +23,8 @@ Config settings (pip --config-settings KEY=VALUE, or python -m build -C):
     build-dir=DIR      SCons' build_dir (default: build/ of the source tree; $AOTI_WHEEL_BUILD_DIR too)
     jobs=N             SCons -j (default: the CPU count)
 Standard library only (plus tomli before Python 3.11): it must run in an isolated build environment
-whose only extra requirements are SCons and jinja2 (the SCons build's own).
+whose only extra requirements are the SCons build's own: SCons, jinja2 and numpy (whose headers build
+_aoti_fastrun).
 """
 
 from __future__ import annotations
