@@ -154,7 +154,7 @@ def test_weights_held_once(host_lib, big, tmp_path):
         np.testing.assert_allclose(np.load(tmp_path / f), expected["embed"], rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.skipif(not cpu_has("avx512f"), reason="runtime/src/packed_gemm.cpp packs constant weights only for its "
+@pytest.mark.skipif(not cpu_has("avx512f"), reason="runtime/src/shims/packed_gemm.cpp packs constant weights only for its "
                     "AVX-512 kernel and this CPU has no avx512f: no packed copy is made here to measure")
 def test_packed_copies_are_one_more_copy_and_stop_at_the_cap(host_lib, big, tmp_path):
     """The packed copies of the constant weights (packed_gemm.h) are real: one more copy of the weights (one,

@@ -1,7 +1,7 @@
 """Packed weights are built only for constants (docs/performance.md "Packed weights cost memory"): a Buffer the model
 mutates in place and a constant-folded tensor are GEMM operands here, so a runtime that packed them would
 reuse a stale copy and these outputs would leave eager's. Those claims bite only where the runtime packs at
-all: runtime/src/packed_gemm.cpp packs constant weights for its AVX-512 kernel alone, so
+all: runtime/src/shims/packed_gemm.cpp packs constant weights for its AVX-512 kernel alone, so
 `test_packing_is_live_for_these_programs` shows (from the runtime's debug log) that the programs' other
 constants were registered for packing there, and skips, saying so, on a CPU without avx512f. The stateful
 model is exported through the CLI (`aoti-toolchain export package.module:factory --save-inputs`) and run by
@@ -150,13 +150,13 @@ def test_constant_folded_gemm_operand_matches_eager(host_lib, folded):
         np.testing.assert_allclose(got_s[call], w, rtol=RTOL, atol=ATOL, err_msg=f"session call {call}")
 
 
-@pytest.mark.skipif(not cpu_has("avx512f"), reason="runtime/src/packed_gemm.cpp packs constant weights only for its "
+@pytest.mark.skipif(not cpu_has("avx512f"), reason="runtime/src/shims/packed_gemm.cpp packs constant weights only for its "
                     "AVX-512 kernel and this CPU has no avx512f: nothing is packed here, so the tests above check "
                     "state and folding without packing")
 @pytest.mark.parametrize("which", ["buffer_matmul", "folded"])
 def test_packing_is_live_for_these_programs(host_build, buffer_matmul, folded, tmp_path, which):
     """Where the runtime packs, it registered these programs' weights for packed GEMMs (the debug line of
-    runtime/src/program.cpp): exactly the two parameters of each (proj.weight and proj.bias; w and gain),
+    runtime/src/host/method.cpp): exactly the two parameters of each (proj.weight and proj.bias; w and gain),
     never the mutated Buffer nor the folded constant. So the tests above ran with the packed-weight cache on
     and would have failed with a runtime that packed those. (The C API exposes no counter of packed copies;
     the registration line is the runtime's only witness short of resident memory. Seen on an AVX-512 Xeon:
