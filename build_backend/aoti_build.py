@@ -5,7 +5,8 @@ assembles a platform wheel from what it installed into build/<variant>/dist:
 
     toolchain/                     the Python package (spec, profiles, schemas: every file it has)
     toolchain/_data/templates/     the codegen templates (templates/ in the source tree)
-    toolchain/_host/               lib/libaoti_host.so, bin/aoti-run, include/aoti_host/, manifest.json
+    toolchain/_host/               lib/libaoti_host.so, bin/aoti-run, include/aoti_host/, manifest.json,
+                                   triton/aoti_toolchain/ (the Triton backend and the runtime beside it)
     toolchain/runtime/_aoti_fastrun.abi3.so
                                    the Python module's compiled per-call path (CPU wheel; SCons skips it,
                                    with a note, without numpy or Python.h)
@@ -243,8 +244,13 @@ def _write_wheel(wheel_directory: str, kind: str, tag: str, fill) -> str:
     return name
 
 
+#: What a runtime tree (build/<variant>/dist) puts into the wheel: the runtime, aoti-run, the C API headers and
+#: the Triton backend's directory (triton/aoti_toolchain/: `aoti-toolchain triton-backend-dir` prints its parent).
+HOST_TREE_TOPS = ("lib", "bin", "include", "triton")
+
+
 def _add_host_tree(wheel: _Wheel, dist: Path, prefix: str) -> None:
-    for top in ("lib", "bin", "include"):
+    for top in HOST_TREE_TOPS:
         for path in sorted((dist / top).rglob("*")):
             if path.is_file() and not path.is_symlink():
                 wheel.add_file(f"{prefix}/{path.relative_to(dist).as_posix()}", path)

@@ -403,9 +403,13 @@ def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str
             if kind == "cpu" and shown != tag:
                 raise StepError(f"{fixed.name}: its tag is not the one auditwheel show proves ({shown})",
                                 fix="repair it with auditwheel repair (no --plat)")
-            elves = wheel_elves(fixed, work / "unpacked-wheels" / fixed.name)
+            # The Triton backend (_host/triton/aoti_toolchain/libtriton_*.so) is a plugin of tritonserver: its
+            # TRITON* symbols are the server's, so verify against our runtime would call them unresolved; it is
+            # checked against the real server (tests/integration/test_triton_server.py).
+            elves = [e for e in wheel_elves(fixed, work / "unpacked-wheels" / fixed.name)
+                     if not (e.parent.name == "aoti_toolchain" and e.name.startswith("libtriton_"))]
             if kind == "cpu":
-                step(f"verify every ELF file of {fixed.name} (profile {plat}, as auditwheel)",
+                step(f"verify every ELF file of {fixed.name} but the Triton backend (profile {plat}, as auditwheel)",
                      lambda e=elves, p=plat, f=fixed: check(f"wheel {f.name}", e, None, p))
         if "cpu" in repaired:
             reqs = [str(repaired["cpu"]), *([TORCH_REQUIREMENT] if examples else [])]

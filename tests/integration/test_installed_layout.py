@@ -41,7 +41,7 @@ def _lay_out(site: Path, dist: Path | None) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / rel, dest)
     if dist is not None:
-        for top in ("lib", "bin", "include"):
+        for top in ("lib", "bin", "include", "triton"):  # build_backend/aoti_build.py HOST_TREE_TOPS
             shutil.copytree(dist / top, site / "toolchain" / "_host" / top)
         shutil.copy2(dist / "manifest.json", site / "toolchain" / "_host" / "manifest.json")
     assert not (site / "SConstruct").exists()
@@ -135,6 +135,25 @@ def test_demo_without_a_runtime_says_what_it_needs(no_runtime):
     assert "demo needs this project's host runtime" in proc.stderr and "lib/libaoti_host.so" in proc.stderr
     assert "AOTI_HOST_LIBRARY" in proc.stderr and "fix: pip install aoti-toolchain" in proc.stderr, proc.stderr
     assert not no_runtime.cache.exists()  # refused before exporting anything
+
+
+# -- the Triton backend ------------------------------------------------------------------------------------------
+
+def test_triton_backend_dir_is_the_installed_wheels(installed):
+    """`triton-backend-dir` in an installed wheel: its runtime tree's triton/, which holds the backend and the
+    runtime library it opens (what tritonserver's --backend-directory wants)."""
+    proc = installed.run("triton-backend-dir")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    where = Path(proc.stdout.strip())
+    assert where == installed.site / "toolchain" / "_host" / "triton", proc.stdout
+    assert (where / "aoti_toolchain" / "libtriton_aoti_toolchain.so").is_file()
+    assert (where / "aoti_toolchain" / "libaoti_host.so").is_file()
+
+
+def test_triton_backend_dir_without_a_runtime_says_what_it_needs(no_runtime):
+    proc = no_runtime.run("triton-backend-dir")
+    assert proc.returncode == exit_code("load_failed"), proc.stdout + proc.stderr
+    assert "no Triton backend found" in proc.stderr and "fix: " in proc.stderr and "Traceback" not in proc.stderr
 
 
 # -- fix texts for a missing extra -------------------------------------------------------------------------------

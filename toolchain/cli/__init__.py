@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch", "serve")
+COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch", "serve", "triton-repo", "triton-backend-dir")
 
 
 def build_parser(only: str | None = None):

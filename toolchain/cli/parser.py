@@ -87,6 +87,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action=_VersionAction, nargs=0,
                    help="print the version and the runtime's build configuration, then exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS if only is None else (only,):
-        importlib.import_module(f"toolchain.cli.main_{name}").register(sub)
+    # a command `a-b` is registered by main_a.py, with its other `a-*` commands (triton-repo, triton-backend-dir)
+    for module in dict.fromkeys(name.split("-")[0] for name in (COMMANDS if only is None else (only,))):
+        importlib.import_module(f"toolchain.cli.main_{module}").register(sub)
     return p

@@ -83,18 +83,21 @@ def _meta_from_contract(entry: Any, fallback: str) -> TensorMeta:
     shape: list[int] = []
     lo: list[int] = []
     hi: list[int | None] = []
+    exprs: list[str | None] = []
     for d in raw:
         if type(d) is int and d >= 0:
             shape.append(d)
             lo.append(d)
             hi.append(d)
+            exprs.append(None)
         elif isinstance(d, dict):
             shape.append(-1)
             lo.append(d["min"] if type(d.get("min")) is int else 0)
             hi.append(d["max"] if type(d.get("max")) is int else None)
+            exprs.append(d["expr"] if isinstance(d.get("expr"), str) else None)
         else:
             return TensorMeta(name, datatype, None)
-    return TensorMeta(name, datatype, tuple(shape), tuple(lo), tuple(hi))
+    return TensorMeta(name, datatype, tuple(shape), tuple(lo), tuple(hi), tuple(exprs))
 
 
 def _meta_from_spec(spec: Any) -> TensorMeta:
@@ -104,9 +107,19 @@ def _meta_from_spec(spec: Any) -> TensorMeta:
     return TensorMeta(spec.name, datatype, shape)
 
 
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _batch_range(inputs: Sequence[TensorMeta], outputs: Sequence[TensorMeta]) -> tuple[int, int | None] | None:
-    """(min, max) rows along dimension 0 when it is dynamic in every input and output, else None."""
-    if not inputs or not outputs or any(not t.shape or t.shape[0] != -1 for t in (*inputs, *outputs)):
+    """(min, max) rows along dimension 0 when it is one and the same size symbol of the contract in every
+    input and output (a batch dimension: requests can be stacked along it and their outputs split back),
+    else None. Without recorded expressions (a schema-1 contract, or the runtime's specs) a dynamic
+    dimension 0 everywhere is taken as that dimension."""
+    tensors = (*inputs, *outputs)
+    if not inputs or not outputs or any(not t.shape or t.shape[0] != -1 for t in tensors):
+        return None
+    symbols = {t.exprs[0] if t.exprs else None for t in tensors}
+    if symbols != {None} and (len(symbols) != 1 or not _SYMBOL.fullmatch(str(next(iter(symbols))))):
         return None
     lo = max(t.min_shape[0] if t.min_shape else 0 for t in inputs)
     highs = [t.max_shape[0] for t in inputs if t.max_shape and t.max_shape[0] is not None]

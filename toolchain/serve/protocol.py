@@ -75,6 +75,9 @@ class TensorMeta:
     shape: tuple[int, ...] | None  # None: rank unknown
     min_shape: tuple[int, ...] | None = None
     max_shape: tuple[int | None, ...] | None = None
+    # each dimension's size expression over the program's size symbols ("s77"; schema 2), None where the
+    # contract records none (a static size, or a schema-1 dynamic dimension: a size of its own)
+    exprs: tuple[str | None, ...] | None = None
 
     def metadata(self) -> dict[str, Any]:
         return {"name": self.name, "datatype": self.datatype or "",
@@ -83,8 +86,9 @@ class TensorMeta:
 
 @dataclass(frozen=True)
 class ModelMeta:
-    """A served model: one method of a program. `batch` is (min, max) rows along dimension 0 when every
-    input and output has a dynamic dimension 0 there (requests may then be batched), else None."""
+    """A served model: one method of a program. `batch` is (min, max) rows along dimension 0 when dimension
+    0 of every input and output is one and the same size symbol of the contract (requests may then be
+    batched), else None."""
 
     name: str
     method: str
