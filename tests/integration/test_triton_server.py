@@ -125,7 +125,7 @@ def _wait_ready(server: Server, deadline: float) -> None:
 
 @contextlib.contextmanager
 def triton(repo: Path, backend: Path, log: Path, *, explicit: bool = False, load: tuple[str, ...] = (),
-           ready_timeout: float = 120, env: dict[str, str] | None = None):
+           verbose: bool = False, ready_timeout: float = 120, env: dict[str, str] | None = None):
     """tritonserver on `repo` with `backend` as its --backend-directory, HTTP and gRPC on free ports of
     127.0.0.1 (no metrics); yields a Server once /v2/health/ready answers 200 (after at most `ready_timeout`
     seconds), kills it (its whole process group) when the block ends. A start that lost a race for its ports
@@ -138,6 +138,8 @@ def triton(repo: Path, backend: Path, log: Path, *, explicit: bool = False, load
                "--exit-timeout-secs=5", "--strict-readiness=true"]
         if explicit:
             cmd += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in load)]
+        if verbose:
+            cmd.append("--log-verbose=1")
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
@@ -168,42 +170,106 @@ def _config_json(server: Server, model: str) -> dict:
 
 # ---------------------------------------------------------------------------------------------- models
 
+def _eager(torch, fn):
+    def run(*arrays: np.ndarray):
+        with torch.no_grad():
+            out = fn(*(torch.from_numpy(a) for a in arrays))
+        return out
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def dyn_mlp(torch, tmp_path_factory):
-    """The example MLP exported with a dynamic batch 1..16: (pt2, eager function)."""
+    """The example MLP exported with a dynamic batch 1..16 (one size symbol on input and output): (pt2, eager)."""
     from toolchain import examples
 
     module, (x,) = examples.get("mlp")
     batch = torch.export.Dim("batch", min=1, max=MAX_ROWS)
     pt2 = shared_export(shared_dir(tmp_path_factory, "triton") / "mlp.pt2", module, (x,),
                         dynamic_shapes={"input": {0: batch}})
+    run = _eager(torch, module)
+    return pt2, lambda a: run(a).numpy()
 
-    def eager(a: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return module(torch.from_numpy(a)).numpy()
+
+@pytest.fixture(scope="session")
+def heads(torch, tmp_path_factory):
+    """Two inputs and a dict of outputs (leaf names `logits`, `aux.0`), static shapes (not batched):
+    (pt2, eager returning {name: array})."""
+    nn = torch.nn
+
+    class Heads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.trunk, self.a, self.b = nn.Linear(10, 16), nn.Linear(16, 3), nn.Linear(16, 5)
+
+        def forward(self, x, y):
+            h = torch.tanh(self.trunk(x)) + y
+            return {"logits": self.a(h), "aux": (torch.sigmoid(self.b(h)),)}
+
+    torch.manual_seed(3)
+    module = Heads().eval()
+    inputs = (torch.randn(6, 10), torch.randn(6, 16))
+    pt2 = shared_export(shared_dir(tmp_path_factory, "triton") / "heads.pt2", module, inputs)
+    run = _eager(torch, module)
+
+    def eager(x, y):
+        out = run(x, y)
+        return {"logits": out["logits"].numpy(), "aux.0": out["aux"][0].numpy()}
 
     return pt2, eager
+
+
+@pytest.fixture(scope="session")
+def prog(torch, tmp_path_factory):
+    """A program of two methods (examples.two_methods: forward and embed, [4, 32] inputs): (its directory,
+    {method: eager})."""
+    from tests.conftest import file_lock
+    from toolchain import examples
+    from toolchain.export import export_methods
+
+    module, (x,) = examples.two_methods()
+    out = shared_dir(tmp_path_factory, "triton") / "prog"
+    with file_lock(out.with_name("prog.lock")):
+        if not (out / "methods.json").is_file():
+            export_methods(module, {"forward": (x,), "embed": (x,)}, out, build_dir=BUILD_DIR)
+    return out, {"forward": lambda a: _eager(torch, module)(a).numpy(),
+                 "embed": lambda a: _eager(torch, module.embed)(a).numpy()}
 
 
 def _rows(n: int, seed: int, width: int = 16) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, width)).astype(np.float32)
 
 
-def _write_model(repo: Path, name: str, pt2: Path, config: str) -> None:
-    (repo / name / "1").mkdir(parents=True, exist_ok=True)
-    (repo / name / "1" / "model.pt2").write_bytes(pt2.read_bytes())
-    (repo / name / "config.pbtxt").write_text(config)
+def triton_repo(*args) -> None:
+    """`aoti-toolchain triton-repo ARGS` (the command, as a user runs it)."""
+    proc = subprocess.run([sys.executable, "-m", "toolchain", "triton-repo", *map(str, args)], capture_output=True,
+                          text=True, cwd=REPO_ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-MLP_CONFIG = """name: "mlp"
-backend: "aoti_toolchain"
-max_batch_size: 16
-input [ { name: "input" data_type: TYPE_FP32 dims: [ 16 ] } ]
-output [ { name: "output_0" data_type: TYPE_FP32 dims: [ 8 ] } ]
-dynamic_batching { }
-instance_group [ { kind: KIND_CPU count: 1 } ]
-parameters { key: "method" value: { string_value: "forward" } }
-"""
+def _client(kind: str, server: Server):
+    mod = pytest.importorskip(f"tritonclient.{kind}", reason=f"tritonclient[{kind}] is not installed "
+                              "(pip install -e '.[serve]')")
+    return mod, mod.InferenceServerClient(server.http if kind == "http" else server.grpc)
+
+
+def _infer(mod, client, model: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None,
+           datatypes: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    ins = []
+    for name, a in inputs.items():
+        t = mod.InferInput(name, list(a.shape), (datatypes or {}).get(name, "FP32"))
+        t.set_data_from_numpy(a)
+        ins.append(t)
+    outs = [mod.InferRequestedOutput(n) for n in outputs] if outputs else None
+    result = client.infer(model, ins, outputs=outs)
+    names = outputs or [o["name"] for o in (result.get_response(as_json=True) if mod.__name__.endswith("grpc")
+                                            else result.get_response())["outputs"]]
+    return {n: result.as_numpy(n) for n in names}
+
+
+def _close(a, b) -> None:
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------- the build and the API
@@ -332,18 +398,245 @@ def test_harness_runs_the_lifecycle_and_answers_bad_requests_with_errors(host_bu
 
 def test_the_real_server_loads_a_model_through_the_backend(tritonserver, backend_dir, dyn_mlp, tmp_path):
     """Triton 2.51 opens the backend, which accepts its backend API version (TRITONBACKEND_Initialize refuses
-    any other), loads the package and answers over HTTP with eager's outputs."""
-    th = pytest.importorskip("tritonclient.http", reason="tritonclient is not installed (pip install -e '.[serve]')")
+    any other), loads the package of a repository that `triton-repo` wrote, reports the configuration derived
+    from the contract, and answers over HTTP and gRPC with eager's outputs."""
     pt2, eager = dyn_mlp
     repo = tmp_path / "repo"
-    _write_model(repo, "mlp", pt2, MLP_CONFIG)
+    triton_repo(pt2, "--repo", repo)
     with triton(repo, backend_dir, tmp_path / "server.log") as server:
-        client = th.InferenceServerClient(server.http)
-        assert client.is_model_ready("mlp")
-        assert "aoti_toolchain" in server.log_text() and "libtriton_aoti_toolchain.so" in server.log_text()
-        for n in (1, 7, MAX_ROWS):
-            x = _rows(n, n)
-            inp = th.InferInput("input", list(x.shape), "FP32")
-            inp.set_data_from_numpy(x)
-            out = client.infer("mlp", [inp]).as_numpy("output_0")
-            np.testing.assert_allclose(out, eager(x), rtol=1e-5, atol=1e-5)
+        assert "libtriton_aoti_toolchain.so" in server.log_text()
+        cfg = _config_json(server, "mlp")
+        assert cfg["backend"] == "aoti_toolchain" and cfg["max_batch_size"] == MAX_ROWS and "dynamic_batching" in cfg
+        assert [(t["name"], t["data_type"], t["dims"]) for t in cfg["input"]] == [("input", "TYPE_FP32", [16])]
+        assert [(t["name"], t["data_type"], t["dims"]) for t in cfg["output"]] == [("output_0", "TYPE_FP32", [8])]
+        assert cfg["parameters"] == {"method": {"string_value": "forward"}}
+        for kind in ("http", "grpc"):
+            mod, client = _client(kind, server)
+            assert client.is_model_ready("mlp")
+            for n in (1, 7, MAX_ROWS):
+                x = _rows(n, n)
+                _close(_infer(mod, client, "mlp", {"input": x})["output_0"], eager(x))
+
+
+def test_dynamic_batching_answers_each_request_with_its_own_rows(tritonserver, backend_dir, dyn_mlp, tmp_path):
+    """Concurrent requests of 1-3 rows through Triton's dynamic batcher (a 20 ms queue delay, so that it has
+    requests to gather): the model runs fewer times than it gets requests, and each response holds the rows
+    of its own request, equal to eager."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pt2, eager = dyn_mlp
+    repo = tmp_path / "repo"
+    triton_repo(pt2, "--repo", repo, "--batch-delay-us", "20000")
+    requests = [_rows(1 + k % 3, 100 + k) for k in range(48)]
+    with triton(repo, backend_dir, tmp_path / "server.log") as server:
+        th, _ = _client("http", server)
+
+        def one(x: np.ndarray) -> np.ndarray:
+            return _infer(th, th.InferenceServerClient(server.http), "mlp", {"input": x})["output_0"]
+
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            results = list(pool.map(one, requests, timeout=300))
+        for x, out in zip(requests, results, strict=True):
+            assert out.shape == (x.shape[0], 8)
+            _close(out, eager(x))
+        status, body = server.get("/v2/models/mlp/stats")
+        assert status == 200, body
+        stats = json.loads(body)["model_stats"][0]
+        assert int(stats["inference_count"]) == sum(x.shape[0] for x in requests)
+        assert int(stats["execution_count"]) < len(requests), stats  # the batcher gathered requests
+
+
+def test_several_models_and_a_program_of_methods_in_one_repository(tritonserver, backend_dir, dyn_mlp, heads, prog,
+                                                                    tmp_path):
+    """One repository: the batched MLP, a static model of two inputs and a dict of outputs (leaf names as
+    tensor names), and a program of two methods (prog.forward, prog.embed). Every model answers over HTTP
+    and gRPC with eager's outputs."""
+    (mlp, mlp_eager), (heads_pt2, heads_eager), (prog_dir, prog_eager) = dyn_mlp, heads, prog
+    repo = tmp_path / "repo"
+    triton_repo(mlp, heads_pt2, prog_dir, "--repo", repo)
+    with triton(repo, backend_dir, tmp_path / "server.log") as server:
+        status, body = server.post("/v2/repository/index")
+        assert status == 200, body
+        index = {m["name"]: m.get("state") for m in json.loads(body)}
+        assert index == {"mlp": "READY", "heads": "READY", "prog.forward": "READY", "prog.embed": "READY"}, index
+        heads_cfg = _config_json(server, "heads")
+        assert heads_cfg["max_batch_size"] == 0 and "dynamic_batching" not in heads_cfg
+        assert [(t["name"], t["dims"]) for t in heads_cfg["input"]] == [("x", [6, 10]), ("y", [6, 16])]
+        assert [(t["name"], t["dims"]) for t in heads_cfg["output"]] == [("logits", [6, 3]), ("aux.0", [6, 5])]
+        assert _config_json(server, "prog.embed")["parameters"]["method"] == {"string_value": "embed"}
+        x, y, p = _rows(6, 1, 10), _rows(6, 2, 16), _rows(4, 3, 32)
+        for kind in ("http", "grpc"):
+            mod, client = _client(kind, server)
+            _close(_infer(mod, client, "mlp", {"input": _rows(3, 4)})["output_0"], mlp_eager(_rows(3, 4)))
+            got = _infer(mod, client, "heads", {"x": x, "y": y}, ["logits", "aux.0"])
+            want = heads_eager(x, y)
+            for name in ("logits", "aux.0"):
+                _close(got[name], want[name])
+            only = _infer(mod, client, "heads", {"x": x, "y": y}, ["aux.0"])  # one requested output
+            assert list(only) == ["aux.0"] and only["aux.0"].shape == (6, 5)
+            for method in ("forward", "embed"):
+                _close(_infer(mod, client, f"prog.{method}", {"x": p})["output_0"], prog_eager[method](p))
+
+
+def test_two_cpu_instances_of_a_model(tritonserver, backend_dir, dyn_mlp, tmp_path):
+    """instance_group [{kind: KIND_CPU count: 2}]: Triton creates two instances (each loads its own program)
+    and requests sent at once are all answered correctly."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pt2, eager = dyn_mlp
+    repo = tmp_path / "repo"
+    triton_repo(pt2, "--repo", repo, "--instances", "2", "--max-batch", "0")
+    with triton(repo, backend_dir, tmp_path / "server.log", verbose=True) as server:
+        group = _config_json(server, "mlp")["instance_group"]
+        assert [(g["kind"], g["count"]) for g in group] == [("KIND_CPU", 2)]
+        log = server.log_text()
+        assert "mlp_0_0" in log and "mlp_0_1" in log, log[-3000:]
+        th, _ = _client("http", server)
+        requests = [_rows(1 + k % 16, 200 + k) for k in range(32)]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(lambda x: _infer(th, th.InferenceServerClient(server.http), "mlp",
+                                                     {"input": x})["output_0"], requests, timeout=300))
+        for x, out in zip(requests, results, strict=True):
+            _close(out, eager(x))
+
+
+def _error(fn) -> str:
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException) as info:
+        fn()
+    return f"{info.value.status()} {info.value.message()}"
+
+
+def test_bad_requests_get_triton_errors_and_the_server_keeps_serving(tritonserver, backend_dir, dyn_mlp, tmp_path):
+    """Wrong datatype, wrong shape, a missing input, a batch over max_batch_size: Triton's own checks answer
+    them from the configuration; a shape Triton lets through (the unbatched model's dims are [-1, 16]) but
+    the contract refuses (17 rows; the contract says 1..16) is the backend's INVALID_ARG error response. After
+    each, the same server process answers a good request."""
+    pt2, eager = dyn_mlp
+    repo = tmp_path / "repo"
+    triton_repo(pt2, "--repo", repo)
+    triton_repo(pt2, "--repo", repo, "--name", "mlp_free", "--max-batch", "0")
+    good = _rows(4, 9)
+    with triton(repo, backend_dir, tmp_path / "server.log") as server:
+        pid = server.proc.pid
+        too_many = _rows(MAX_ROWS + 1, 1)
+        cases = [  # (model, inputs, datatype, what the error says)
+            ("mlp", {"input": good.astype(np.float64)}, "FP64", "data-type is 'FP64', but model 'mlp' expects 'FP32'"),
+            ("mlp", {"input": np.zeros((4, 15), np.float32)}, "FP32", "unexpected shape"),
+            ("mlp", {"input": np.zeros((4, 16, 1), np.float32)}, "FP32", "unexpected shape"),
+            ("mlp", {}, "FP32", "missing required input"),
+            ("mlp", {"input": too_many}, "FP32", f"batch-size must be <= {MAX_ROWS}"),
+            ("mlp", {"input": good, "extra": good}, "FP32", "expected 1 inputs but got 2"),
+            # through Triton's checks (dims [-1, 16]) to the backend: the runtime's contract check, INVALID_ARG
+            ("mlp_free", {"input": too_many}, "FP32", "aoti_toolchain: "),
+        ]
+        for kind in ("http", "grpc"):
+            mod, client = _client(kind, server)
+            for model, inputs, dtype, text in cases:
+                message = _error(lambda m=model, i=inputs, d=dtype, c=client, t=mod: _infer(
+                    t, c, m, i, datatypes=dict.fromkeys(i, d)))
+                assert text in message, (kind, message)
+                assert "400" in message or "INVALID_ARG" in message, (kind, message)
+                assert server.alive() and server.proc.pid == pid
+                _close(_infer(mod, client, "mlp", {"input": good})["output_0"], eager(good))
+            # the backend's error response carries the runtime's reason: the contract's range
+            assert "dimension 0 must be 1..16" in _error(lambda c=client, t=mod: _infer(t, c, "mlp_free",
+                                                                                      {"input": too_many}))
+
+
+def _process(pid: int) -> dict[str, int]:
+    """A process's open descriptors, memory mappings and resident set (KiB)."""
+    with open(f"/proc/{pid}/maps") as f:
+        maps = sum(1 for _ in f)
+    with open(f"/proc/{pid}/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return {"fds": len(os.listdir(f"/proc/{pid}/fd")), "maps": maps, "rss_kib": rss}
+
+
+def test_unload_and_reload_50_times_leaks_nothing(tritonserver, backend_dir, dyn_mlp, tmp_path):
+    """The repository API (--model-control-mode=explicit): load, infer, unload, 50 times. Triton finalizes the
+    instance and the model each time (the program and its plugin freed) and the server's descriptors,
+    mappings and resident memory stay where they were after the first cycles (a bounded tolerance for the
+    allocator's pools)."""
+    pt2, eager = dyn_mlp
+    repo = tmp_path / "repo"
+    triton_repo(pt2, "--repo", repo)
+    x = _rows(3, 5)
+    with triton(repo, backend_dir, tmp_path / "server.log", explicit=True) as server:
+        th, client = _client("http", server)
+
+        def cycle() -> None:
+            client.load_model("mlp")
+            assert client.is_model_ready("mlp")
+            _close(_infer(th, client, "mlp", {"input": x})["output_0"], eager(x))
+            client.unload_model("mlp")
+            deadline = time.monotonic() + 60
+            while client.is_model_ready("mlp"):
+                assert time.monotonic() < deadline, "the model was not unloaded"
+                time.sleep(0.05)
+
+        for _ in range(5):  # warm: the backend and the runtime opened, pools grown
+            cycle()
+        base = _process(server.proc.pid)
+        for _ in range(45):
+            cycle()
+        end = _process(server.proc.pid)
+        print(f"after 5 cycles {base}, after 50 {end}")
+        assert end["fds"] <= base["fds"] + 2, (base, end)
+        assert end["maps"] <= base["maps"] + 8, (base, end)
+        assert end["rss_kib"] <= base["rss_kib"] + 8 * 1024, (base, end)
+        assert "unloaded" in server.log_text() and server.alive()
+
+
+def test_killing_the_server_mid_load_loses_nothing_acknowledged(tritonserver, backend_dir, dyn_mlp, tmp_path):
+    """Four clients send requests in a loop; the server is killed (SIGKILL) while they do. Every response a
+    client received is the right one for its request (nothing acknowledged was lost or mixed up); the requests
+    in flight fail at the client; a server started again on the same repository serves."""
+    import threading
+
+    pt2, eager = dyn_mlp
+    repo = tmp_path / "repo"
+    triton_repo(pt2, "--repo", repo, "--instances", "2")
+    acknowledged: list[tuple[np.ndarray, np.ndarray]] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    with triton(repo, backend_dir, tmp_path / "server.log") as server:
+        th, _ = _client("http", server)
+
+        def worker(seed: int) -> None:
+            client = th.InferenceServerClient(server.http, connection_timeout=10, network_timeout=10)
+            k = 0
+            while not stop.is_set() and k < 10_000:
+                x = _rows(1 + k % MAX_ROWS, seed * 100_000 + k)
+                k += 1
+                try:
+                    out = _infer(th, client, "mlp", {"input": x})["output_0"]
+                except Exception as exc:  # the server went away: this request was not acknowledged
+                    with lock:
+                        failures.append(type(exc).__name__)
+                    return
+                with lock:
+                    acknowledged.append((x, out))
+
+        threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while len(acknowledged) < 40 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(server.proc.pid, signal.SIGKILL)
+        killed_after = len(acknowledged)
+        for t in threads:
+            t.join(timeout=60)
+        stop.set()
+        assert not any(t.is_alive() for t in threads)
+    assert killed_after >= 40, killed_after
+    assert len(failures) == 4, failures  # each client's request in flight (or the next one) failed
+    for x, out in acknowledged:
+        _close(out, eager(x))
+    with triton(repo, backend_dir, tmp_path / "again.log") as server:
+        th, client = _client("http", server)
+        x = _rows(5, 77)
+        _close(_infer(th, client, "mlp", {"input": x})["output_0"], eager(x))
