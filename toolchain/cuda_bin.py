@@ -15,7 +15,7 @@ PTX ISA version; the CUDA version that introduced each PTX ISA and each toolkit'
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 EM_CUDA = 190
 FATBIN_MAGIC = 0xBA55ED50
@@ -40,8 +40,7 @@ class CudaBinaryError(ValueError):
     """A cubin or fatbin whose headers contradict its size."""
 
 
-@dataclass(frozen=True)
-class CudaImage:
+class CudaImage(NamedTuple):
     """One GPU image: SASS or PTX, its architecture and PTX ISA version."""
 
     kind: str  # "sass" | "ptx"

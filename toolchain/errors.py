@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import tomllib
 
@@ -97,8 +97,7 @@ ERROR_CLASSES: dict[str, type[ToolchainError]] = {
 }
 
 
-@dataclass(frozen=True)
-class ExitCode:
+class ExitCode(NamedTuple):
     """One row of the exit-code table (toolchain/spec/exit_codes.toml)."""
 
     name: str

@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from toolchain.errors import InputError
 from toolchain.spec.cpu_isa import IsaSpec, load_isa_spec
@@ -102,8 +103,7 @@ class IsaDecodeError(InputError):
     pass
 
 
-@dataclass(frozen=True)
-class _Section:
+class _Section(NamedTuple):
     """The fields of a section header the scan uses."""
 
     name: str

@@ -4,7 +4,7 @@ records (segments, symbols, notes) and the bounds-checked view of a file's bytes
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from toolchain.errors import InputError
 
@@ -46,8 +46,7 @@ class MalformedError(ElfError):
     rule = "malformed"
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """One program header (PT_LOAD, PT_GNU_STACK, ...)."""
 
     type: int
@@ -58,8 +57,7 @@ class Segment:
     memsz: int
 
 
-@dataclass(frozen=True)
-class Symbol:
+class Symbol(NamedTuple):
     """One dynamic symbol: name, defined or not, binding, type, visibility and version."""
 
     name: str
@@ -72,8 +70,7 @@ class Symbol:
     version_file: str | None  # for an undefined, versioned reference: the library named in verneed
 
 
-@dataclass(frozen=True)
-class Note:
+class Note(NamedTuple):
     """One ELF note (a SHT_NOTE section's or PT_NOTE segment's entry)."""
 
     owner: str
@@ -110,8 +107,7 @@ class _View:
         return bytes(self.buf[start:stop]).decode("utf-8", "replace")
 
 
-@dataclass(frozen=True)
-class _Section:
+class _Section(NamedTuple):
     """The fields of a section header the reader uses."""
 
     type: int

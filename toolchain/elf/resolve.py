@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from toolchain.elf.reader import ElfError, ElfFile, Symbol, open_library
 from toolchain.elf.symtab import DynSymTable, bloom_passes, gnu_hash
@@ -50,8 +51,7 @@ def ld_so_conf_dirs(conf: str | os.PathLike[str] = "/etc/ld.so.conf", _depth: in
     return out
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(NamedTuple):
     """An object in a lookup scope: the file, and why it is there."""
 
     path: str

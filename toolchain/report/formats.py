@@ -3,7 +3,6 @@ sarif (SARIF 2.1.0, for code-scanning UIs) and junit (JUnit XML, for CI test rep
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -143,6 +142,8 @@ def to_junit(report: Report) -> str:
 def render(report: Report, fmt: str) -> str:
     if fmt == "text":
         return to_text(report)
+    import json  # the text report, the common case, needs no JSON encoder
+
     if fmt == "json":
         return json.dumps(to_json(report), indent=2) + "\n"
     if fmt == "sarif":

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import tomllib
 
@@ -46,16 +45,14 @@ _SPACES_RE = re.compile(r"\s+")
 _STAR_RE = re.compile(r"\s*\*\s*")
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(NamedTuple):
     """One parameter of a C prototype: its type and name."""
 
     type: str
     name: str
 
 
-@dataclass(frozen=True)
-class Function:
+class Function(NamedTuple):
     """A C function of the spec: name, return type, parameters, and the prototype's text."""
 
     name: str
@@ -64,20 +61,26 @@ class Function:
     prototype: str  # normalised: "RET NAME(TYPE NAME, ...)"
 
 
-@dataclass(frozen=True)
-class EntryPoint(Function):
-    """An AOTInductor entry point a plugin exports (entry_points.toml)."""
+class EntryPoint(NamedTuple):
+    """An AOTInductor entry point a plugin exports (entry_points.toml): a Function's fields, then its own."""
 
+    name: str
+    returns: str
+    params: tuple[Param, ...]
+    prototype: str
     required: bool
     since: str
     deprecated: bool
     since_note: str = ""
 
 
-@dataclass(frozen=True)
-class Shim(Function):
-    """A shim function the host provides to plugins (shims.toml), with its group and header."""
+class Shim(NamedTuple):
+    """A shim function the host provides to plugins (shims.toml): a Function's fields, its group and header."""
 
+    name: str
+    returns: str
+    params: tuple[Param, ...]
+    prototype: str
     group: str
     header: str
     # the provider (providers.toml) whose library the host's implementation opens on the shim's first call
@@ -93,8 +96,7 @@ class Shim(Function):
         )
 
 
-@dataclass(frozen=True)
-class Provider:
+class Provider(NamedTuple):
     """A library that provides symbols a plugin may import (providers.toml): its SONAMEs and patterns."""
 
     name: str
@@ -104,8 +106,7 @@ class Provider:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):
     """The entry points, shims and providers of the spec, and the files they were read from."""
 
     entry_points: tuple[EntryPoint, ...]
@@ -366,8 +367,7 @@ def _load_providers(path: str | os.PathLike[str]) -> tuple[Provider, ...]:
 # abi.toml: dtypes, constant codes, package member names, C++-runtime symbols
 
 
-@dataclass(frozen=True)
-class Dtype:
+class Dtype(NamedTuple):
     """One torch dtype: its name, code and item size (abi.toml)."""
 
     name: str
@@ -383,8 +383,7 @@ class Dtype:
         return self.numpy[1] if self.numpy else ""
 
 
-@dataclass(frozen=True)
-class PackageLayout:
+class PackageLayout(NamedTuple):
     """The .pt2 members the runtime reads and their schema versions (abi.toml)."""
 
     contract_entry: str
@@ -405,8 +404,7 @@ CONSTANT_TABLES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class Abi:
+class Abi(NamedTuple):
     """The ABI facts both languages share: dtypes, constant tables, the package layout (abi.toml)."""
 
     dtypes: tuple[Dtype, ...]  # in code order, dense from 0
@@ -504,8 +502,7 @@ def load_abi(path: str | os.PathLike[str] | None = None) -> Abi:
 # c_api.toml: the host runtime's C API
 
 
-@dataclass(frozen=True)
-class Status:
+class Status(NamedTuple):
     """One aoti_host_status value of the C API (c_api.toml)."""
 
     name: str
@@ -513,16 +510,14 @@ class Status:
     meaning: str
 
 
-@dataclass(frozen=True)
-class CStruct:
+class CStruct(NamedTuple):
     """A struct of the C API and its fields (c_api.toml)."""
 
     name: str
     fields: tuple[Param, ...]
 
 
-@dataclass(frozen=True)
-class CApi:
+class CApi(NamedTuple):
     """The runtime's C API: statuses, structs, functions and the shims it exports (c_api.toml)."""
 
     statuses: tuple[Status, ...]

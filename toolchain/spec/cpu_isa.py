@@ -4,9 +4,9 @@ decodes plugins against it; codegen renders it into the runtime's aoti_host/cpu_
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import tomllib
 
@@ -16,8 +16,7 @@ SPEC = Path(__file__).resolve().parent / "cpu_isa.toml"
 REGISTERS = ("eax", "ebx", "ecx", "edx")
 
 
-@dataclass(frozen=True)
-class Extension:
+class Extension(NamedTuple):
     """One x86-64 extension: its psABI level, where cpuid reports it, the XCR0 state it needs."""
 
     name: str
@@ -29,8 +28,7 @@ class Extension:
     xcr0: int
 
 
-@dataclass(frozen=True)
-class IsaSpec:
+class IsaSpec(NamedTuple):
     """The psABI levels, the --cpu-isa choices and the extensions of toolchain/spec/cpu_isa.toml."""
 
     levels: tuple[str, ...]  # ascending
