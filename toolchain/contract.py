@@ -89,7 +89,7 @@ def structure(contract: dict[str, Any] | None, leaves: list[Any]) -> Any:
 
 def method_package(path: str | Path, method: str) -> Path:
     """The package file of `method` in the program at `path` (a .pt2; a directory of .pt2 files or its
-    methods.json manifest), as the runtime resolves it (runtime/src/method_set.cpp); `path` itself when it
+    methods.json manifest), as the runtime resolves it (runtime/src/host/program.cpp); `path` itself when it
     is one file."""
     p = Path(path)
     manifest = p / _LAYOUT.methods_manifest if p.is_dir() else p if p.suffix == ".json" else None

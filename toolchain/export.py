@@ -60,7 +60,7 @@ from toolchain.spec import load_abi
 
 _LAYOUT = load_abi().package  # the package's member names and schema versions (toolchain/spec/abi.toml)
 CONTRACT_ENTRY = _LAYOUT.contract_entry
-CONSTANTS_ENTRY = _LAYOUT.constants_entry  # blob-mode constant layouts (runtime/src/weights.h)
+CONSTANTS_ENTRY = _LAYOUT.constants_entry  # blob-mode constant layouts (runtime/src/host/weights.h)
 CONTRACT_SCHEMA = _LAYOUT.contract_schema
 PLUGIN_DIR = _LAYOUT.plugin_dir
 WEIGHTS_MODES = ("embedded", "blob")
@@ -206,7 +206,7 @@ _CONSTANT_FIELD = re.compile(r"^\s*constants_info_\[(\d+)\]\.(\w+) = (.*);\s*$")
 
 def constant_layouts(wrapper_cpp: str) -> list[dict[str, Any]] | None:
     """Each constant's layout as the generated wrapper sets it in its constructor (`constants_info_[i].shape
-    = {...};` ...), for the host to place blob weights itself (runtime/src/weights.h). None when the wrapper
+    = {...};` ...), for the host to place blob weights itself (runtime/src/host/weights.h). None when the wrapper
     has no such block or a constant isn't a plain strided tensor: the plugin then loads its blob itself."""
     fields: dict[int, dict[str, str]] = {}
     for line in wrapper_cpp.splitlines():

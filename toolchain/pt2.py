@@ -1,6 +1,6 @@
 """The one way to read a .pt2 package (a zip archive of stored members), the same rules as the runtime.
 
-The runtime's reader (runtime/src/zip.cpp) and this one make the same decision on every archive, so what
+The runtime's reader (runtime/src/base/zip.cpp) and this one make the same decision on every archive, so what
 `verify` checks is what the runtime loads; tests/integration/test_package_reader.py runs both over a corpus
 of crafted archives. An archive is refused when anything about it is ambiguous:
 

@@ -1,7 +1,7 @@
 """Size expressions of a package's contract: the symbols torch names dynamic dimensions by (`s77`) and the
 integer expressions it writes for the dimensions derived from them (`s17 + s77`, `2*s27`, `((s27 + 1)//2)`).
 
-The grammar is the one the C++ runtime evaluates (runtime/src/contract.cpp) and docs/package-json.md states:
+The grammar is the one the C++ runtime evaluates (runtime/src/host/contract.cpp) and docs/package-json.md states:
 
     expr  := term (('+' | '-') term)*
     term  := unary (('*' | '//' | '%') unary)*

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "aoti_host/error.h"
-#include "contract.h"
+#include "host/contract.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "elf_scan.h"
+#include "base/elf_scan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const aoti_host::ElfImports r = aoti_host::scan_elf_imports(data, size, "fuzz input");

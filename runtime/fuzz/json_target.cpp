@@ -5,7 +5,7 @@
 #include <string>
 
 #include "aoti_host/error.h"
-#include "json.h"
+#include "base/json.h"
 
 namespace {
 

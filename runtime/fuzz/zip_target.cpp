@@ -5,7 +5,7 @@
 #include <string>
 
 #include "aoti_host/error.h"
-#include "zip.h"
+#include "base/zip.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -4,21 +4,21 @@
 #include <new>
 
 #include "aoti_host/error.h"
-#include "method_set.h"
-#include "program.h"
 #include "aoti_host/tensor.h"
+#include "host/method.h"
+#include "host/program.h"
 #if CUDA_AVAILABLE
-#include "cuda/program_state.h"
+#include "host/cuda/method_state.h"
 #endif
 
-// A program is a set of methods; the single-method calls use method 0.
+// A program (host/program.h) is a set of methods (host/method.h); the single-method calls use method 0.
 struct aoti_host_program {
-  std::shared_ptr<aoti_host::MethodSet> set;
-  aoti_host::Program* impl;  // method 0
+  std::shared_ptr<aoti_host::Program> set;
+  aoti_host::Method* impl;  // method 0
 };
 
 struct aoti_host_session {
-  std::shared_ptr<aoti_host::MethodSet> set;
+  std::shared_ptr<aoti_host::Program> set;
   std::unique_ptr<aoti_host::SessionState> state;
 };
 
@@ -85,8 +85,8 @@ int aoti_host_program_load(const char* path, const aoti_host_load_options* optio
     *out = nullptr;
     aoti_host_load_options defaults{nullptr, nullptr, 1, 0};
     const aoti_host_load_options& o = options != nullptr ? *options : defaults;
-    auto set = aoti_host::MethodSet::load(path, o, o.no_weight_sharing == 0);
-    aoti_host::Program* first = &set->method(0);
+    auto set = aoti_host::Program::load(path, o, o.no_weight_sharing == 0);
+    aoti_host::Method* first = &set->method(0);
     *out = new aoti_host_program{std::move(set), first};
   });
 }
@@ -294,7 +294,7 @@ int aoti_host_tensor_to_cuda(struct AtenTensorOpaque* tensor, int32_t device_ind
 #if CUDA_AVAILABLE
 }  // extern "C": C++ helpers below return C++ types
 namespace {
-aoti_host::cuda::ProgramState& cuda_of(const aoti_host_program* program) {
+aoti_host::cuda::MethodState& cuda_of(const aoti_host_program* program) {
   require(program, "program");
   auto* s = program->impl->cuda_state();
   if (s == nullptr)

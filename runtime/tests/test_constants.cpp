@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "../src/constants.h"
 #include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
 #include "aoti_host/tensor.h"
 #include "check.h"
+#include "host/constants.h"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <thread>
 #include <vector>
 
-#include "../src/crc32.h"
-#include "../src/zip.h"
 #include "aoti_host/error.h"
+#include "base/crc32.h"
+#include "base/zip.h"
 #include "check.h"
 
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../src/elf_scan.h"
+#include "base/elf_scan.h"
 #include "check.h"
 
 namespace {

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <string>
 
-#include "../src/json.h"
 #include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
+#include "base/json.h"
 #include "check.h"
 
 namespace {

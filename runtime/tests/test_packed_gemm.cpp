@@ -1,8 +1,8 @@
 // Native tests of the packed-weight GEMM (src/packed_gemm.cpp) through the shims a plugin calls: odd sizes
 // (M, N, K not multiples of the 8x32 tile), strided and transposed A, B and C, alpha/beta 0, 1 and
 // others, a broadcast bias, and the cache of packed constants: a constant changed and re-registered (what
-// Program::constants_changed does after every constants update) gives the new results; unregistered
-// memory is never taken from the cache; only the cache of the current run (PackScope, as Program::run
+// Method::constants_changed does after every constants update) gives the new results; unregistered
+// memory is never taken from the cache; only the cache of the current run (PackScope, as Method::run
 // sets around the plugin's Run) is consulted, and none outside a run.
 #include <cmath>
 #include <cstdio>
@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "../src/packed_gemm.h"
 #include "aoti_host/error.h"
 #include "aoti_host/shims.h"
 #include "check.h"
+#include "shims/packed_gemm.h"
 
 namespace {
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "../src/plugin_store.h"
 #include "aoti_host/error.h"
 #include "check.h"
+#include "host/plugin_store.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../src/sha256.h"
+#include "base/sha256.h"
 #include "check.h"
 
 namespace {

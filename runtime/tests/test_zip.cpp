@@ -14,10 +14,10 @@
 
 #include <unistd.h>
 
-#include "../src/crc32.h"
-#include "../src/zip.h"
 #include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
+#include "base/crc32.h"
+#include "base/zip.h"
 #include "check.h"
 
 namespace {

@@ -1,4 +1,4 @@
-"""Crafted zip archives for the package readers (runtime/src/zip.cpp and toolchain/pt2.py), generated in
+"""Crafted zip archives for the package readers (runtime/src/base/zip.cpp and toolchain/pt2.py), generated in
 memory so that nothing binary is committed.
 
 `build(members, ...)` writes a well-formed archive of stored members the way torch (data descriptors,

@@ -140,8 +140,10 @@ def test_cuda_auto_with_nvcc_selects_the_cuda_variant(tmp_path):
 @pytest.mark.slow
 def test_cuda_variant_compiles_and_links_here(tmp_path):
     """`scons cuda=on`: every TU with CUDA_AVAILABLE=1, .cu through nvcc, cudart shared + cuBLAS linked."""
-    cuda_sources = sorted((REPO_ROOT / "runtime" / "src" / "cuda").glob("*.cu")) + sorted(
-        (REPO_ROOT / "runtime" / "src" / "cuda").glob("*.cpp"))
+    # The CUDA folders of each layer: shims/cuda (device tensors, the CUDA shims and kernels) and host/cuda
+    # (a method's stream and graph, the weight upload).
+    src_dir = REPO_ROOT / "runtime" / "src"
+    cuda_sources = sorted(p for p in src_dir.rglob("*") if p.suffix in (".cu", ".cpp") and p.parent.name == "cuda")
     proc = _scons(REPO_ROOT, "cuda=on", f"build_dir={tmp_path}", f"-j{os.cpu_count() or 2}")
     out = proc.stdout + proc.stderr
     variant = tmp_path / "cuda-gcc-release"
@@ -155,7 +157,7 @@ def test_cuda_variant_compiles_and_links_here(tmp_path):
         assert proc.returncode != 0
         assert "[rule shim-not-exported]" in out and "aoti_torch_create_cuda_guard" in out, out[-3000:]
         assert not (variant / "dist" / "lib" / "libaoti_host.so").exists()
-        pytest.skip("runtime/src/cuda has no sources yet: the CUDA variant links only once the CUDA shims exist")
+        pytest.skip("runtime/src/*/cuda has no sources yet: the CUDA variant links only once the CUDA shims exist")
     assert proc.returncode == 0, out[-4000:]
     lib = variant / "dist" / "lib" / "libaoti_host.so"
     needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
@@ -163,12 +165,12 @@ def test_cuda_variant_compiles_and_links_here(tmp_path):
     assert {r.defines["CUDA_AVAILABLE"] for r in read_config_records(lib)} == {"1"}
     recorded = {Path(r.object_name).name for r in read_config_records(lib)}
     assert {s.name for s in cuda_sources} <= recorded, recorded
-    # The CUDA program state and weight upload are program-level: in the runtime library, not in the shims
-    # archive every host whole-archives.
+    # A method's CUDA state and the weight upload (host/cuda/) are program-level: in the runtime library, not
+    # in the shims archive every host whole-archives.
     assert shims_archive_violations(variant / "obj" / "lib" / "libaoti_host_shims.a") == []
     runtime_objects = subprocess.run(["ar", "t", str(variant / "obj" / "lib" / "libaoti_host_runtime.a")],
                                      capture_output=True, text=True, check=True).stdout.split()
-    assert {"program_state.os", "upload.os"} <= set(runtime_objects), runtime_objects
+    assert {"method_state.os", "upload.os"} <= set(runtime_objects), runtime_objects
     # compile_commands.json lists the .cu compiles too, with the nvcc command.
     import json
 

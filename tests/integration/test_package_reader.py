@@ -1,4 +1,4 @@
-"""One way to read a package: the runtime's reader (runtime/src/zip.cpp, driven through the pt2_probe test
+"""One way to read a package: the runtime's reader (runtime/src/base/zip.cpp, driven through the pt2_probe test
 program) and toolchain/pt2.py (what verify uses) make the same accept/refuse decision on every crafted
 archive and hand out the same member bytes; hostile archives end in a clean refusal, never a signal."""
 
@@ -158,9 +158,9 @@ def test_hostile_archives_under_sanitizers(host_build, corpus_dir, tmp_path):
     exe = tmp_path / "pt2_probe_asan"
     build = subprocess.run(
         [cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-         "-Wall", "-Wextra", "-Werror", f"-I{src / 'include'}", f"-I{host_build.gen_dir / 'include'}", "-include", str(src / "include/aoti_host/config.h"),
-         "-DCUDA_AVAILABLE=0", str(src / "tests/tools/pt2_probe.cpp"), str(src / "src/zip.cpp"),
-         str(src / "src/crc32.cpp"), str(src / "src/mapped_file.cpp"), "-o", str(exe)],
+         "-Wall", "-Wextra", "-Werror", f"-I{src / 'include'}", f"-I{src / 'src'}", f"-I{host_build.gen_dir / 'include'}", "-include", str(src / "include/aoti_host/config.h"),
+         "-DCUDA_AVAILABLE=0", str(src / "tests/tools/pt2_probe.cpp"), str(src / "src/base/zip.cpp"),
+         str(src / "src/base/crc32.cpp"), str(src / "src/base/mapped_file.cpp"), "-o", str(exe)],
         capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     for name, case in CORPUS.items():

@@ -1,4 +1,4 @@
-"""Blob weights placed by the host (runtime/src/weights.h): the package's constant layouts, checked against the
+"""Blob weights placed by the host (runtime/src/host/weights.h): the package's constant layouts, checked against the
 plugin, one allocation the program owns, the constants handed over as user-managed; and the plugin's own loader
 where the package has no layouts. Real torch 2.13 blob-mode plugins."""
 

@@ -98,7 +98,7 @@ def test_constant_getters_and_scalar_shims_are_generated_not_written_out(tmp_pat
     for s in scalars:
         assert f"AOTI_HOST_API {s.prototype} {{" in inc
     assert 'static_cast<uint8_t>(value ? 1 : 0), 11,' in inc
-    core = (ROOT / "runtime/src/shims_core.cpp").read_text()
+    core = (ROOT / "runtime/src/shims/shims_core.cpp").read_text()
     assert not re.search(r"aoti_torch_(dtype|device_type|layout|memory_format)_\w+\(void\) \{ return", core)
     assert "aoti_torch_scalar_to_tensor_float32(" not in core
 
@@ -120,7 +120,7 @@ def test_package_names_one_owner():
     assert export.CONTRACT_ENTRY == verify_package.CONTRACT_ENTRY == p.contract_entry
     assert export.CONSTANTS_ENTRY == verify_package.CONSTANTS_ENTRY == p.constants_entry
     assert export.MANIFEST_NAME == p.methods_manifest and verify_package.PLUGIN_DIR == p.plugin_dir
-    for path in ("runtime/src/program.cpp", "runtime/src/weights.h", "runtime/src/method_set.cpp",
+    for path in ("runtime/src/host/method.cpp", "runtime/src/host/weights.h", "runtime/src/host/program.cpp",
                  "toolchain/export.py", "toolchain/verify/package.py"):
         text = (ROOT / path).read_text()
         assert '"extra/aoti_toolchain_' not in text and '"methods.json"' not in text, path
@@ -138,8 +138,8 @@ def test_providers_and_cxx_core_symbols(tmp_path):
     for sym in ABI.cxx_runtime_core:
         assert f'"{sym}",' in text
     assert checks._CXX_RUNTIME_CORE == ABI.cxx_runtime_core
-    assert '"libstdc++.so.6"' not in (ROOT / "runtime/src/plugin.cpp").read_text()  # the soname comes from the spec
-    assert "__cxa_throw" not in (ROOT / "runtime/src/elf_scan.cpp").read_text()
+    assert '"libstdc++.so.6"' not in (ROOT / "runtime/src/host/plugin.cpp").read_text()  # the soname comes from the spec
+    assert "__cxa_throw" not in (ROOT / "runtime/src/base/elf_scan.cpp").read_text()
 
 
 def test_provider_notes_reach_verify():

@@ -1,12 +1,12 @@
-#include "elf_scan.h"
+#include "base/elf_scan.h"
 
 #include <elf.h>
 
 #include <cstring>
 
-#include "mapped_file.h"
 #include "aoti_host/error.h"
 #include "aoti_host/providers.h"
+#include "base/mapped_file.h"
 
 namespace aoti_host {
 

@@ -1,4 +1,4 @@
-#include "json.h"
+#include "base/json.h"
 
 #include <cmath>
 #include <cstdlib>

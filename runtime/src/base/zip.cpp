@@ -1,13 +1,13 @@
-#include "zip.h"
+#include "base/zip.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <unordered_set>
 
-#include "aoti_host/status.h"
 #include "aoti_host/error.h"
-#include "crc32.h"
+#include "aoti_host/status.h"
+#include "base/crc32.h"
 
 // The rules below are mirrored, decision for decision, by toolchain/pt2.py; a differential test
 // (tests/integration/test_package_reader.py) runs both readers over a corpus of crafted archives.

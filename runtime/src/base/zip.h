@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "mapped_file.h"
+#include "base/mapped_file.h"
 
 namespace aoti_host {
 

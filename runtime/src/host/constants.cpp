@@ -1,4 +1,4 @@
-#include "constants.h"
+#include "host/constants.h"
 
 #include <cstring>
 #include <unordered_set>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "aoti_host/entry_points.h"
-#include "plugin.h"
+#include "host/plugin.h"
 
 namespace aoti_host {
 

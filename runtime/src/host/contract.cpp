@@ -1,10 +1,10 @@
-#include "contract.h"
+#include "host/contract.h"
 
 #include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
 #include "aoti_host/package_layout.h"
 #include "aoti_host/status.h"
-#include "json.h"
+#include "base/json.h"
 
 #include <algorithm>
 #include <cctype>

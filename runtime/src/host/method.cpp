@@ -1,4 +1,4 @@
-#include "program.h"
+#include "host/method.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,15 +14,15 @@
 #include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
 #include "aoti_host/tensor.h"
-#include "constants.h"
-#include "contract.h"
-#include "crc32.h"
-#include "mapped_file.h"
-#include "package.h"
-#include "packed_gemm.h"
+#include "base/crc32.h"
+#include "base/mapped_file.h"
+#include "host/constants.h"
+#include "host/contract.h"
+#include "host/package.h"
+#include "shims/packed_gemm.h"
 #include <chrono>
 #if CUDA_AVAILABLE
-#include "cuda/program_state.h"
+#include "host/cuda/method_state.h"
 #endif
 
 namespace aoti_host {
@@ -79,7 +79,7 @@ constexpr const char* kCheckInputsEnv = "AOTI_RUNTIME_CHECK_INPUTS";
 
 }  // namespace
 
-std::string Program::plugin_error(const char* call) const {
+std::string Method::plugin_error(const char* call) const {
   std::string msg = std::string(call) + " failed";
   const std::string why = plugin_->last_error();
   if (!why.empty()) msg += ": " + why;
@@ -89,23 +89,23 @@ std::string Program::plugin_error(const char* call) const {
 
 struct StreamScope {
 #if CUDA_AVAILABLE
-  explicit StreamScope(const cuda::ProgramState& s) : scope(s) {}
-  cuda::ProgramState::Scope scope;
+  explicit StreamScope(const cuda::MethodState& s) : scope(s) {}
+  cuda::MethodState::Scope scope;
 #endif
 };
 
 void StreamScopeDeleter::operator()(StreamScope* s) const { delete s; }
 
-StreamScopePtr stream_scope(const Program& program) {
+StreamScopePtr stream_scope(const Method& method) {
 #if CUDA_AVAILABLE
-  if (program.cuda_state() != nullptr) return StreamScopePtr(new StreamScope(*program.cuda_state()));
+  if (method.cuda_state() != nullptr) return StreamScopePtr(new StreamScope(*method.cuda_state()));
 #else
-  (void)program;
+  (void)method;
 #endif
   return nullptr;
 }
 
-std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options,
+std::unique_ptr<Method> Method::load(const std::string& path, const aoti_host_load_options& options,
                                        bool defer_weights) {
   // Where a load's time goes, logged at info level (AOTI_HOST_LOG=info): milliseconds per phase.
   using Clock = std::chrono::steady_clock;
@@ -117,7 +117,7 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
     slot = std::chrono::duration<double, std::milli>(now - t).count();
     t = now;
   };
-  std::unique_ptr<Program> p(new Program());
+  std::unique_ptr<Method> p(new Method());
   p->path_ = path;
   p->pack_cache_ = std::make_shared<cpu::PackCache>();
   const Package package = Package::open(path);
@@ -151,13 +151,13 @@ std::unique_ptr<Program> Program::load(const std::string& path, const aoti_host_
   return p;
 }
 
-void Program::adopt_package(const Package& package) {
+void Method::adopt_package(const Package& package) {
   has_contract_ = package.has_contract();
   contract_ = package.contract();
   constant_layouts_ = package.constant_layouts();
 }
 
-void Program::start_weight_prefetch(const aoti_host_load_options& options, const Package& package,
+void Method::start_weight_prefetch(const aoti_host_load_options& options, const Package& package,
                                     bool defer_weights) {
 #if CUDA_AVAILABLE
   // Only what place_weights will upload through the host ring anyway: the package's own blob, weights not left
@@ -175,7 +175,7 @@ void Program::start_weight_prefetch(const aoti_host_load_options& options, const
 #endif
 }
 
-void Program::PrefetchDeleter::operator()(cuda::WeightPrefetch* w) const {
+void Method::PrefetchDeleter::operator()(cuda::WeightPrefetch* w) const {
 #if CUDA_AVAILABLE
   delete w;
 #else
@@ -183,18 +183,18 @@ void Program::PrefetchDeleter::operator()(cuda::WeightPrefetch* w) const {
 #endif
 }
 
-void Program::create_device_state(const Device& device) {
+void Method::create_device_state(const Device& device) {
   if (!device.cuda) return;
 #if CUDA_AVAILABLE
   try {
-    cuda_.reset(new cuda::ProgramState(device.index));
+    cuda_.reset(new cuda::MethodState(device.index));
   } catch (const Error& e) {
     throw Error(path_ + ": " + e.what(), AOTI_HOST_NOT_SUPPORTED);
   }
 #endif
 }
 
-void Program::create_container(const Device& device, size_t num_models, const std::string& cubin_dir) {
+void Method::create_container(const Device& device, size_t num_models, const std::string& cubin_dir) {
   clear_last_error();
   if (plugin_->fns.AOTInductorModelContainerCreateWithDevice(&container_, num_models, device.name.c_str(),
                                                              cubin_dir.empty() ? nullptr : cubin_dir.c_str()) !=
@@ -206,7 +206,7 @@ void Program::create_container(const Device& device, size_t num_models, const st
 
 // Weights outside the .so (a blob-mode plugin) come from --weights or the package's blob, now or, with
 // defer_weights, when the caller decides (weight sharing); embedded ones need nothing.
-void Program::apply_weights_policy(const aoti_host_load_options& options, const Package& package, bool defer_weights) {
+void Method::apply_weights_policy(const aoti_host_load_options& options, const Package& package, bool defer_weights) {
   size_t num_constants = 0;
   if (plugin_->fns.AOTInductorModelContainerGetNumConstants != nullptr)
     plugin_->fns.AOTInductorModelContainerGetNumConstants(container_, &num_constants);
@@ -233,7 +233,7 @@ void Program::apply_weights_policy(const aoti_host_load_options& options, const 
 
 // Input and output counts and names from the plugin, checked against the contract; without one, the
 // plugin's own input check is turned on.
-void Program::read_signature() {
+void Method::read_signature() {
   const AotiEntryPoints& fns = plugin_->fns;
   fns.AOTInductorModelContainerGetNumInputs(container_, &num_inputs_);
   fns.AOTInductorModelContainerGetNumOutputs(container_, &num_outputs_);
@@ -262,7 +262,7 @@ void Program::read_signature() {
   }
 }
 
-void Program::enable_plugin_input_checks() {
+void Method::enable_plugin_input_checks() {
   // Without a contract the host can't know what the plugin was built for, but the plugin can: its
   // generated check_inputs (dtype, sizes, dynamic ranges, strides, device) runs when
   // AOTI_RUNTIME_CHECK_INPUTS is set at its first Run (a function-local static, read once per plugin).
@@ -284,7 +284,7 @@ void Program::enable_plugin_input_checks() {
 }
 
 // Every load validates the constants result once (constants.cpp), or says what an older plugin loses.
-void Program::check_constants() {
+void Method::check_constants() {
   if (has_entries_call(*plugin_)) {
     extract_constants(*plugin_, container_);
     if (!weights_pending_) constants_changed();
@@ -293,14 +293,14 @@ void Program::check_constants() {
   }
 }
 
-void Program::share_pack_cache(const Program& other) {
+void Method::share_pack_cache(const Method& other) {
   if (pack_cache_ == other.pack_cache_) return;
   pack_cache_->set_ranges(this, {});
   pack_cache_ = other.pack_cache_;
   constants_changed();
 }
 
-void Program::constants_changed() {
+void Method::constants_changed() {
   pack_cache_->set_ranges(this, {});
   if (cuda_ || weights_pending_ || !has_entries_call(*plugin_) || !cpu::pack_weights_enabled()) return;
   std::map<std::string, const ConstantInfo*> by_fqn;
@@ -328,7 +328,7 @@ void Program::constants_changed() {
   log(LogLevel::Debug, "%s: %zu constant(s) registered for packed GEMM weights", path_.c_str(), ranges.size());
 }
 
-void Program::load_pending_weights() {
+void Method::load_pending_weights() {
   if (!weights_pending_) return;
   if (pending_zip_) {
     // The blob's CRC-32 is checked in the pass that reads it when the host uploads it to the device, else
@@ -344,7 +344,7 @@ void Program::load_pending_weights() {
   constants_changed();
 }
 
-void Program::load_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check) {
+void Method::load_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check) {
   const AotiEntryPoints& fns = plugin_->fns;
   if (fns.AOTInductorModelUpdateConstantsFromBlob == nullptr) {
     throw Error(path_ + ": the plugin keeps its weights outside but does not export "
@@ -389,7 +389,7 @@ void Program::load_weights(const unsigned char* blob, size_t size, const std::st
   log(LogLevel::Debug, "%s: loaded %zu bytes of weights from %s", path_.c_str(), size, from.c_str());
 }
 
-bool Program::place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check) {
+bool Method::place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check) {
   if (constant_layouts_.empty()) return false;  // a package without layouts: the plugin's loader
   const char* device = "cpu";
 #if CUDA_AVAILABLE
@@ -445,7 +445,7 @@ bool Program::place_weights(const unsigned char* blob, size_t size, const std::s
   return true;
 }
 
-Program::~Program() {
+Method::~Method() {
   if (pack_cache_) pack_cache_->set_ranges(this, {});  // before the container frees the memory they describe
   // The handles the container wrapped our placed weights in: read before it goes, deleted after it.
   std::vector<AtenTensorHandle> wrappers;
@@ -462,7 +462,7 @@ Program::~Program() {
   for (AtenTensorHandle h : wrappers) delete from_handle(h);
 }
 
-void Program::CudaStateDeleter::operator()(cuda::ProgramState* s) const {
+void Method::CudaStateDeleter::operator()(cuda::MethodState* s) const {
 #if CUDA_AVAILABLE
   delete s;
 #else
@@ -470,7 +470,7 @@ void Program::CudaStateDeleter::operator()(cuda::ProgramState* s) const {
 #endif
 }
 
-void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs,
+void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs,
                   size_t num_outputs) {
   if (weights_pending_) throw Error(path_ + ": its weights are not loaded yet", AOTI_HOST_INVALID_PROGRAM);
   if (num_inputs != num_inputs_)
@@ -601,7 +601,7 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
   }
 #endif
   // Run takes ownership of the input handles (the plugin deletes them); the caller owns the outputs. The
-  // CPU kernels it calls on this thread take packed copies of this program's constant weights.
+  // CPU kernels it calls on this thread take packed copies of this method's constant weights.
   AOTIRuntimeError rc;
   {
     const cpu::PackScope packed(pack_cache_.get());
@@ -640,7 +640,7 @@ void Program::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTe
   }
 }
 
-void Program::set_input_layout(size_t i, std::vector<int64_t> strides) {
+void Method::set_input_layout(size_t i, std::vector<int64_t> strides) {
   if (i >= num_inputs_)
     throw Error(path_ + ": input index " + std::to_string(i) + " out of range (the model takes " +
                     std::to_string(num_inputs_) + ")", AOTI_HOST_INVALID_ARGUMENT);

@@ -1,4 +1,4 @@
-// A loaded program: one plugin, its container, its weights and its input/output contract.
+// One method of a program (program.h): one plugin, its container, its weights and its input/output contract.
 #pragma once
 
 #include <cstdint>
@@ -8,41 +8,41 @@
 
 #include "aoti_host/c_api.h"
 #include "aoti_host/entry_points.h"
-#include "contract.h"
-#include "plugin.h"
-#include "weights.h"
-#include "zip.h"
+#include "base/zip.h"
+#include "host/contract.h"
+#include "host/plugin.h"
+#include "host/weights.h"
 
 namespace aoti_host {
 namespace cuda {
-class ProgramState;  // runtime/src/cuda/program_state.h; only created by a CUDA build
+class MethodState;  // host/cuda/method_state.h; only created by a CUDA build
 class WeightPrefetch;  // aoti_host/cuda/cuda.h; likewise
 }
 namespace cpu {
-class PackCache;  // packed_gemm.h
+class PackCache;  // shims/packed_gemm.h
 }
 class Package;
 struct Device;
-class Program;
+class Method;
 
-// A CUDA program's device and stream made current on this thread while it lives (program.cpp); null for a
-// cpu program.
+// A CUDA method's device and stream made current on this thread while it lives (method.cpp); null for a
+// cpu method.
 struct StreamScope;
 struct StreamScopeDeleter {
   void operator()(StreamScope* s) const;
 };
 using StreamScopePtr = std::unique_ptr<StreamScope, StreamScopeDeleter>;
-StreamScopePtr stream_scope(const Program& program);
+StreamScopePtr stream_scope(const Method& method);
 
-class Program {
+class Method {
  public:
   // defer_weights: a plugin that keeps its weights in a blob gets none yet (weights_pending()); the caller
-  // supplies them (weight sharing, method_set.cpp) or calls load_pending_weights().
-  static std::unique_ptr<Program> load(const std::string& path, const aoti_host_load_options& options,
+  // supplies them (weight sharing, program.cpp) or calls load_pending_weights().
+  static std::unique_ptr<Method> load(const std::string& path, const aoti_host_load_options& options,
                                        bool defer_weights = false);
-  ~Program();
-  Program(const Program&) = delete;
-  Program& operator=(const Program&) = delete;
+  ~Method();
+  Method(const Method&) = delete;
+  Method& operator=(const Method&) = delete;
 
   size_t num_inputs() const { return num_inputs_; }
   size_t num_outputs() const { return num_outputs_; }
@@ -55,14 +55,14 @@ class Program {
   bool weights_pending() const { return weights_pending_; }
   void load_pending_weights();
   void weights_supplied() { weights_pending_ = false, pending_zip_.reset(); }
-  // Tells this program's pack cache which memory holds its constants (packed_gemm.h: packed copies of
+  // Tells this method's pack cache which memory holds its constants (packed_gemm.h: packed copies of
   // constant weights, used by the CPU kernels during its runs). Every path that changes the container's
-  // constants calls it afterwards, which drops the packed copies of the old ones; ~Program drops them
+  // constants calls it afterwards, which drops the packed copies of the old ones; ~Method drops them
   // too. Buffer (mutable state) and constant-folded constants are never registered.
   void constants_changed();
-  // Uses `other`'s pack cache from now on (the methods of one method set share one, so weights they
+  // Uses `other`'s pack cache from now on (the methods of one program share one, so weights they
   // share are packed once).
-  void share_pack_cache(const Program& other);
+  void share_pack_cache(const Method& other);
 
   // strict: an input whose layout differs from the one the plugin was built for is refused instead of
   // converted.
@@ -76,11 +76,11 @@ class Program {
   void run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs, size_t num_outputs);
 
   // The CUDA side of a program loaded with device "cuda[:N]"; null on the CPU.
-  cuda::ProgramState* cuda_state() const { return cuda_.get(); }
+  cuda::MethodState* cuda_state() const { return cuda_.get(); }
   bool has_single_threaded_run() const { return plugin_->fns.AOTInductorModelContainerRunSingleThreaded != nullptr; }
 
  private:
-  Program() = default;
+  Method() = default;
   std::string plugin_error(const char* call) const;
   // The steps of load(), in order.
   void adopt_package(const Package& package);
@@ -112,9 +112,9 @@ class Program {
   std::shared_ptr<ZipArchive> pending_zip_;
   const ZipEntry* pending_blob_ = nullptr;
   struct CudaStateDeleter {
-    void operator()(cuda::ProgramState* s) const;
+    void operator()(cuda::MethodState* s) const;
   };
-  std::unique_ptr<cuda::ProgramState, CudaStateDeleter> cuda_;
+  std::unique_ptr<cuda::MethodState, CudaStateDeleter> cuda_;
   // A package's weight blob already on its way to the device while the load goes on (start_weight_prefetch);
   // place_weights takes it. Waited for (and its memory freed if untaken) before cuda_ goes.
   struct PrefetchDeleter {
@@ -123,10 +123,10 @@ class Program {
   std::unique_ptr<cuda::WeightPrefetch, PrefetchDeleter> prefetch_;
   void start_weight_prefetch(const aoti_host_load_options& options, const Package& package, bool defer_weights);
   // Blob weights placed by the host (weights.h): the package's layouts, and the memory the constants live
-  // in (destroyed before cuda_, after the container: ~Program deletes the container first).
+  // in (destroyed before cuda_, after the container: ~Method deletes the container first).
   std::vector<ConstantLayout> constant_layouts_;
   std::unique_ptr<PlacedWeights> placed_weights_;
-  std::shared_ptr<cpu::PackCache> pack_cache_;  // this program's (or its method set's) packed weights
+  std::shared_ptr<cpu::PackCache> pack_cache_;  // this method's (or its program's) packed weights
   bool place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check);
 };
 

@@ -1,13 +1,13 @@
-#include "package.h"
+#include "host/package.h"
 
 #include <cstdlib>
 #include <cstring>
 
-#include "aoti_host/package_layout.h"
-#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/input_file.h"
-#include "plugin_store.h"
+#include "aoti_host/package_layout.h"
+#include "aoti_host/status.h"
+#include "host/plugin_store.h"
 
 namespace aoti_host {
 namespace {

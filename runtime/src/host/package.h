@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "contract.h"
-#include "preflight.h"
-#include "weights.h"
-#include "zip.h"
+#include "base/zip.h"
+#include "host/contract.h"
+#include "host/preflight.h"
+#include "host/weights.h"
 
 namespace aoti_host {
 

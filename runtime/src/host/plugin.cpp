@@ -1,4 +1,4 @@
-#include "plugin.h"
+#include "host/plugin.h"
 
 #include <dlfcn.h>
 #include <fnmatch.h>
@@ -12,7 +12,7 @@
 #include "aoti_host/log.h"
 #include "aoti_host/providers.h"
 #include "aoti_host/status.h"
-#include "elf_scan.h"
+#include "base/elf_scan.h"
 
 namespace aoti_host {
 namespace {

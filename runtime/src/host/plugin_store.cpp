@@ -1,4 +1,4 @@
-#include "plugin_store.h"
+#include "host/plugin_store.h"
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -17,10 +17,10 @@
 #include <map>
 #include <mutex>
 
-#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
-#include "sha256.h"
+#include "aoti_host/status.h"
+#include "base/sha256.h"
 
 #ifndef MFD_EXEC
 #define MFD_EXEC 0x0010U  // linux >= 6.3: ask for an executable memfd explicitly (vm.memfd_noexec)

@@ -1,4 +1,4 @@
-#include "preflight.h"
+#include "host/preflight.h"
 
 #include <cpuid.h>
 
@@ -16,7 +16,7 @@
 #include "aoti_host/log.h"
 #include "aoti_host/package_layout.h"
 #include "aoti_host/status.h"
-#include "json.h"
+#include "base/json.h"
 
 namespace aoti_host {
 namespace {

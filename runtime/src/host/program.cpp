@@ -1,4 +1,4 @@
-#include "method_set.h"
+#include "host/program.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -15,11 +15,11 @@
 #include "aoti_host/log.h"
 #include "aoti_host/package_layout.h"
 #include "aoti_host/shims.h"
-#include "constants.h"
-#include "json.h"
+#include "base/json.h"
+#include "host/constants.h"
 #if CUDA_AVAILABLE
 #include "aoti_host/cuda/cuda.h"
-#include "cuda/program_state.h"
+#include "host/cuda/method_state.h"
 #endif
 
 namespace aoti_host {
@@ -139,8 +139,8 @@ std::unique_ptr<Tensor> copy_of(const Tensor& t) {
   return c;
 }
 
-// Waits for a CUDA program's stream (the load's copies and comparisons are done before the next method's).
-void finish(const Program& p) {
+// Waits for a CUDA method's stream (the load's copies and comparisons are done before the next method's).
+void finish(const Method& p) {
 #if CUDA_AVAILABLE
   if (p.cuda_state() != nullptr) p.cuda_state()->synchronize();
 #else
@@ -156,12 +156,12 @@ std::string plugin_why(const Plugin& plugin) {
 
 }  // namespace
 
-StreamScopePtr MethodSet::order_state(size_t method) {
+StreamScopePtr Program::order_state(size_t method) {
   StreamScopePtr scope = stream_scope(*methods_.at(method));
 #if CUDA_AVAILABLE
-  const cuda::ProgramState* next = methods_.at(method)->cuda_state();
+  const cuda::MethodState* next = methods_.at(method)->cuda_state();
   if (next != nullptr && method != state_method_) {
-    const cuda::ProgramState* last = methods_.at(state_method_)->cuda_state();
+    const cuda::MethodState* last = methods_.at(state_method_)->cuda_state();
     if (last != nullptr) cuda::stream_wait(next->stream(), last->stream());
   }
 #endif
@@ -169,18 +169,18 @@ StreamScopePtr MethodSet::order_state(size_t method) {
   return scope;
 }
 
-std::unique_ptr<Tensor> MethodSet::copy_value(const Tensor& src) {
+std::unique_ptr<Tensor> Program::copy_value(const Tensor& src) {
   std::unique_ptr<Tensor> c = copy_of(src);
   (on_device(src) ? stats_.state_device_copy_bytes : stats_.state_host_copy_bytes) += nbytes(src);
   return c;
 }
 
-void MethodSet::copy_value(Tensor& dst, const Tensor& src) {
+void Program::copy_value(Tensor& dst, const Tensor& src) {
   copy_into(dst, src, "session state");
   (on_device(dst) && on_device(src) ? stats_.state_device_copy_bytes : stats_.state_host_copy_bytes) += nbytes(src);
 }
 
-WeightStats MethodSet::weight_stats() const {
+WeightStats Program::weight_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }
@@ -213,23 +213,23 @@ std::vector<MethodSpec> resolve_methods(const std::string& path) {
 }
 
 // FQN -> the tensor every later method with that FQN borrows (a handle of its owner's container, or a
-// host copy); valid for the life of the MethodSet (owners are never updated after they join).
+// host copy); valid for the life of the Program (owners are never updated after they join).
 struct Pool {
   std::map<std::string, std::pair<AtenTensorHandle, std::string>> items;  // fqn -> (tensor, owner method)
 };
 
-std::shared_ptr<MethodSet> MethodSet::load(const std::string& path, const aoti_host_load_options& options,
+std::shared_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options,
                                            bool share_weights) {
   std::vector<MethodSpec> specs = resolve_methods(path);
   if (specs.size() > 1 && options.weights_path != nullptr && *options.weights_path != '\0')
     throw Error(path + ": a weights blob is for one plugin .so; each method of a multi-method program takes its "
                 "weights from its own package", AOTI_HOST_INVALID_ARGUMENT);
-  std::shared_ptr<MethodSet> set(new MethodSet());
+  std::shared_ptr<Program> set(new Program());
   set->path_ = path;
   const bool share = share_weights && specs.size() > 1;
   for (const auto& s : specs) {
     try {
-      set->methods_.push_back(Program::load(s.path, options, share));
+      set->methods_.push_back(Method::load(s.path, options, share));
       // One pack cache for the set: a weight the methods share is packed once.
       if (set->methods_.size() > 1) set->methods_.back()->share_pack_cache(*set->methods_.front());
     } catch (const Error& e) {
@@ -259,8 +259,8 @@ std::shared_ptr<MethodSet> MethodSet::load(const std::string& path, const aoti_h
   return set;
 }
 
-void MethodSet::share(size_t k, const aoti_host_load_options& options, Pool& pool) {
-  Program& m = *methods_[k];
+void Program::share(size_t k, const aoti_host_load_options& options, Pool& pool) {
+  Method& m = *methods_[k];
   const Plugin& pl = m.plugin();
   const AotiEntryPoints& f = pl.fns;
   const std::string& name = names_[k];
@@ -288,10 +288,10 @@ void MethodSet::share(size_t k, const aoti_host_load_options& options, Pool& poo
     keep_own("it has constant-folded constants, which the plugin recomputes into its own buffer");
   } else if (overlap) {
     // Its own tensors: the container's (embedded weights) or a probe's that read the blob.
-    std::unique_ptr<Program> probe;
-    if (pending) probe = Program::load(m.path(), options, false);
-    const Program& src = probe ? *probe : m;
-    // Comparisons and copies of its tensors run on the stream of the program that holds them.
+    std::unique_ptr<Method> probe;
+    if (pending) probe = Method::load(m.path(), options, false);
+    const Method& src = probe ? *probe : m;
+    // Comparisons and copies of its tensors run on the stream of the method that holds them.
     StreamScopePtr on_src = stream_scope(src);
     std::vector<ConstantEntry> own = extract_constants(src.plugin(), src.container());
     std::vector<AOTInductorConstantMapEntry> pairs;
@@ -354,7 +354,7 @@ void MethodSet::share(size_t k, const aoti_host_load_options& options, Pool& poo
     if (!pool.items.count(e.fqn)) pool.items[e.fqn] = {e.handle, name};
 }
 
-void MethodSet::find_state() {
+void Program::find_state() {
   std::map<std::string, size_t> index;
   for (size_t k = 0; k < methods_.size(); ++k) {
     const Plugin& pl = methods_[k]->plugin();
@@ -384,13 +384,13 @@ void MethodSet::find_state() {
   }
 }
 
-std::vector<std::unique_ptr<Tensor>> MethodSet::copy_state(bool from_initial) {
+std::vector<std::unique_ptr<Tensor>> Program::copy_state(bool from_initial) {
   std::vector<std::unique_ptr<Tensor>> out;
   for (const auto& s : slots_) out.push_back(copy_value(from_initial ? *s.initial : *from_handle(s.working[0])));
   return out;
 }
 
-void MethodSet::switch_to(SessionState* s) {
+void Program::switch_to(SessionState* s) {
   if (current_ == s || slots_.empty()) return;
   if (current_ != nullptr && current_->values.empty()) {
     current_->values = copy_state(false);  // the program's own state, saved for the first time
@@ -402,7 +402,7 @@ void MethodSet::switch_to(SessionState* s) {
   current_ = s;
 }
 
-size_t MethodSet::find(const std::string& name) const {
+size_t Program::find(const std::string& name) const {
   for (size_t i = 0; i < names_.size(); ++i)
     if (names_[i] == name) return i;
   std::string all;
@@ -410,7 +410,7 @@ size_t MethodSet::find(const std::string& name) const {
   throw Error(path_ + ": no method \"" + name + "\"; it has: " + all, AOTI_HOST_NOT_FOUND);
 }
 
-void MethodSet::run(size_t method, SessionState* session, const aoti_host_tensor_view* inputs, size_t num_inputs,
+void Program::run(size_t method, SessionState* session, const aoti_host_tensor_view* inputs, size_t num_inputs,
                     AtenTensorHandle* outputs, size_t num_outputs) {
   if (method >= methods_.size())
     throw Error(path_ + ": method index " + std::to_string(method) + " out of range (" +
@@ -429,7 +429,7 @@ void MethodSet::run(size_t method, SessionState* session, const aoti_host_tensor
   methods_[method]->run(inputs, num_inputs, outputs, num_outputs);
 }
 
-MethodSet::~MethodSet() {
+Program::~Program() {
   // Borrowers before owners (an owner always has the lower index), each container before the user-managed
   // handles it holds: torch 2.13 wraps a user-managed constant in a handle of its own
   // (aoti_torch_new_tensor_handle) that its container never deletes.

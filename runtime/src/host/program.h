@@ -1,5 +1,6 @@
-// A program of several methods: N plugins (one .pt2 each) loaded as the methods of one model, sharing
-// weights by original FQN, and the mutable state (Buffer constants) that sessions own.
+// A program (the C API's aoti_host_program; ExecuTorch's naming): N plugins (one .pt2 each) loaded as the
+// methods (method.h) of one model, sharing weights by original FQN, and the mutable state (Buffer constants)
+// that sessions own.
 //
 // Weight sharing: the first method that holds an FQN is its owner. A later method gets the owner's tensor
 // under its own INTERNAL name (FQN and internal name differ: fc1.weight vs fc1_weight) through
@@ -33,7 +34,7 @@
 
 #include "aoti_host/c_api.h"
 #include "aoti_host/tensor.h"
-#include "program.h"
+#include "host/method.h"
 
 namespace aoti_host {
 
@@ -63,18 +64,18 @@ struct WeightStats {
 
 class SessionState;
 
-class MethodSet {
+class Program {
  public:
-  static std::shared_ptr<MethodSet> load(const std::string& path, const aoti_host_load_options& options,
+  static std::shared_ptr<Program> load(const std::string& path, const aoti_host_load_options& options,
                                          bool share_weights = true);
-  ~MethodSet();
-  MethodSet(const MethodSet&) = delete;
-  MethodSet& operator=(const MethodSet&) = delete;
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
 
   size_t size() const { return methods_.size(); }
   const std::string& name(size_t i) const { return names_.at(i); }
-  Program& method(size_t i) { return *methods_.at(i); }
-  const Program& method(size_t i) const { return *methods_.at(i); }
+  Method& method(size_t i) { return *methods_.at(i); }
+  const Method& method(size_t i) const { return *methods_.at(i); }
   size_t find(const std::string& name) const;  // throws Error(NOT_FOUND) listing the methods
   WeightStats weight_stats() const;  // a snapshot (runs in sessions update the state counters)
   const std::string& path() const { return path_; }
@@ -88,13 +89,13 @@ class MethodSet {
            AtenTensorHandle* outputs, size_t num_outputs);
 
   // Sessions (session.cpp). new_session: a fresh copy of the state as loaded.
-  std::unique_ptr<SessionState> new_session(const std::shared_ptr<MethodSet>& self);
-  std::unique_ptr<SessionState> clone_session(const std::shared_ptr<MethodSet>& self, SessionState& from);
+  std::unique_ptr<SessionState> new_session(const std::shared_ptr<Program>& self);
+  std::unique_ptr<SessionState> clone_session(const std::shared_ptr<Program>& self, SessionState& from);
   void reset_session(SessionState& s);
   void release_session(SessionState& s);
 
  private:
-  MethodSet() = default;
+  Program() = default;
   void share(size_t k, const aoti_host_load_options& options, struct Pool& pool);
   void find_state();
   void switch_to(SessionState* s);  // mu_ held, under order_state
@@ -116,7 +117,7 @@ class MethodSet {
 
   std::string path_;
   std::vector<std::string> names_;
-  std::vector<std::unique_ptr<Program>> methods_;
+  std::vector<std::unique_ptr<Method>> methods_;
   std::vector<std::vector<std::string>> user_managed_;  // per method: internal names handed over user-managed
   std::vector<std::unique_ptr<Tensor>> host_owned_;     // copies the runtime owns and the containers point into
   WeightStats stats_;
@@ -133,13 +134,13 @@ class SessionState {
   ~SessionState();
   SessionState(const SessionState&) = delete;
   SessionState& operator=(const SessionState&) = delete;
-  MethodSet& program() { return *owner_; }
+  Program& program() { return *owner_; }
 
  private:
-  friend class MethodSet;
+  friend class Program;
   SessionState() = default;
-  std::shared_ptr<MethodSet> keep_;  // a session keeps its program alive; null for the program's own state
-  MethodSet* owner_ = nullptr;
+  std::shared_ptr<Program> keep_;  // a session keeps its program alive; null for the program's own state
+  Program* owner_ = nullptr;
   std::vector<std::unique_ptr<Tensor>> values;  // one per slot, valid when the session is not current
 };
 

@@ -1,8 +1,8 @@
-// Sessions: each owns copies of the program's Buffer constants (method_set.h says how runs switch state).
+// Sessions: each owns copies of the program's Buffer constants (program.h says how runs switch state).
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "aoti_host/shims.h"
-#include "method_set.h"
+#include "host/program.h"
 
 // On CUDA the copies run device-to-device on the stream of the method that last worked on the state
 // (order_state), so they queue behind its runs and ahead of the next; nothing here waits for the device.
@@ -12,7 +12,7 @@ SessionState::~SessionState() {
   if (keep_ != nullptr) owner_->release_session(*this);
 }
 
-std::unique_ptr<SessionState> MethodSet::new_session(const std::shared_ptr<MethodSet>& self) {
+std::unique_ptr<SessionState> Program::new_session(const std::shared_ptr<Program>& self) {
   if (!no_sessions_.empty()) throw Error(no_sessions_, AOTI_HOST_NOT_SUPPORTED);
   std::unique_ptr<SessionState> s(new SessionState());
   s->keep_ = self;
@@ -23,7 +23,7 @@ std::unique_ptr<SessionState> MethodSet::new_session(const std::shared_ptr<Metho
   return s;
 }
 
-std::unique_ptr<SessionState> MethodSet::clone_session(const std::shared_ptr<MethodSet>& self, SessionState& from) {
+std::unique_ptr<SessionState> Program::clone_session(const std::shared_ptr<Program>& self, SessionState& from) {
   if (from.owner_ != this) throw Error("the session belongs to another program", AOTI_HOST_INVALID_ARGUMENT);
   std::unique_ptr<SessionState> s(new SessionState());
   s->keep_ = self;
@@ -38,7 +38,7 @@ std::unique_ptr<SessionState> MethodSet::clone_session(const std::shared_ptr<Met
   return s;
 }
 
-void MethodSet::reset_session(SessionState& s) {
+void Program::reset_session(SessionState& s) {
   if (s.owner_ != this) throw Error("the session belongs to another program", AOTI_HOST_INVALID_ARGUMENT);
   std::lock_guard<std::mutex> lock(mu_);
   const StreamScopePtr ordered = order_state();
@@ -51,7 +51,7 @@ void MethodSet::reset_session(SessionState& s) {
   }
 }
 
-void MethodSet::release_session(SessionState& s) {
+void Program::release_session(SessionState& s) {
   std::lock_guard<std::mutex> lock(mu_);
   if (current_ == &s) current_ = nullptr;  // the working tensors hold a dead session's values: never saved
   try {

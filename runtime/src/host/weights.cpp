@@ -1,15 +1,15 @@
-#include "weights.h"
+#include "host/weights.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <unordered_set>
 #include <vector>
 
-#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
-#include "contract.h"
-#include "json.h"
+#include "aoti_host/status.h"
+#include "base/json.h"
+#include "host/contract.h"
 
 namespace aoti_host {
 namespace {

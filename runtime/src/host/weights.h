@@ -24,7 +24,7 @@
 #include "aoti_host/entry_points.h"
 #include "aoti_host/package_layout.h"
 #include "aoti_host/tensor.h"
-#include "plugin.h"
+#include "host/plugin.h"
 
 namespace aoti_host {
 

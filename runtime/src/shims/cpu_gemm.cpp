@@ -1,6 +1,6 @@
-#include "cpu_gemm.h"
+#include "shims/cpu_gemm.h"
 
-#include "packed_gemm.h"
+#include "shims/packed_gemm.h"
 
 #include <cblas.h>
 #ifdef _OPENMP

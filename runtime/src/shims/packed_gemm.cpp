@@ -1,4 +1,4 @@
-#include "packed_gemm.h"
+#include "shims/packed_gemm.h"
 
 #include "aoti_host/log.h"
 
@@ -78,7 +78,7 @@ std::atomic<bool> g_full_logged{false};
 // GEMMs and convolution GEMMs run by the AVX-512 kernel in this process (PackStats::fast_calls).
 std::atomic<uint64_t> g_fast_calls{0};
 
-// The cache the kernels on this thread consult: set around a program's Run by a PackScope.
+// The cache the kernels on this thread consult: set around a method's Run by a PackScope.
 thread_local PackCache* t_current = nullptr;
 
 std::string key_bytes(const std::vector<int64_t>& key) {

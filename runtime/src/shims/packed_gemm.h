@@ -3,9 +3,9 @@
 //
 // Why: OpenBLAS repacks both operands on every call; for inference's small-M GEMMs against constant
 // weights that packing was a quarter of a Linear's time. The runtime knows every constant's memory: a
-// Program owns a PackCache (shared by the methods of one method set) holding its containers' constant
-// ranges, and sets it as the current cache (PackScope) around the plugin's Run. A B operand lying
-// inside those ranges is packed once and reused until the program's constants change or it is freed
+// Method (host/method.h) owns a PackCache (shared by the methods of one program) holding its containers'
+// constant ranges, and sets it as the current cache (PackScope) around the plugin's Run. A B operand lying
+// inside those ranges is packed once and reused until the method's constants change or it is freed
 // (both replace the ranges and drop the packed copies). Outside a run no cache is current and every B
 // is packed per call. Packed copies are extra memory, kept for constants only;
 // AOTI_HOST_PACK_WEIGHTS=0 turns the cache off, AOTI_HOST_FAST_GEMM=0 the kernel too (everything then
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu_gemm.h"
+#include "shims/cpu_gemm.h"
 
 namespace aoti_host {
 namespace cpu {
@@ -55,7 +55,7 @@ struct PackStats {
 };
 
 // The packed copies of constant B operands lying in the registered constant ranges of its owners (the
-// programs of one method set). The copies of all caches together stop growing at
+// methods of one program). The copies of all caches together stop growing at
 // AOTI_HOST_PACK_WEIGHTS_MAX_MB (default 1024 MiB per process). Thread-safe.
 class PackCache {
  public:
@@ -64,7 +64,7 @@ class PackCache {
   PackCache(const PackCache&) = delete;
   PackCache& operator=(const PackCache&) = delete;
 
-  // Constant ranges of one owner (a Program): replaces what the owner registered before. Packed copies
+  // Constant ranges of one owner (a Method): replaces what the owner registered before. Packed copies
   // overlapping the old or the new ranges are dropped. Empty ranges unregister the owner.
   void set_ranges(const void* owner, const std::vector<std::pair<const void*, size_t>>& ranges);
   // The packed copy for `key` when [lo, hi) lies inside the registered ranges (built by `build` on first
@@ -79,7 +79,7 @@ class PackCache {
 };
 
 // Makes `cache` the one the kernels on this thread consult (null: none) until the scope ends; the
-// previous one is restored then. Program::run holds one around the plugin's Run.
+// previous one is restored then. Method::run holds one around the plugin's Run.
 class PackScope {
  public:
   explicit PackScope(PackCache* cache);

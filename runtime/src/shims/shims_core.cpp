@@ -1,6 +1,6 @@
 // Core aoti_torch_* shims: constants, tensor creation/inspection/views, copies, checks and warnings.
 // No C++ exception crosses the C ABI except from aoti_torch_check, which must throw (see below).
-#include "shim_util.h"
+#include "shims/shim_util.h"
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -13,7 +13,7 @@
 #include "aoti_host/log.h"
 #include "aoti_host/shims.h"
 #include "aoti_host/tensor.h"
-#include "cpu_kernels.h"
+#include "shims/cpu_kernels.h"
 #if CUDA_AVAILABLE
 #include "aoti_host/cuda/cuda.h"
 #endif

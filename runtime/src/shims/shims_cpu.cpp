@@ -1,7 +1,7 @@
 // aoti_torch_cpu_* fallbacks: the ATen ops a plugin calls instead of generating code for them.
 // Reference implementations (any strides, accumulation in double for float32/float64, float for
 // float16/bfloat16, int64 for integers); correctness over speed.
-#include "shim_util.h"
+#include "shims/shim_util.h"
 #include <exception>
 #include <memory>
 #include <string>
@@ -11,7 +11,7 @@
 #include "aoti_host/log.h"
 #include "aoti_host/shims.h"
 #include "aoti_host/tensor.h"
-#include "cpu_kernels.h"
+#include "shims/cpu_kernels.h"
 
 using aoti_host::Error;
 using aoti_host::from_handle;

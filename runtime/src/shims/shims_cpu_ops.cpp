@@ -7,8 +7,8 @@
 #include "aoti_host/error.h"
 #include "aoti_host/shims.h"
 #include "aoti_host/tensor.h"
-#include "ops/ops.h"
-#include "shim_util.h"
+#include "shims/ops/ops.h"
+#include "shims/shim_util.h"
 
 using aoti_host::Error;
 using aoti_host::from_handle;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "aoti_host/error.h"
-#include "../../src/ops/ops.h"
+#include "shims/ops/ops.h"
 
 int main() {
   std::string line;

@@ -5,7 +5,7 @@
 // rounds of CALLS calls each, it times
 //   floor:  cudaGraphLaunch of that same graph exec + cudaStreamSynchronize, nothing else (the plugin's
 //           kernels in a graph, replayed bare: no input or output handling at all);
-//   ours:   Program::run on the same device inputs, outputs borrowed from graph memory and freed, then the
+//   ours:   Method::run on the same device inputs, outputs borrowed from graph memory and freed, then the
 //           program's synchronize (what aoti-run --cuda-graphs --device-inputs does per call, minus the C API's
 //           exception guard);
 //   ours_copy: the same with output copies (the default contract: outputs the caller owns);
@@ -13,7 +13,7 @@
 //           --cuda-graphs --device-inputs runs it (aoti_host_program_run_method, borrowed outputs freed,
 //           aoti_host_program_synchronize), on the same device inputs.
 // Also the host's share, where the per-call path's extra time sits: the median time the floor's
-// cudaGraphLaunch call takes to return (launch_host_us) and the one of Program::run (run_host_us: its input
+// cudaGraphLaunch call takes to return (launch_host_us) and the one of Method::run (run_host_us: its input
 // handling, the launch, its output handles); and the cost of two CUDA runtime calls the run path makes
 // (cudaGetDevice, cudaGetDeviceCount), in ns per call.
 // Prints one JSON line: medians over all calls of each side, and the graph counters.
@@ -30,9 +30,9 @@
 #include "aoti_host/c_api.h"
 #include "aoti_host/error.h"
 #include "aoti_host/tensor.h"
-#include "../../src/cuda/program_state.h"
-#include "../../src/method_set.h"
-#include "../../src/program.h"
+#include "host/cuda/method_state.h"
+#include "host/method.h"
+#include "host/program.h"
 #include "../../tools/npy.h"
 
 namespace {
@@ -63,11 +63,11 @@ int main(int argc, char** argv) {
     aoti_host_load_options options{};
     options.device = "cuda";
     options.num_models = 1;
-    std::shared_ptr<MethodSet> set = MethodSet::load(pkg, options, true);
-    Program& program = set->method(0);
-    cuda::ProgramState* state = program.cuda_state();
+    std::shared_ptr<Program> program = Program::load(pkg, options, true);
+    Method& method = program->method(0);
+    cuda::MethodState* state = method.cuda_state();
     if (state == nullptr) throw Error(pkg + ": not loaded on cuda");
-    state->enable_graphs(true, program.has_single_threaded_run());
+    state->enable_graphs(true, method.has_single_threaded_run());
 
     // Inputs: read once, uploaded once; every call passes the same device memory.
     std::vector<NpyArray> arrays;
@@ -81,10 +81,10 @@ int main(int argc, char** argv) {
                        a.strides.data(), device_code::kCUDA, 0});
       device.push_back(std::move(d));
     }
-    const size_t n_out = program.num_outputs();
+    const size_t n_out = method.num_outputs();
     std::vector<AtenTensorHandle> outs(n_out);
     auto run_ours = [&]() {
-      program.run(views.data(), views.size(), outs.data(), n_out);
+      method.run(views.data(), views.size(), outs.data(), n_out);
       for (auto& h : outs) aoti_torch_delete_tensor_object(h), h = nullptr;
       state->synchronize();
     };
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       state->borrow_graph_outputs(true);
       for (long c = 0; c < calls; ++c) {
         const auto t0 = Clock::now();
-        program.run(views.data(), views.size(), outs.data(), n_out);
+        method.run(views.data(), views.size(), outs.data(), n_out);
         const auto t1 = Clock::now();
         for (auto& h : outs) aoti_torch_delete_tensor_object(h), h = nullptr;
         state->synchronize();

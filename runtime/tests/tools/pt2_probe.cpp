@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "aoti_host/error.h"
-#include "../../src/zip.h"
+#include "base/zip.h"
 
 namespace {
 

@@ -60,11 +60,11 @@ bool same_bytes(const void* a, const void* b, size_t n, int device);
 // the same stream). Both are streams of the current device.
 void stream_wait(void* stream, void* after);
 
-// Per-thread capture arena for CUDA graphs (arena.h; program_state.cpp captures the graphs).
+// Per-thread capture arena for CUDA graphs (shims/cuda/arena.h; host/cuda/method_state.cpp captures the graphs).
 class Arena;
 void set_thread_arena(Arena* arena);
 
-// Weight upload (blob weights placed by the host, runtime/src/weights.h): `size` bytes of host memory
+// Weight upload (blob weights placed by the host, runtime/src/host/weights.h): `size` bytes of host memory
 // (pageable: a mapped package or weights file) into a new device allocation on `device`, freed with
 // device_free. Host threads copy the data into a ring of pinned chunks while the copy engine moves the
 // chunks filled before, in order, on `stream`; returns when everything is on the device.
@@ -129,8 +129,8 @@ enum class UploadMode { Host, Stage, Pageable };
 UploadMode upload_mode();
 const char* upload_mode_name(UploadMode mode);
 
-// Everything a CUDA program keeps beyond its container: its stream, its graph, its counters.
-class ProgramState;
+// Everything a method loaded on a CUDA device keeps beyond its container: its stream, its graph, its counters.
+class MethodState;
 struct GraphStats {
   uint64_t captures = 0, replays = 0, eager_runs = 0;
   // Copies a replay made: caller inputs copied into graph-owned buffers, outputs copied out of graph memory.

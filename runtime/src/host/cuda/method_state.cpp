@@ -1,14 +1,14 @@
-#include "program_state.h"
+#include "host/cuda/method_state.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstring>
 
-#include "aoti_host/status.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
-#include "arena.h"
-#include "cuda_util.h"
+#include "aoti_host/status.h"
+#include "shims/cuda/arena.h"
+#include "shims/cuda/cuda_util.h"
 
 namespace aoti_host {
 namespace cuda {
@@ -34,19 +34,19 @@ Tensor* same_layout_copy(const Tensor& t, int device, cudaStream_t stream) {
 
 }  // namespace
 
-ProgramState::Scope::Scope(const ProgramState& s) : device_(s.device_) {
+MethodState::Scope::Scope(const MethodState& s) : device_(s.device_) {
   prev_device_ = current_device();
   if (prev_device_ != device_) set_device(device_);
   prev_stream_ = current_stream(device_);
   set_current_stream(device_, s.stream_);
 }
 
-ProgramState::Scope::~Scope() {
+MethodState::Scope::~Scope() {
   set_current_stream(device_, prev_stream_);
   if (prev_device_ != device_) cudaSetDevice(prev_device_);
 }
 
-ProgramState::ProgramState(int device) : device_(device) {
+MethodState::MethodState(int device) : device_(device) {
   require_device(device, "load");
   const int prev = current_device();
   if (prev != device) set_device(device);
@@ -58,17 +58,17 @@ ProgramState::ProgramState(int device) : device_(device) {
   stream_ = s;
 }
 
-ProgramState::~ProgramState() {
+MethodState::~MethodState() {
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   drop_graph();
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
-void ProgramState::synchronize() const {
+void MethodState::synchronize() const {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 }
 
-void ProgramState::drop_graph() {
+void MethodState::drop_graph() {
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
   if (graph_ != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   graph_exec_ = graph_ = nullptr;
@@ -78,7 +78,7 @@ void ProgramState::drop_graph() {
   arena_.reset();
 }
 
-void ProgramState::enable_graphs(bool on, bool plugin_has_single_threaded_run) {
+void MethodState::enable_graphs(bool on, bool plugin_has_single_threaded_run) {
   if (stats_.captures + stats_.replays + stats_.eager_runs > 0)
     throw Error("CUDA graphs must be chosen before the first run", AOTI_HOST_INVALID_ARGUMENT);
   graphs_ = on;
@@ -89,13 +89,13 @@ void ProgramState::enable_graphs(bool on, bool plugin_has_single_threaded_run) {
             "records and waits on events that capture would invalidate");
 }
 
-void ProgramState::disable(const std::string& why) {
+void MethodState::disable(const std::string& why) {
   graphs_ = false;
   stats_.disabled_reason = why;
   log(LogLevel::Warning, "cuda graphs off: %s", why.c_str());
 }
 
-Tensor* ProgramState::to_device(Tensor* t) {
+Tensor* MethodState::to_device(Tensor* t) {
   std::unique_ptr<Tensor> owned(t);
   if (t->device_type() == device_code::kCUDA) {
     if (t->device_index() != device_)
@@ -103,14 +103,14 @@ Tensor* ProgramState::to_device(Tensor* t) {
                   std::to_string(device_), AOTI_HOST_INVALID_ARGUMENT);
     return owned.release();
   }
-  const Scope scope(*this);  // the copy goes on this program's stream (no scope for device inputs: no work)
+  const Scope scope(*this);  // the copy goes on this method's stream (no scope for device inputs: no work)
   std::unique_ptr<Tensor> d(
       Tensor::empty_strided(t->dtype(), t->sizes(), t->strides(), device_code::kCUDA, device_));
   copy(*d, *t);
   return d.release();
 }
 
-std::string ProgramState::constants_not_on_device(const AotiEntryPoints& fns,
+std::string MethodState::constants_not_on_device(const AotiEntryPoints& fns,
                                                   AOTInductorModelContainerHandle container) const {
   if (fns.AOTInductorModelContainerExtractConstantsMapEntries == nullptr) {
     log(LogLevel::Info,
@@ -133,7 +133,7 @@ std::string ProgramState::constants_not_on_device(const AotiEntryPoints& fns,
   return "";
 }
 
-void ProgramState::run_eager(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
+void MethodState::run_eager(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
                              std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs,
                              const ErrorText& error_text) {
   auto fn = single_threaded_ ? fns.AOTInductorModelContainerRunSingleThreaded : fns.AOTInductorModelContainerRun;
@@ -146,7 +146,7 @@ void ProgramState::run_eager(const AotiEntryPoints& fns, AOTInductorModelContain
   if (rc != AOTI_RUNTIME_SUCCESS) throw Error(error_text(name), AOTI_HOST_RUN_FAILED);
 }
 
-bool ProgramState::capture(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
+bool MethodState::capture(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
                            const std::vector<AtenTensorHandle>& inputs, const std::vector<char>& caller_memory,
                            size_t num_outputs, const ErrorText& error_text) {
   const std::string why = constants_not_on_device(fns, container);
@@ -216,7 +216,7 @@ bool ProgramState::capture(const AotiEntryPoints& fns, AOTInductorModelContainer
   return true;
 }
 
-bool ProgramState::inputs_match(const std::vector<AtenTensorHandle>& inputs, std::string* why) const {
+bool MethodState::inputs_match(const std::vector<AtenTensorHandle>& inputs, std::string* why) const {
   if (inputs.size() != static_inputs_.size()) return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& a = *from_handle(inputs[i]);
@@ -231,8 +231,8 @@ bool ProgramState::inputs_match(const std::vector<AtenTensorHandle>& inputs, std
 
 // A direct input the caller now passes at another address: the graph reads the captured address, which is
 // no longer the caller's input. That input goes through a graph-owned buffer from now on; the graph is
-// captured again (at most once per input over the program's life).
-bool ProgramState::direct_inputs_moved(const std::vector<AtenTensorHandle>& inputs) {
+// captured again (at most once per input over the method's life).
+bool MethodState::direct_inputs_moved(const std::vector<AtenTensorHandle>& inputs) {
   bool moved = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!direct_[i] || from_handle(inputs[i])->data_ptr() == static_inputs_[i]->data_ptr()) continue;
@@ -244,7 +244,7 @@ bool ProgramState::direct_inputs_moved(const std::vector<AtenTensorHandle>& inpu
   return moved;
 }
 
-void ProgramState::replay(std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs) {
+void MethodState::replay(std::vector<AtenTensorHandle>& inputs, AtenTensorHandle* outputs, size_t num_outputs) {
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& src = *from_handle(inputs[i]);
@@ -271,7 +271,7 @@ void ProgramState::replay(std::vector<AtenTensorHandle>& inputs, AtenTensorHandl
   ++stats_.replays;
 }
 
-void ProgramState::run(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
+void MethodState::run(const AotiEntryPoints& fns, AOTInductorModelContainerHandle container,
                        std::vector<AtenTensorHandle>& inputs, const std::vector<char>& caller_memory,
                        AtenTensorHandle* outputs, size_t num_outputs, const ErrorText& error_text) {
   Scope scope(*this);

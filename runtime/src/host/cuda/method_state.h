@@ -1,4 +1,4 @@
-// What a program loaded on a CUDA device keeps beyond its container: its stream, its CUDA graph
+// What a method (host/method.h) loaded on a CUDA device keeps beyond its container: its stream, its CUDA graph
 // (capture after warm-up, replay after), the graph's memory and static inputs, and its counters.
 #pragma once
 
@@ -17,24 +17,24 @@ namespace cuda {
 
 class Arena;
 
-class ProgramState {
+class MethodState {
  public:
   using ErrorText = std::function<std::string(const char* call)>;
 
-  explicit ProgramState(int device);
-  ~ProgramState();
-  ProgramState(const ProgramState&) = delete;
-  ProgramState& operator=(const ProgramState&) = delete;
+  explicit MethodState(int device);
+  ~MethodState();
+  MethodState(const MethodState&) = delete;
+  MethodState& operator=(const MethodState&) = delete;
 
   int device() const { return device_; }
   void* stream() const { return stream_; }
   void synchronize() const;
 
-  // Graphs must be chosen before the first run: a graph-mode program runs through
+  // Graphs must be chosen before the first run: a graph-mode method runs through
   // RunSingleThreaded from its first call (Run and RunSingleThreaded share model slots unsafely).
   void enable_graphs(bool on, bool plugin_has_single_threaded_run);
   // Replay outputs: false (default), copies the caller owns; true, views of the graph's output memory,
-  // valid until the program's next run (see aoti_host_program_set_cuda_graph_outputs).
+  // valid until the method's next run (see aoti_host_program_set_cuda_graph_outputs).
   void borrow_graph_outputs(bool on) { borrow_outputs_ = on; }
   // The instantiated graph (cudaGraphExec_t), null before capture: for tools that time a bare replay.
   void* graph_exec() const { return graph_exec_; }
@@ -60,10 +60,10 @@ class ProgramState {
   size_t upload_threads() const { return upload_threads_; }
 
   // A device tensor for `t` (consumed): t itself when it already lives on this device, else a copy made on
-  // this program's stream (its device and stream made current for the copy).
+  // this method's stream (its device and stream made current for the copy).
   Tensor* to_device(Tensor* t);
 
-  // Runs the container on this program's stream; takes the input handles (as Run does) and fills
+  // Runs the container on this method's stream; takes the input handles (as Run does) and fills
   // `outputs` with device tensors owned by the caller. caller_memory[i]: input i is the caller's own
   // device memory, used in place (not a copy the host made for this call), so a graph may read it where it
   // is while the caller keeps passing the same address. Throws Error(AOTI_HOST_RUN_FAILED) with the
@@ -72,10 +72,10 @@ class ProgramState {
            const std::vector<char>& caller_memory, AtenTensorHandle* outputs, size_t num_outputs,
            const ErrorText& error_text);
 
-  // Makes this program's stream (and device) current on the calling thread for the scope's life.
+  // Makes this method's stream (and device) current on the calling thread for the scope's life.
   class Scope {
    public:
-    explicit Scope(const ProgramState& s);
+    explicit Scope(const MethodState& s);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;

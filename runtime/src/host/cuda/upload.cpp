@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "../crc32.h"
 #include "aoti_host/log.h"
-#include "cuda_util.h"
+#include "base/crc32.h"
+#include "shims/cuda/cuda_util.h"
 
 namespace aoti_host {
 namespace cuda {

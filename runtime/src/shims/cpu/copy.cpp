@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "../cpu_kernels.h"
-#include "strided.h"
+#include "shims/cpu/strided.h"
+#include "shims/cpu_kernels.h"
 
 namespace aoti_host {
 namespace cpu {

@@ -6,10 +6,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "../cpu_gemm.h"
-#include "../cpu_kernels.h"
-#include "../packed_gemm.h"
-#include "strided.h"
+#include "shims/cpu/strided.h"
+#include "shims/cpu_gemm.h"
+#include "shims/cpu_kernels.h"
+#include "shims/packed_gemm.h"
 
 namespace aoti_host {
 namespace cpu {

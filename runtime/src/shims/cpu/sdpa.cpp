@@ -8,10 +8,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "../cpu_gemm.h"
-#include "../cpu_kernels.h"
-#include "softmax.h"
-#include "strided.h"
+#include "shims/cpu/softmax.h"
+#include "shims/cpu/strided.h"
+#include "shims/cpu_gemm.h"
+#include "shims/cpu_kernels.h"
 
 namespace aoti_host {
 namespace cpu {

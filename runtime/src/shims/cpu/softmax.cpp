@@ -1,4 +1,4 @@
-#include "softmax.h"
+#include "shims/cpu/softmax.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "../cpu_kernels.h"
-#include "strided.h"
+#include "shims/cpu/strided.h"
+#include "shims/cpu_kernels.h"
 
 namespace aoti_host {
 namespace cpu {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "../cpu_gemm.h"
-#include "convert.h"
+#include "shims/cpu/convert.h"
+#include "shims/cpu_gemm.h"
 
 // OpenMP pragmas where the build has OpenMP (gcc: the plugins' libgomp); serial loops elsewhere.
 #ifdef _OPENMP

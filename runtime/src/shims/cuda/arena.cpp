@@ -1,9 +1,9 @@
-#include "arena.h"
+#include "shims/cuda/arena.h"
 
 #include <cuda_runtime_api.h>
 
 #include "aoti_host/log.h"
-#include "cuda_util.h"
+#include "shims/cuda/cuda_util.h"
 
 namespace aoti_host {
 namespace cuda {

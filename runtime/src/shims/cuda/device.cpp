@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "../cpu_kernels.h"
-#include "../shim_util.h"
 #include "aoti_host/cuda/cuda.h"
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "aoti_host/shims.h"
-#include "arena.h"
-#include "cuda_util.h"
+#include "shims/cpu_kernels.h"
+#include "shims/cuda/arena.h"
+#include "shims/cuda/cuda_util.h"
+#include "shims/shim_util.h"
 
 namespace aoti_host {
 namespace cuda {

@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda_util.h"
+#include "shims/cuda/cuda_util.h"
 
 namespace aoti_host {
 namespace cuda {

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <string>
 
-#include "op_kernels.h"
+#include "shims/cuda/op_kernels.h"
 
 namespace aoti_host {
 namespace cuda {

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../ops/pool_window.h"
-#include "cuda_util.h"
+#include "shims/cuda/cuda_util.h"
+#include "shims/ops/pool_window.h"
 
 namespace aoti_host {
 namespace cuda {

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "../cpu_kernels.h"
-#include "../shim_util.h"
 #include "aoti_host/cuda/cuda.h"
 #include "aoti_host/error.h"
 #include "aoti_host/shims.h"
-#include "cuda_util.h"
-#include "op_kernels.h"
+#include "shims/cpu_kernels.h"
+#include "shims/cuda/cuda_util.h"
+#include "shims/cuda/op_kernels.h"
+#include "shims/shim_util.h"
 
 using aoti_host::Error;
 using aoti_host::from_handle;

@@ -14,15 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "../cpu/strided.h"
-#include "../ops/op_util.h"
-#include "../ops/ops.h"
-#include "../shim_util.h"
 #include "aoti_host/cuda/cuda.h"
 #include "aoti_host/error.h"
 #include "aoti_host/shims.h"
-#include "cuda_util.h"
-#include "op_kernels.h"
+#include "shims/cpu/strided.h"
+#include "shims/cuda/cuda_util.h"
+#include "shims/cuda/op_kernels.h"
+#include "shims/ops/op_util.h"
+#include "shims/ops/ops.h"
+#include "shims/shim_util.h"
 
 using aoti_host::Error;
 using aoti_host::from_handle;

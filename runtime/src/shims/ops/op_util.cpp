@@ -1,4 +1,4 @@
-#include "op_util.h"
+#include "shims/ops/op_util.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,7 +12,7 @@
 
 #include "aoti_host/error.h"
 #include "aoti_host/tensor.h"
-#include "../cpu/strided.h"
+#include "shims/cpu/strided.h"
 
 namespace aoti_host {
 namespace ops {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "aoti_host/tensor.h"
-#include "pool_window.h"
+#include "shims/ops/pool_window.h"
 
 namespace aoti_host {
 namespace ops {

@@ -7,9 +7,9 @@
 #include <limits>
 #include <memory>
 
-#include "../cpu_kernels.h"
-#include "op_util.h"
-#include "ops.h"
+#include "shims/cpu_kernels.h"
+#include "shims/ops/op_util.h"
+#include "shims/ops/ops.h"
 
 namespace aoti_host {
 namespace ops {

@@ -2,8 +2,8 @@
 // and aten::_int_mm (int8 x int8 -> int32 matrix product); their argument checks serve the CUDA shims too.
 #include <memory>
 
-#include "op_util.h"
-#include "ops.h"
+#include "shims/ops/op_util.h"
+#include "shims/ops/ops.h"
 
 namespace aoti_host {
 namespace ops {

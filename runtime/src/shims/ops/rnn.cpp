@@ -5,8 +5,8 @@
 #include <cmath>
 #include <memory>
 
-#include "op_util.h"
-#include "ops.h"
+#include "shims/ops/op_util.h"
+#include "shims/ops/ops.h"
 
 namespace aoti_host {
 namespace ops {

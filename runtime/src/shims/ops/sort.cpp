@@ -5,8 +5,8 @@
 #include <memory>
 #include <numeric>
 
-#include "op_util.h"
-#include "ops.h"
+#include "shims/ops/op_util.h"
+#include "shims/ops/ops.h"
 
 namespace aoti_host {
 namespace ops {
