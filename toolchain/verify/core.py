@@ -63,7 +63,7 @@ def elf_members(path: str | os.PathLike[str]) -> list[tuple[str, ElfFile | ElfEr
         from toolchain.pt2 import FIX_NOT_ZIP
 
         # Named as a package but neither a zip nor an ELF object (a renamed plugin .so is still read as one):
-        # the runtime refuses it with the same words and bad input's exit code (runtime/src/package.cpp).
+        # the runtime refuses it with the same words and bad input's exit code (runtime/src/host/package.cpp).
         empty = ": the file is empty" if not magic else ""
         return [(path, _PackageMalformed(f"{path}: not a .pt2 package (not a zip archive{empty})",
                                          fix=FIX_NOT_ZIP))]

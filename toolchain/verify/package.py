@@ -1,5 +1,5 @@
 """What verify checks in a `.pt2` beyond its plugin's ELF: the members the runtime reads, read as the
-runtime reads them (runtime/src/program.cpp, contract.cpp, weights.cpp, json.cpp).
+runtime reads them (runtime/src/host/method.cpp, host/contract.cpp, host/weights.cpp, base/json.cpp).
 
 The rules for the contract and constants JSON are written down once, in docs/package-json.md; the C++
 parsers and this module apply them, and tests/integration/test_verify_package.py feeds the same crafted

@@ -1,5 +1,5 @@
 // aoti_torch_cpu_* fallbacks for sorting, scans, lookups, embedding bags, scatter/index updates,
-// pooling, the LSTM layer, int8 matrix products, FFTs and complex views: C ABI wrappers over runtime/src/ops (ops.h).
+// pooling, the LSTM layer, int8 matrix products, FFTs and complex views: C ABI wrappers over shims/ops (ops.h).
 // Prototypes are torch 2.13's (generated/c_shim_cpu.h; mkldnn_rnn_layer from c/shim_cpu.h).
 #include <string>
 #include <vector>

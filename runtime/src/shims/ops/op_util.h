@@ -1,4 +1,4 @@
-// Helpers shared by the fallback-op kernels under runtime/src/ops: element load/store in any
+// Helpers shared by the fallback-op kernels under shims/ops: element load/store in any
 // compute dtype, strided index walking, ATen's output-stride rules and argument checks. Kernels here
 // favour correctness on any strides over speed; every failure throws aoti_host::Error naming the
 // argument, which the shim wrapper prefixes with the shim's name.

@@ -1,4 +1,4 @@
-// The CPU kernels behind the aoti_torch_cpu_* fallbacks of runtime/src/shims_cpu_ops.cpp. Each follows
+// The CPU kernels behind the aoti_torch_cpu_* fallbacks of shims/shims_cpu_ops.cpp. Each follows
 // the ATen op of the same name: same results (within floating-point accumulation order), same output
 // dtypes and the output strides ATen's CPU kernel gives, since plugins reinterpret returned tensors with
 // the strides recorded at compile time. Functions returning Tensor* return new owning tensors.
