@@ -137,7 +137,7 @@ def test_providers_and_cxx_core_symbols(tmp_path):
     assert 'inline constexpr const char* kCxxRuntime = "libstdc++.so.6";' in text
     for sym in ABI.cxx_runtime_core:
         assert f'"{sym}",' in text
-    assert checks._CXX_RUNTIME_CORE == ABI.cxx_runtime_core
+    assert checks._cxx_runtime_core() == ABI.cxx_runtime_core
     assert '"libstdc++.so.6"' not in (ROOT / "runtime/src/host/plugin.cpp").read_text()  # the soname comes from the spec
     assert "__cxa_throw" not in (ROOT / "runtime/src/base/elf_scan.cpp").read_text()
 

@@ -327,8 +327,11 @@ def check_resolution(elf: ElfFile, path: str, kind: str, res: FileResult, ctx: C
                 library=CXX_RUNTIME, fix_op=("add-needed", CXX_RUNTIME))
 
 
-# Defined only by a C++ runtime itself, never by template instantiation in user code.
-_CXX_RUNTIME_CORE = load_abi().cxx_runtime_core  # toolchain/spec/abi.toml, as elf_scan.cpp
+@functools.cache
+def _cxx_runtime_core() -> tuple[str, ...]:
+    """Symbols defined only by a C++ runtime itself, never by template instantiation in user code
+    (toolchain/spec/abi.toml, as elf_scan.cpp)."""
+    return load_abi().cxx_runtime_core
 
 
 def _two_runtimes(elf: ElfFile, res: FileResult, global_scope: list[Loaded], has_host: bool) -> None:
@@ -337,10 +340,12 @@ def _two_runtimes(elf: ElfFile, res: FileResult, global_scope: list[Loaded], has
     scope (numpy and torch load it RTLD_LOCAL): its GNU_UNIQUE symbols (locale facet ids) bind process-wide to
     that copy, its other std:: references to its own, and std::regex dereferences a null facet. With the
     shared libstdc++ in the host's global scope every reference binds to it: no split."""
-    defined = elf.defined()
-    own = [n for n in _CXX_RUNTIME_CORE if n in defined]
     unique = sum(1 for s in elf.symbols if s.defined and s.binding == "GNU_UNIQUE")
-    if not own or unique == 0:
+    if unique == 0:
+        return
+    defined = elf.defined()
+    own = [n for n in _cxx_runtime_core() if n in defined]
+    if not own:
         return
     shared = next((lo for lo in global_scope if lo.elf.soname == CXX_RUNTIME), None)
     if shared is not None:
