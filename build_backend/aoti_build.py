@@ -53,7 +53,7 @@ ROOT = Path.cwd()
 _SKIP_DIRS = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "_host", "_data"}
 # What an sdist carries when there is no git to ask (building an sdist from an unpacked sdist).
 _SDIST_TOP = ("pyproject.toml", "SConstruct", "README.md", "noxfile.py", "build_backend", "toolchain", "runtime",
-              "templates", "examples", "docs", "tests", "bench", ".ci", ".gitignore")
+              "templates", "examples", "docs", "tests", "bench", ".ci", ".gitignore", "deploy", ".dockerignore")
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: reproducible wheels
 
 

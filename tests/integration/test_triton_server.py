@@ -125,7 +125,8 @@ def _wait_ready(server: Server, deadline: float) -> None:
 
 @contextlib.contextmanager
 def triton(repo: Path, backend: Path, log: Path, *, explicit: bool = False, load: tuple[str, ...] = (),
-           verbose: bool = False, ready_timeout: float = 120, env: dict[str, str] | None = None):
+           verbose: bool = False, extra: tuple[str, ...] = (), ready_timeout: float = 120,
+           env: dict[str, str] | None = None):
     """tritonserver on `repo` with `backend` as its --backend-directory, HTTP and gRPC on free ports of
     127.0.0.1 (no metrics); yields a Server once /v2/health/ready answers 200 (after at most `ready_timeout`
     seconds), kills it (its whole process group) when the block ends. A start that lost a race for its ports
@@ -140,6 +141,7 @@ def triton(repo: Path, backend: Path, log: Path, *, explicit: bool = False, load
             cmd += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in load)]
         if verbose:
             cmd.append("--log-verbose=1")
+        cmd += extra
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
@@ -640,3 +642,24 @@ def test_killing_the_server_mid_load_loses_nothing_acknowledged(tritonserver, ba
         th, client = _client("http", server)
         x = _rows(5, 77)
         _close(_infer(th, client, "mlp", {"input": x})["output_0"], eager(x))
+
+
+def test_the_kserve_manifests_arguments_start_the_real_server(tritonserver, backend_dir, dyn_mlp, tmp_path):
+    """deploy/kserve/aoti-triton.yaml's tritonserver arguments, with this test's repository, backend directory
+    and free ports in place of /mnt/models, /opt/aoti/backends, 8080 and 9000: the real server takes every
+    one of them, loads the repository triton-repo wrote and answers."""
+    from tests.unit.test_deploy_files import manifest_server_args
+
+    pt2, eager = dyn_mlp
+    repo = tmp_path / "repo"
+    triton_repo(pt2, "--repo", repo)
+    replaced = ("--model-repository=", "--backend-directory=", "--http-port=", "--grpc-port=")
+    args = manifest_server_args()
+    assert sorted(a.split("=")[0] + "=" for a in args if a.startswith(replaced)) == sorted(replaced)
+    rest = tuple(a for a in args if not a.startswith(replaced))
+    assert rest, args
+    with triton(repo, backend_dir, tmp_path / "server.log", extra=rest) as server:
+        for kind in ("http", "grpc"):
+            mod, client = _client(kind, server)
+            x = _rows(2, 8)
+            _close(_infer(mod, client, "mlp", {"input": x})["output_0"], eager(x))
