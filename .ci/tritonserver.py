@@ -3,6 +3,7 @@ ships the server itself (pytriton/tritonserver/bin/tritonserver, its libraries i
 python backend), so `pip download --no-deps` and an unzip give a server that runs on CPU, with no container.
 
     .venv/bin/python .ci/tritonserver.py [DEST]        (default build/tritonserver; .ci/setup runs it)
+    python3 .ci/tritonserver.py DEST --wheel WHEEL       (a machine without network: the wheel taken along)
 
 The wheel is unpacked into DEST as it is (the server finds its libraries through its RPATH,
 $ORIGIN/../../../nvidia_pytriton.libs), never installed into a Python environment or imported: the project's
@@ -49,14 +50,23 @@ def unpack(wheel: Path, into: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    wheel = None
+    if "--wheel" in argv:
+        i = argv.index("--wheel")
+        wheel = Path(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     dest = Path(argv[0] if argv else "build/tritonserver")
     if complete(dest):
         return 0
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".tritonserver.", dir=dest.parent) as tmp:
         wheels = Path(tmp, "wheel")
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                        "--only-binary=:all:", REQUIREMENT, "-d", str(wheels)], check=True)
+        if wheel is not None:
+            wheels.mkdir()
+            shutil.copyfile(wheel, wheels / wheel.name)
+        else:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                            "--only-binary=:all:", REQUIREMENT, "-d", str(wheels)], check=True)
         found = sorted(wheels.glob("nvidia_pytriton-*.whl"))
         if len(found) != 1:
             msg = f"pip download {REQUIREMENT} left {[p.name for p in found]} in {wheels}, not one wheel"

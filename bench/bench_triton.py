@@ -60,7 +60,8 @@ import ctypes
 import torch
 
 # a link_libtorch=False plugin binds its aoti_torch_* shims from the global scope (FACTS.md)
-ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+for lib in ("libtorch_cpu.so", "libtorch_cuda.so") if {device!r} == "cuda" else ("libtorch_cpu.so",):
+    ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", lib), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 import torch._inductor
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
@@ -112,7 +113,7 @@ def _link(target: Path, link: Path) -> None:
     link.symlink_to(target)
 
 
-def backend_directory() -> Path:
+def backend_directory(device: str) -> Path:
     """build/bench-triton/backends: python/ (the wheel's python backend and the stub for this Python, linked,
     so that the stub's $ORIGIN RPATH still finds the wheel's libraries) and aoti_toolchain/ (ours)."""
     from toolchain.serve.triton import BACKEND, backend_dir
@@ -127,7 +128,7 @@ def backend_directory() -> Path:
     if not stub.is_file():
         raise SystemExit(f"the wheel has no python backend stub for Python {version}")
     _link(stub, py / stub.name)
-    _link(backend_dir() / BACKEND, root / BACKEND)
+    _link(backend_dir(device) / BACKEND, root / BACKEND)
     return root
 
 
@@ -235,16 +236,51 @@ class Server:
         self.log.close()
 
 
+class RawClient:
+    """A v2 client over http.client (one kept-alive connection, the binary tensor data extension) for a machine
+    without tritonclient (the GPU machine): the same requests tritonclient.http sends."""
+
+    def __init__(self, url: str) -> None:
+        import http.client
+
+        host, port = url.rsplit(":", 1)
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=300)
+
+    def infer(self, model: str, x: np.ndarray) -> np.ndarray:
+        header = json.dumps({"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
+                                         "parameters": {"binary_data_size": x.nbytes}}],
+                             "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}]}).encode()
+        self.conn.request("POST", f"/v2/models/{model}/infer", body=header + x.tobytes(),
+                          headers={"Inference-Header-Content-Length": str(len(header)),
+                                   "Content-Type": "application/octet-stream"})
+        r = self.conn.getresponse()
+        body = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"{r.status}: {body[:500]!r}")
+        n = int(r.getheader("Inference-Header-Content-Length"))
+        (out,) = json.loads(body[:n])["outputs"]
+        return np.frombuffer(body[n:], dtype=np.float32).reshape(out["shape"])
+
+
+def client_for(url: str):
+    """(client, module): tritonclient.http where it is installed, else RawClient."""
+    try:
+        import tritonclient.http as th
+    except ImportError:
+        return RawClient(url), None
+    return th.InferenceServerClient(url), th
+
+
 def infer(client, th, model: str, x: np.ndarray) -> np.ndarray:
+    if th is None:
+        return client.infer(model, x)
     inp = th.InferInput("input", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     return client.infer(model, [inp]).as_numpy("output_0")
 
 
 def latency(url: str, model: str, x: np.ndarray, n: int) -> dict[str, float]:
-    import tritonclient.http as th
-
-    client = th.InferenceServerClient(url)
+    client, th = client_for(url)
     for _ in range(20):
         infer(client, th, model, x)
     times = []
@@ -257,14 +293,12 @@ def latency(url: str, model: str, x: np.ndarray, n: int) -> dict[str, float]:
 
 
 def throughput(url: str, model: str, x: np.ndarray, n: int, concurrency: int) -> float:
-    import tritonclient.http as th
-
     per = max(1, n // concurrency)
     barrier = threading.Barrier(concurrency + 1)
     errors: list[BaseException] = []
 
     def worker() -> None:
-        client = th.InferenceServerClient(url)
+        client, th = client_for(url)
         try:
             for _ in range(5):
                 infer(client, th, model, x)
@@ -304,13 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     pt2 = export_model(args.device)
     repo = write_repository(pt2, args.device, args.instances)
-    server = Server(repo, backend_directory(), OUT / f"server-{args.device}.log")
+    server = Server(repo, backend_directory(args.device), OUT / f"server-{args.device}.log")
     x = np.random.default_rng(0).standard_normal((args.rows, WIDTH)).astype(np.float32)
     results: dict[str, dict[str, float]] = {}
     try:
-        import tritonclient.http as th
-
-        client = th.InferenceServerClient(server.url)
+        client, th = client_for(server.url)
         outputs = {}
         for model in ("ours", "torch"):
             before = memory_kib(server.proc.pid)
@@ -341,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
               "p50": ours["p50_ms"] / torch_["p50_ms"],
               "memory": ours["pss_mib_per_instance"] / torch_["pss_mib_per_instance"],
               "load": ours["load_s"] / torch_["load_s"]}
+    print(f"client: {'tritonclient.http' if client_for('127.0.0.1:1')[1] else 'http.client (binary tensor data)'}")
     print(f"Triton 2.51, {args.device}, MLP {WIDTH}x{WIDTH}x16, {args.rows} rows per request, {args.instances} "
           f"instance(s) per model, OMP_NUM_THREADS=1, {os.cpu_count()} CPUs, medians of {args.rounds} rounds of "
           f"{args.requests} requests")
