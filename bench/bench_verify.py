@@ -8,7 +8,8 @@ Both sides are interleaved, `--rounds` times; the ratio of the medians is printe
 
     .venv/bin/python bench/bench_verify.py [--rounds 7] [--features 16384] [--startup-only] [--before DIR]
 
-Start-up (target: the CLI on a small plugin within 2x of readelf + Python's own start): the installed
+Start-up (budget, issue 33: `aoti-toolchain verify` of the 1.7 MB plugin in <= 150 ms wall on this project's
+machine; readelf + Python's own start are printed beside it for scale, the machine's speed moves): the installed
 `aoti-toolchain verify SMALL.so` console script (what users run; default host: this project's library) and
 `python -m toolchain verify SMALL.so`, against `readelf -a` on the same file plus `python -c pass`, all
 interleaved, median of --rounds; this checkout's toolchain is put first on PYTHONPATH for every Python side.
@@ -43,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 BENCH = REPO / "build" / "bench"
+BUDGET_MS = 150  # verify's start-up on the small plugin, wall (issue 33)
 
 
 def big_plugin(features: int) -> Path:
@@ -215,7 +217,8 @@ def startup(rounds: int, before: Path | None) -> None:
                   f"{cpu[k] / floor['cpu']:.2f}; against the narrower readelf: wall {wall[k] / narrow['wall']:.2f}")
     main_cli = "aoti-toolchain verify"
     print(f"RATIO {main_cli} / (readelf -a + python -c pass) = {wall[main_cli] / floor['wall']:.2f} wall, "
-          f"{cpu[main_cli] / floor['cpu']:.2f} CPU (target <= 2)")
+          f"{cpu[main_cli] / floor['cpu']:.2f} CPU (for scale)")
+    print(f"BUDGET {main_cli}: {wall[main_cli] * 1e3:.1f} ms wall, median of {rounds} (budget <= {BUDGET_MS} ms)")
 
 
 def main() -> int:
