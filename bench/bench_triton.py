@@ -37,6 +37,7 @@ import sys
 import sysconfig
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -225,8 +226,11 @@ class Server:
         t0 = time.perf_counter()
         req = urllib.request.Request(f"http://{self.url}/v2/repository/models/{model}/load", data=b"{}",
                                      method="POST")
-        with urllib.request.urlopen(req, timeout=600) as r:
-            assert r.status == 200
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                assert r.status == 200
+        except urllib.error.HTTPError as exc:
+            raise SystemExit(f"loading {model} failed: {exc.code} {exc.read()[:2000]!r}; see {self.log.name}") from None
         return time.perf_counter() - t0
 
     def stop(self) -> None:
