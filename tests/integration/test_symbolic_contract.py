@@ -78,20 +78,24 @@ def models_dir(tmp_path_factory) -> Path:
     return d
 
 
+def _cli_export(models_dir: Path, name: str, *dynamic: str) -> Path:
+    """symmodels:<name>_factory exported once per test run by the CLI with `--dynamic` for each of `dynamic`,
+    its examples saved in models_dir/<name>."""
+    pt2 = models_dir / f"{name}.pt2"
+    with file_lock(models_dir / f"{name}.lock"):
+        if not pt2.is_file():
+            r = _cli("export", f"symmodels:{name}_factory", "-o", pt2, "--build-dir", BUILD_DIR, "-q",
+                     *(a for d in dynamic for a in ("--dynamic", d)), "--save-inputs", models_dir / name,
+                     cwd=models_dir)
+            assert r.returncode == 0, r.stderr
+    return pt2
+
+
 @pytest.fixture(scope="module")
 def pool_pt2(torch, models_dir) -> Path:
     """MaskedPool exported through the CLI, --dynamic on the three inputs' B and S (2..16, 2..32), with examples."""
-    pt2 = models_dir / "pool.pt2"
-    with file_lock(models_dir / "pool.lock"):
-        if pt2.is_file():
-            return pt2
-        r = _cli("export", "symmodels:pool_factory", "-o", pt2, "--build-dir", BUILD_DIR, "-q",
-                 "--dynamic", "tokens:0=2..16", "--dynamic", "tokens:1=2..32",
-                 "--dynamic", "keep:0=2..16", "--dynamic", "keep:1=2..32",
-                 "--dynamic", "weight:0=2..16", "--dynamic", "weight:1=2..32", "--save-inputs", models_dir / "pool",
-                 cwd=models_dir)
-        assert r.returncode == 0, r.stderr
-    return pt2
+    return _cli_export(models_dir, "pool", "tokens:0=2..16", "tokens:1=2..32", "keep:0=2..16", "keep:1=2..32",
+                       "weight:0=2..16", "weight:1=2..32")
 
 
 def _pool_eager(torch, models_dir, tokens, keep, weight):
@@ -277,14 +281,7 @@ def test_padded_transformer_encoder_narrower_only_when_allowed(torch, host_lib, 
 
 @pytest.fixture(scope="module")
 def tree_pt2(torch, models_dir) -> Path:
-    pt2 = models_dir / "tree.pt2"
-    with file_lock(models_dir / "tree.lock"):
-        if pt2.is_file():
-            return pt2
-        r = _cli("export", "symmodels:tree_factory", "-o", pt2, "--build-dir", BUILD_DIR, "-q",
-                 "--dynamic", "x:0=2..32", "--save-inputs", models_dir / "tree", cwd=models_dir)
-        assert r.returncode == 0, r.stderr
-    return pt2
+    return _cli_export(models_dir, "tree", "x:0=2..32")
 
 
 LEAVES = ["logits", "aux.0", "aux.1.0", "aux.1.1"]
