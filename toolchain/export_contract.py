@@ -41,15 +41,10 @@ def _dim(size: Any, ranges: dict[str, symdims.Range]) -> int | dict[str, Any]:
         node = symdims.parse(text)
     except ValueError:
         node = None
-    if node is not None and symdims.symbols(node) <= set(ranges):
-        span = symdims.bounds(node, ranges) or (0, None)
-        dim: dict[str, Any] = {"expr": text, "min": span[0]}
-    else:  # not a size expression the runtime evaluates: its range alone (unbounded when unknown)
-        dim, span = {}, (0, None)
-        dim["min"] = 0
-    if span[1] is not None:
-        dim["max"] = span[1]
-    return dim
+    if node is None or not symdims.symbols(node) <= set(ranges):
+        return {"min": 0}  # not a size expression the runtime evaluates: unbounded, as its range is unknown
+    low, high = symdims.bounds(node, ranges) or (0, None)
+    return {"expr": text, "min": low, **({"max": high} if high is not None else {})}
 
 
 def _example_strides(value: Any, env: dict[str, int]) -> list[int] | None:
