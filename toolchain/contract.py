@@ -19,6 +19,7 @@ from toolchain.spec import load_abi
 _LAYOUT = load_abi().package
 _STEM = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 MAX_TREE_DEPTH = 64
+MAX_MANIFEST = 16 << 20  # bytes of a methods.json read (program.cpp kMaxManifest: the runtime refuses more)
 
 
 def read_contract(path: str | Path) -> dict[str, Any] | None:
@@ -87,18 +88,23 @@ def structure(contract: dict[str, Any] | None, leaves: list[Any]) -> Any:
     return out
 
 
-def method_package(path: str | Path, method: str) -> Path:
-    """The package file of `method` in the program at `path` (a .pt2; a directory of .pt2 files or its
-    methods.json manifest), as the runtime resolves it (runtime/src/host/program.cpp); `path` itself when it
-    is one file."""
+def method_packages(path: str | Path) -> dict[str, Path]:
+    """Method name -> its .pt2 in the program at `path`, as the runtime resolves it (runtime/src/host/program.cpp):
+    a directory's methods.json, else every *.pt2 in it by stem; a manifest (*.json) itself; {} for a single
+    package or plugin. A manifest that can't be read gives {}: the runtime's own load reports it."""
     p = Path(path)
     manifest = p / _LAYOUT.methods_manifest if p.is_dir() else p if p.suffix == ".json" else None
-    if manifest is not None and manifest.is_file():
+    if manifest is None:
+        return {}
+    if manifest.is_file():
         try:
-            doc = json.loads(manifest.read_bytes()[:1 << 20])
-            for m in doc.get("methods", []) if isinstance(doc, dict) else []:
-                if isinstance(m, dict) and m.get("name") == method and isinstance(m.get("package"), str):
-                    return manifest.parent / m["package"]
-        except (OSError, ValueError):
-            pass
-    return p / f"{method}.pt2" if p.is_dir() else p
+            doc = json.loads(manifest.read_bytes()[:MAX_MANIFEST])
+            return {str(m["name"]): manifest.parent / str(m["package"]) for m in doc["methods"]}
+        except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
+            return {}
+    return {q.stem: q for q in sorted(p.glob("*.pt2"))} if p.is_dir() else {}
+
+
+def method_package(path: str | Path, method: str) -> Path:
+    """The package file of `method` in the program at `path`; `path` itself when it is one file."""
+    return method_packages(path).get(method, Path(path))

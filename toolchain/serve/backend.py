@@ -5,7 +5,6 @@ program runs through toolchain.runtime (or any object with the same `methods`/`i
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from toolchain import contract
+from toolchain.contract import method_packages
 from toolchain.errors import InputError, ToolchainError
 from toolchain.serve.protocol import CONTRACT_DATATYPES, ModelMeta, TensorMeta, V2Error, datatype_of
 from toolchain.spec import load_abi
@@ -43,22 +43,6 @@ def model_name(path: Path) -> str:
     p = Path(path)
     stem = p.parent.name if p.name == MANIFEST_NAME else (p.name if p.is_dir() else p.stem)
     return _NAME_OK.sub("_", stem) or "model"
-
-
-def method_packages(path: Path) -> dict[str, Path]:
-    """Method name -> its .pt2, for a directory (its methods.json, else every *.pt2 by stem) or a
-    methods.json; {} for a single package or plugin (its one method's contract is read from `path`)."""
-    path = Path(path)
-    manifest = path / MANIFEST_NAME if path.is_dir() else path if path.name == MANIFEST_NAME else None
-    if manifest is None:
-        return {}
-    if manifest.is_file():
-        try:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
-            return {str(m["name"]): manifest.parent / str(m["package"]) for m in doc["methods"]}
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-            return {}  # the runtime's own load has already reported a bad manifest
-    return {p.stem: p for p in sorted(path.glob("*.pt2"))}
 
 
 def read_contract(package: Path) -> dict[str, Any] | None:
