@@ -16,12 +16,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "aoti_host/c_api.h"
+#include "base/json.h"
 
 #pragma GCC visibility push(default)  // the TRITONBACKEND_* entry points this library implements
 #include "triton_api.h"
@@ -146,185 +148,31 @@ const Dtype* by_code(int32_t c) {
   return nullptr;
 }
 
-// Triton's model configuration, as TRITONSERVER_MessageSerializeToJson gives it: a small JSON reader for the
-// few fields the backend reads (parameters, input and output names). Numbers stay text; at most 64 levels.
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-  std::string text;  // a string's value, a number's or literal's spelling
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-  const Json* get(const std::string& key) const {
-    for (const auto& m : members)
-      if (m.first == key) return &m.second;
-    return nullptr;
-  }
-  std::string string_at(const std::string& key) const {
-    const Json* v = get(key);
-    return v != nullptr && v->kind == kString ? v->text : "";
-  }
-};
+// Triton's model configuration, as TRITONSERVER_MessageSerializeToJson gives it, is read with the runtime's
+// JSON reader (base/json.h, compiled into this library by config_json.cpp) for the few fields the backend reads:
+// parameters, input and output names.
+using aoti_host::Json;
 
-class JsonReader {
- public:
-  JsonReader(const char* data, size_t size) : p_(data), end_(data + size) {}
-  bool parse(Json& out) {
-    if (!value(out, 0)) return false;
-    space();
-    return p_ == end_;
-  }
-
- private:
-  void space() {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
-  }
-  bool literal(const char* word) {
-    size_t n = std::strlen(word);
-    if (static_cast<size_t>(end_ - p_) < n || std::strncmp(p_, word, n) != 0) return false;
-    p_ += n;
-    return true;
-  }
-  static void utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-  bool hex4(unsigned& cp) {
-    if (end_ - p_ < 4) return false;
-    cp = 0;
-    for (int i = 0; i < 4; ++i, ++p_) {
-      char c = *p_;
-      unsigned d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 16;
-      if (d > 15) return false;
-      cp = cp * 16 + d;
-    }
-    return true;
-  }
-  bool string(std::string& out) {
-    if (p_ == end_ || *p_ != '"') return false;
-    ++p_;
-    while (p_ < end_ && *p_ != '"') {
-      char c = *p_++;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (p_ == end_) return false;
-      char e = *p_++;
-      switch (e) {
-        case '"': case '\\': case '/': out += e; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = 0;
-          if (!hex4(cp)) return false;
-          if (cp >= 0xD800 && cp < 0xDC00 && end_ - p_ >= 6 && p_[0] == '\\' && p_[1] == 'u') {
-            p_ += 2;
-            unsigned lo = 0;
-            if (!hex4(lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          utf8(out, cp);
-          break;
-        }
-        default: return false;
-      }
-    }
-    if (p_ == end_) return false;
-    ++p_;
-    return true;
-  }
-  bool value(Json& out, int depth) {
-    if (depth > 64) return false;
-    space();
-    if (p_ == end_) return false;
-    const char c = *p_;
-    if (c == '{') {
-      out.kind = Json::kObject;
-      ++p_;
-      space();
-      if (p_ < end_ && *p_ == '}') return ++p_, true;
-      for (;;) {
-        space();
-        std::pair<std::string, Json> m;
-        if (!string(m.first)) return false;
-        space();
-        if (p_ == end_ || *p_++ != ':') return false;
-        if (!value(m.second, depth + 1)) return false;
-        out.members.push_back(std::move(m));
-        space();
-        if (p_ == end_) return false;
-        if (*p_ == ',') { ++p_; continue; }
-        if (*p_ == '}') return ++p_, true;
-        return false;
-      }
-    }
-    if (c == '[') {
-      out.kind = Json::kArray;
-      ++p_;
-      space();
-      if (p_ < end_ && *p_ == ']') return ++p_, true;
-      for (;;) {
-        out.items.emplace_back();
-        if (!value(out.items.back(), depth + 1)) return false;
-        space();
-        if (p_ == end_) return false;
-        if (*p_ == ',') { ++p_; continue; }
-        if (*p_ == ']') return ++p_, true;
-        return false;
-      }
-    }
-    if (c == '"') {
-      out.kind = Json::kString;
-      return string(out.text);
-    }
-    for (const char* word : {"true", "false"}) {
-      if (literal(word)) {
-        out.kind = Json::kBool;
-        out.text = word;
-        return true;
-      }
-    }
-    if (literal("null")) return true;
-    const char* start = p_;
-    while (p_ < end_ && (std::strchr("+-.eE", *p_) != nullptr || (*p_ >= '0' && *p_ <= '9'))) ++p_;
-    if (p_ == start) return false;
-    out.kind = Json::kNumber;
-    out.text.assign(start, p_);
-    return true;
-  }
-  const char* p_;
-  const char* end_;
-};
+// The string member `key` of an object; "" when absent or not a string.
+std::string string_at(const Json& object, const std::string& key) {
+  const Json* v = object.get(key);
+  return v != nullptr && v->is_string() ? v->string() : "";
+}
 
 // A string parameter of the model configuration (parameters { key: "method" value: { string_value: "embed" } }
 // in config.pbtxt; "parameters": {"method": {"string_value": "embed"}} in its JSON); "" when absent.
 std::string config_parameter(const Json& config, const std::string& key) {
   const Json* params = config.get("parameters");
   const Json* entry = params != nullptr ? params->get(key) : nullptr;
-  return entry != nullptr ? entry->string_at("string_value") : "";
+  return entry != nullptr ? string_at(*entry, "string_value") : "";
 }
 
 // The names of the config's "input" or "output" entries, in the order the configuration lists them.
 std::vector<std::string> config_names(const Json& config, const char* key) {
   std::vector<std::string> out;
   const Json* list = config.get(key);
-  if (list != nullptr && list->kind == Json::kArray)
-    for (const Json& e : list->items) out.push_back(e.string_at("name"));
+  if (list != nullptr && list->is_array())
+    for (const Json& e : list->array()) out.push_back(string_at(e, "name"));
   return out;
 }
 
@@ -523,8 +371,13 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   size_t size = 0;
   TRITONSERVER_Error* err = TRITONSERVER_MessageSerializeToJson(config, &json, &size);
   Json doc;
-  if (err == nullptr && !JsonReader(json, size).parse(doc))
-    err = error(TRITONSERVER_ERROR_INTERNAL, "cannot read the model configuration Triton gave (JSON)");
+  if (err == nullptr) {
+    try {
+      doc = Json::parse(std::string(json, size), "the model configuration Triton gave");
+    } catch (const std::exception& e) {
+      err = error(TRITONSERVER_ERROR_INTERNAL, e.what());
+    }
+  }
   TRITONSERVER_Error* del = TRITONSERVER_MessageDelete(config);
   if (del != nullptr) TRITONSERVER_ErrorDelete(del);
   RETURN_IF_ERROR(err);
