@@ -21,48 +21,12 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-TORCH_RUNNER = r"""
-import ctypes, os, sys, time
-import numpy as np
-import torch
-ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"), mode=os.RTLD_GLOBAL)
-import torch._inductor
-pt2, xs, calls, out = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4]
-runner = torch._inductor.aoti_load_package(pt2)
-inputs = [torch.from_numpy(np.load(x)) for x in xs]
-with torch.no_grad():
-    y = runner(*inputs)
-    np.save(out, (y[0] if isinstance(y, (list, tuple)) else y).contiguous().numpy())
-    if calls:
-        for _ in range(min(calls, 50)):
-            runner(*inputs)
-        times = []
-        for _ in range(calls):
-            t = time.perf_counter_ns()
-            runner(*inputs)
-            times.append(time.perf_counter_ns() - t)
-        times.sort()
-        print("latency_us: median=%.2f p10=%.2f p90=%.2f threads=%d" % (
-            times[len(times)//2] / 1e3, times[len(times)//10] / 1e3, times[9 * len(times)//10] / 1e3,
-            torch.get_num_threads()))
-"""
-
-
-def parse_median(text: str) -> float:
-    for line in text.splitlines():
-        if line.startswith("latency_us:"):
-            return float(line.split("median=")[1].split()[0])
-    raise RuntimeError(f"no latency line in:\n{text}")
+from _common import BUILD, aoti_run_command, build_runtime, interleaved_medians, save_inputs, torch_runner_command
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
@@ -71,25 +35,22 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def bench_model(name: str, args: argparse.Namespace, aoti_run: Path, build: Path) -> list[str]:
+def bench_model(name: str, args: argparse.Namespace, build: Path) -> list[str]:
     from toolchain import examples
     from toolchain.export import export
 
     work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-", dir=build))
     module, inputs = examples.get(name)
     pt2 = export(module, inputs, work / f"{name}.pt2", build_dir=build)
-    xs = []
-    for i, x in enumerate(inputs):
-        np.save(work / f"x{i}.npy", x.numpy())
-        xs.append(str(work / f"x{i}.npy"))
-    ours_cmd = [str(aoti_run), str(pt2), *sum((["-i", x] for x in xs), []), "-o", str(work / "out"), "--quiet"]
-    torch_cmd = [sys.executable, "-c", TORCH_RUNNER, str(pt2), ",".join(xs)]
+    xs = save_inputs(inputs, work, "x")
+    ours_cmd = aoti_run_command(pt2, xs, work / "out")
+    torch_cmd = torch_runner_command(pt2, xs)
     extra = dict(e.split("=", 1) for e in args.env)
     env1 = {**os.environ, **extra, "OMP_NUM_THREADS": "1"}
 
     # warm the page cache and the plugin extraction, and check both sides agree
     subprocess.run(ours_cmd, env=env1, check=True)
-    subprocess.run([*torch_cmd, "0", str(work / "torch_out.npy")], env=env1, check=True, capture_output=True)
+    subprocess.run([*torch_cmd, "0", str(work / "torch_out.npy"), "0"], env=env1, check=True, capture_output=True)
     diff = float(np.max(np.abs(np.load(work / "out" / "output_0.npy") - np.load(work / "torch_out.npy"))))
 
     lines = [f"model {name}: plugin {pt2.name}, outputs of aoti-run and torch's runner agree to {diff:.2g}"]
@@ -97,21 +58,14 @@ def bench_model(name: str, args: argparse.Namespace, aoti_run: Path, build: Path
     for i in range(args.cold):
         ours_cold.append(timed(ours_cmd, env1))
         if i % 4 == 0:
-            torch_cold.append(timed([*torch_cmd, "0", str(work / "torch_out.npy")], env1))
+            torch_cold.append(timed([*torch_cmd, "0", str(work / "torch_out.npy"), "0"], env1))
     oc, tc = statistics.median(ours_cold), statistics.median(torch_cold)
     lines.append(f"  cold start (exec -> first output written), median: aoti-run {oc * 1e3:.1f} ms (n={len(ours_cold)}, "
                  f"min {min(ours_cold) * 1e3:.1f}), torch {tc * 1e3:.0f} ms (n={len(torch_cold)})  "
                  f"(target: aoti-run <= 20 ms)")
     for threads in args.threads:
         env = {**os.environ, **extra, "OMP_NUM_THREADS": str(threads)}
-        ours, theirs = [], []
-        for _ in range(args.rounds):
-            p = subprocess.run([*ours_cmd, "--repeat", str(args.calls)], env=env, check=True, capture_output=True,
-                               text=True)
-            ours.append(parse_median(p.stdout + p.stderr))
-            p = subprocess.run([*torch_cmd, str(args.calls), str(work / "torch_out.npy")], env=env, check=True,
-                               capture_output=True, text=True)
-            theirs.append(parse_median(p.stdout))
+        ours, theirs = interleaved_medians(ours_cmd, torch_cmd, args.calls, args.rounds, env, work / "torch_out.npy")
         ratios = sorted(o / t for o, t in zip(ours, theirs, strict=True))
         ol, tl = statistics.median(ours), statistics.median(theirs)
         lines.append(f"  per call, {threads} thread(s), median of {args.rounds} interleaved rounds x {args.calls}: "
@@ -132,14 +86,12 @@ def main() -> int:
     args = ap.parse_args()
     args.threads = [int(t) for t in args.threads.split(",")]
 
-    build = REPO / "build"
-    subprocess.run([str(Path(sys.executable).with_name("scons")), "-C", str(REPO), "-Q", "-s", "-j2"], check=True)
-    aoti_run = build / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
+    build_runtime()
     load = os.getloadavg()[0]
     print(f"machine: {os.cpu_count()} CPUs, load average {load:.1f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"extra env: {' '.join(args.env) or 'none'}", flush=True)
     for name in args.examples.split(","):
-        for line in bench_model(name, args, aoti_run, build):
+        for line in bench_model(name, args, BUILD):
             print(line, flush=True)
     return 0
 

@@ -6,7 +6,7 @@ package, and the cost of verify's decode (cpu-isa-too-new, cuda-*) on a 1 GB plu
     .venv/bin/python bench/bench_isa.py decode [--gb 1]
 
 speed: each model is exported once per ISA (`export(cpu_isa=...)`); aoti-run --repeat and torch's
-aoti_load_package runner (bench/bench_cpu.py's TORCH_RUNNER, libtorch_cpu re-opened RTLD_GLOBAL) run that very
+aoti_load_package runner (bench/_common.py's TORCH_RUNNER, libtorch_cpu re-opened RTLD_GLOBAL) run that very
 file, interleaved round by round, OMP_NUM_THREADS=1; the figure is the median of the rounds' medians.
 decode: a plugin of --gb GB (gcc-built: AVX2 and AVX-512 kernels, plus GB of weights in .lrodata, as
 inductor embeds them) and the runtime library (its text has no prefilter-free region): scan time, bytes
@@ -19,18 +19,12 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from bench_cpu import TORCH_RUNNER, parse_median  # noqa: E402
+from _common import REPO, aoti_run_command, interleaved_medians, save_inputs, torch_runner_command
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -39,30 +33,18 @@ def speed(args: argparse.Namespace) -> None:
     from toolchain.target import read_record
 
     build = REPO / "build"
-    aoti_run = REPO / "build" / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for name in args.examples.split(","):
         work = Path(tempfile.mkdtemp(prefix=f"bench-isa-{name}-", dir=build))
         module, inputs = examples.get(name)
-        xs = []
-        for i, x in enumerate(inputs):
-            np.save(work / f"x{i}.npy", x.numpy())
-            xs.append(str(work / f"x{i}.npy"))
+        xs = save_inputs(inputs, work, "x")
         for isa in args.isas.split(","):
             t = time.perf_counter()
             pt2 = export(module, inputs, work / f"{name}-{isa}.pt2", build_dir=build, cpu_isa=isa)
             took = time.perf_counter() - t
             cpu = (read_record(pt2) or {}).get("cpu", {})
-            ours_cmd = [str(aoti_run), str(pt2), *sum((["-i", x] for x in xs), []), "-o", str(work / "out"), "--quiet"]
-            torch_cmd = [sys.executable, "-c", TORCH_RUNNER, str(pt2), ",".join(xs)]
-            ours, theirs = [], []
-            for _ in range(args.rounds):
-                p = subprocess.run([*ours_cmd, "--repeat", str(args.calls)], env=env, check=True, capture_output=True,
-                                   text=True)
-                ours.append(parse_median(p.stdout + p.stderr))
-                p = subprocess.run([*torch_cmd, str(args.calls), str(work / "torch_out.npy")], env=env, check=True,
-                                   capture_output=True, text=True)
-                theirs.append(parse_median(p.stdout))
+            ours, theirs = interleaved_medians(aoti_run_command(pt2, xs, work / "out"), torch_runner_command(pt2, xs),
+                                               args.calls, args.rounds, env, work / "torch_out.npy")
             ol, tl = statistics.median(ours), statistics.median(theirs)
             print(f"{name:14s} --cpu-isa {isa:10s} needs {cpu.get('isa', '?'):10s} ({len(cpu.get('extensions', []))} "
                   f"extensions, highest {cpu.get('highest', {}).get('extension', '-')}): aoti-run {ol:8.1f} us "

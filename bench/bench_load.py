@@ -27,8 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from _common import REPO, torch_scratch
 
 OUT = REPO / "build" / "bench-load"
 LIB = REPO / "build" / "cpu-gcc-release" / "dist" / "lib" / "libaoti_host.so"
@@ -52,10 +51,7 @@ def export_model(mb: int) -> Path:
     pt2 = OUT / f"model-{mb}mb.pt2"
     if pt2.exists():
         return pt2
-    torch_dir = REPO / "build" / "torch"
-    (torch_dir / "tmp").mkdir(parents=True, exist_ok=True)
-    os.environ["TMPDIR"] = str(torch_dir / "tmp")
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(torch_dir / "inductor-cache"))
+    torch_scratch()
     import torch
 
     from toolchain.export import export

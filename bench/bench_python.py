@@ -30,10 +30,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from _common import (
+    REPO,
+    aoti_run_command,
+    build_runtime,
+    parse_median,
+    save_inputs,
+    torch_runner_command,
+    torch_scratch,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 WORK = REPO / "build" / "bench-python"
 
 OURS = r"""
@@ -56,27 +62,6 @@ for _ in range(calls):
     times.append(time.perf_counter_ns() - t)
 times.sort()
 print("latency_us: median=%.2f fast=%s" % (times[len(times) // 2] / 1e3, prog._fast is not None))
-"""
-
-TORCH = r"""
-import ctypes, os, sys, time
-import numpy as np
-import torch
-ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"), mode=os.RTLD_GLOBAL)
-import torch._inductor
-pt2, xs, calls = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
-runner = torch._inductor.aoti_load_package(pt2)
-inputs = [torch.from_numpy(np.load(x)) for x in xs]
-with torch.no_grad():
-    for _ in range(min(calls, 200)):
-        runner(*inputs)
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter_ns()
-        runner(*inputs)
-        times.append(time.perf_counter_ns() - t)
-times.sort()
-print("latency_us: median=%.2f" % (times[len(times) // 2] / 1e3))
 """
 
 THREADS = r"""
@@ -103,14 +88,18 @@ def work(k, n, out):
         equal = np.array_equal(prog.run(inputs[i])[0], serial[i]) and equal
     out[k] = equal
 
-def rate(nthreads):
+def rate_of(target, nthreads):
+    # runs/s of `nthreads` threads each making `calls` calls of target(k, calls, out), and whether all set out[k]
     out = [None] * nthreads
-    ts = [threading.Thread(target=work, args=(k, calls, out)) for k in range(nthreads)]
+    ts = [threading.Thread(target=target, args=(k, calls, out)) for k in range(nthreads)]
     t = time.perf_counter()
     for th in ts: th.start()
     for th in ts: th.join()
     dt = time.perf_counter() - t
     return nthreads * calls / dt, all(out)
+
+def rate(nthreads):
+    return rate_of(work, nthreads)
 
 import hashlib
 blob = b"x" * (1 << 16)
@@ -120,12 +109,7 @@ def hwork(k, n, out):
     out[k] = True
 
 def hrate(nthreads):
-    out = [None] * nthreads
-    ts = [threading.Thread(target=hwork, args=(k, calls, out)) for k in range(nthreads)]
-    t = time.perf_counter()
-    for th in ts: th.start()
-    for th in ts: th.join()
-    return nthreads * calls / (time.perf_counter() - t)
+    return rate_of(hwork, nthreads)[0]
 
 r1, e1 = rate(1)
 r2, e2 = rate(2)
@@ -137,31 +121,18 @@ print("threads: one=%.0f two=%.0f equal=%s control_one=%.0f control_two=%.0f" % 
 """
 
 
-def median_of(text: str) -> float:
-    for line in text.splitlines():
-        if line.startswith("latency_us:"):
-            return float(line.split("median=")[1].split()[0])
-    raise RuntimeError(f"no latency line in:\n{text}")
-
-
 def export_model(name: str) -> tuple[Path, list[str]]:
     pt2 = WORK / f"{name}.pt2"
     xs = sorted(str(p) for p in WORK.glob(f"{name}_x*.npy"))
     if pt2.is_file() and xs:
         return pt2, xs
-    os.environ.setdefault("TMPDIR", str(REPO / "build" / "torch" / "tmp"))
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(REPO / "build" / "torch" / "inductor-cache"))
-    Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    torch_scratch()
     from toolchain import examples
     from toolchain.export import export
 
     module, inputs = examples.get(name)
     export(module, inputs, pt2, build_dir=REPO / "build")
-    xs = []
-    for i, x in enumerate(inputs):
-        np.save(WORK / f"{name}_x{i}.npy", x.numpy())
-        xs.append(str(WORK / f"{name}_x{i}.npy"))
-    return pt2, xs
+    return pt2, save_inputs(inputs, WORK, f"{name}_x")
 
 
 def run(cmd: list[str], env: dict[str, str]) -> str:
@@ -169,15 +140,14 @@ def run(cmd: list[str], env: dict[str, str]) -> str:
     return p.stdout + p.stderr
 
 
-def bench_model(name: str, args: argparse.Namespace, aoti_run: Path, env: dict[str, str]) -> list[str]:
+def bench_model(name: str, args: argparse.Namespace, env: dict[str, str]) -> list[str]:
     pt2, xs = export_model(name)
     py = sys.executable
     sides = {
         "ours": [py, "-c", OURS, str(REPO), str(pt2), ",".join(xs), str(args.calls), "numpy"],
         "ours_torch_in": [py, "-c", OURS, str(REPO), str(pt2), ",".join(xs), str(args.calls), "torch"],
-        "torch": [py, "-c", TORCH, str(pt2), ",".join(xs), str(args.calls)],
-        "aoti_run": [str(aoti_run), str(pt2), *sum((["-i", x] for x in xs), []), "-o", str(WORK / f"{name}-out"),
-                     "--quiet", "--repeat", str(args.calls)],
+        "torch": [*torch_runner_command(pt2, xs), str(args.calls), "", "200"],
+        "aoti_run": [*aoti_run_command(pt2, xs, WORK / f"{name}-out"), "--repeat", str(args.calls)],
         "ours_ctypes": [py, "-c", OURS, str(REPO), str(pt2), ",".join(xs), str(args.calls), "numpy"],
     }
     got: dict[str, list[float]] = {k: [] for k in sides}
@@ -187,7 +157,7 @@ def bench_model(name: str, args: argparse.Namespace, aoti_run: Path, env: dict[s
             out = run(cmd, e)
             if side == "ours" and "fast=True" not in out:
                 raise SystemExit("the compiled per-call path is not in use: build it with scons (numpy needed)")
-            got[side].append(median_of(out))
+            got[side].append(parse_median(out))
     med = {k: statistics.median(v) for k, v in got.items()}
     ratios = sorted(o / t for o, t in zip(got["ours"], got["torch"], strict=True))
     target = 0.9 if name == "attention" else 0.5
@@ -240,13 +210,12 @@ def main() -> int:
     ap.add_argument("--no-threads", action="store_true")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(Path(sys.executable).with_name("scons")), "-C", str(REPO), "-Q", "-s", "-j2"], check=True)
-    aoti_run = REPO / "build" / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
+    build_runtime()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     for name in args.examples.split(","):
-        for line in bench_model(name, args, aoti_run, env):
+        for line in bench_model(name, args, env):
             print(line, flush=True)
     if not args.no_threads:
         for line in bench_threads(args, env):

@@ -24,37 +24,18 @@ import asyncio
 import os
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from _common import REPO, export_mlp
 
 OUT = REPO / "build" / "bench-serve"
 WIDTH = 256
 
 
 def export_model() -> Path:
-    pt2 = OUT / "mlp.pt2"
-    if pt2.exists():
-        return pt2
-    torch_dir = REPO / "build" / "torch"
-    (torch_dir / "tmp").mkdir(parents=True, exist_ok=True)
-    os.environ["TMPDIR"] = str(torch_dir / "tmp")
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(torch_dir / "inductor-cache"))
-    import torch
-
-    from toolchain.export import export
-
-    torch.manual_seed(0)
-    nn = torch.nn
-    model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(),
-                          nn.Linear(WIDTH, 16)).eval()
-    batch = torch.export.Dim("batch", min=1, max=64)
-    return export(model, (torch.randn(4, WIDTH),), pt2, build_dir=REPO / "build",
-                  dynamic_shapes={"input": {0: batch}})
+    return export_mlp(OUT / "mlp.pt2", WIDTH, 64)
 
 
 class TorchRunner:

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,9 +41,9 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+from _common import REPO, export_mlp
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from tests.net import free_ports
 
 OUT = REPO / "build" / "bench-triton"
 TRITON = REPO / "build" / "tritonserver" / "pytriton" / "tritonserver"
@@ -88,24 +87,7 @@ class TritonPythonModel:
 
 
 def export_model(device: str) -> Path:
-    pt2 = OUT / f"mlp-{device}.pt2"
-    if pt2.exists():
-        return pt2
-    torch_dir = REPO / "build" / "torch"
-    (torch_dir / "tmp").mkdir(parents=True, exist_ok=True)
-    os.environ["TMPDIR"] = str(torch_dir / "tmp")
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(torch_dir / "inductor-cache"))
-    import torch
-
-    from toolchain.export import export
-
-    torch.manual_seed(0)
-    nn = torch.nn
-    model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(),
-                          nn.Linear(WIDTH, 16)).eval()
-    batch = torch.export.Dim("batch", min=1, max=MAX_ROWS)
-    return export(model, (torch.randn(4, WIDTH),), pt2, build_dir=REPO / "build", device=device,
-                  dynamic_shapes={"input": {0: batch}})
+    return export_mlp(OUT / f"mlp-{device}.pt2", WIDTH, MAX_ROWS, device)
 
 
 def _link(target: Path, link: Path) -> None:
@@ -148,17 +130,6 @@ def write_repository(pt2: Path, device: str, instances: int) -> Path:
     return repo
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _tree(pid: int) -> list[int]:
     """pid and its descendants (the python backend's stub processes)."""
     children: dict[int, list[int]] = {}
@@ -194,7 +165,7 @@ def memory_kib(pid: int) -> dict[str, int]:
 
 class Server:
     def __init__(self, repo: Path, backends: Path, log: Path) -> None:
-        self.http_port, grpc = _free_ports(2)
+        self.http_port, grpc = free_ports(2)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHOME": sys.base_prefix,
                "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [sysconfig.get_config_var("LIBDIR"),
                                                                  os.environ.get("LD_LIBRARY_PATH")]))}

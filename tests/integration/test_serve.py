@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BUILD_DIR
+from tests.net import free_ports
 
 th = pytest.importorskip("tritonclient.http", reason="tritonclient is not installed (pip install -e '.[serve]')")
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e '.[serve]')")
@@ -33,12 +33,6 @@ from toolchain.serve.protocol import V2App  # noqa: E402
 pytestmark = pytest.mark.long  # minutes of work: skipped unless --long (nox -s slow, CI)
 
 MAX_ROWS = 16
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +56,7 @@ def dyn_mlp(torch, host_lib, tmp_path_factory):
 @contextlib.contextmanager
 def asgi_server(app: V2App):
     """`app` under uvicorn on 127.0.0.1 in a thread; yields 'host:port'."""
-    port = _free_port()
+    port = free_ports(1)[0]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -215,7 +209,7 @@ def ray_serve(dyn_mlp):
     from toolchain.serve import application, private_ray_temp_dir
 
     pt2, _ = dyn_mlp
-    port = _free_port()
+    port = free_ports(1)[0]
     temp_dir = private_ray_temp_dir()
     ray.init(num_cpus=2, object_store_memory=80 << 20, include_dashboard=False, log_to_driver=False,
              configure_logging=False, _temp_dir=temp_dir)

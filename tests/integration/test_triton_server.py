@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BUILD_DIR, REPO_ROOT, shared_dir, shared_export
+from tests.net import free_ports
 
 TRITON_DIR = BUILD_DIR / "tritonserver"  # .ci/setup (.ci/tritonserver.py) unpacks the wheel here
 SERVER = TRITON_DIR / "pytriton" / "tritonserver" / "bin" / "tritonserver"
@@ -55,17 +55,6 @@ def backend_dir(host_build) -> Path:
     path = host_build.variant_dir / "dist" / "triton"
     assert (path / "aoti_toolchain" / "libtriton_aoti_toolchain.so").is_file(), "the default build has no backend"
     return path
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class Server:
@@ -132,7 +121,7 @@ def triton(repo: Path, backend: Path, log: Path, *, explicit: bool = False, load
     seconds), kills it (its whole process group) when the block ends. A start that lost a race for its ports
     is retried (twice)."""
     for attempt in range(3):
-        http, grpc = _free_ports(2)
+        http, grpc = free_ports(2)
         cmd = [str(SERVER), f"--model-repository={repo}", f"--backend-directory={backend}",
                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", f"--http-port={http}", f"--grpc-port={grpc}",
                "--allow-metrics=false", "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
