@@ -1,5 +1,5 @@
 """The runtime's CPU fallbacks for sorting, scans, lookups, embedding bags, scatter/index updates, pooling,
-the LSTM layer, int8 products, FFTs and complex views, order statistics and distances (runtime/src/shims/shims_cpu_ops.cpp) against torch eager, through the C ABI.
+the LSTM layer, int8 products, FFTs and complex views, order statistics and distances (generated wrappers over runtime/src/shims/ops) against torch eager, through the C ABI.
 
 Operands are strided views (transposed, stepped with a storage offset, channels-last) handed over with
 aoti_torch_create_tensor_from_blob, as a plugin would. Every returned tensor is compared with ATen's

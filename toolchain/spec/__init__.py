@@ -85,6 +85,12 @@ class Shim(NamedTuple):
     header: str
     # the provider (providers.toml) whose library the host's implementation opens on the shim's first call
     loads: str = ""
+    # an op shim's generated wrapper: the kernel entry it calls (a function in namespace aoti_host) and the
+    # C++ arguments passed before the shim's own; or why its wrapper is written by hand (toolchain/codegen.py
+    # checks these; docs/architecture.md "Shim rows")
+    impl: str = ""
+    impl_args: tuple[str, ...] = ()
+    manual: str = ""
 
     @property
     def is_constant(self) -> bool:
@@ -286,7 +292,8 @@ _EP_FIELDS: dict[str, tuple[type, bool]] = {
 }
 _SHIM_FIELDS: dict[str, tuple[type, bool]] = {
     "name": (str, True), "prototype": (str, True), "group": (str, True), "header": (str, True),
-    "note": (str, False), "loads": (str, False),
+    "note": (str, False), "loads": (str, False), "impl": (str, False), "impl_args": (list, False),
+    "manual": (str, False),
 }
 _PROVIDER_FIELDS: dict[str, tuple[type, bool]] = {
     "name": (str, True), "soname": (str, False), "sonames": (list, False),
@@ -337,7 +344,8 @@ def _load_shims(path: str | os.PathLike[str]) -> tuple[tuple[Shim, ...], tuple[s
                              "add it to types = [...] if the C header can declare it (no c10/C++ types), "
                              "or drop this shim")
         out.append(Shim(fn.name, fn.returns, fn.params, fn.prototype, group=row["group"], header=row["header"],
-                        loads=row.get("loads", "")))
+                        loads=row.get("loads", ""), impl=row.get("impl", ""),
+                        impl_args=tuple(row.get("impl_args", ())), manual=row.get("manual", "")))
     return tuple(out), tuple(types)
 
 

@@ -17,9 +17,12 @@ namespace ops {
 
 using namespace dtype_code;
 
-void embedding_bag(const Tensor& weight, const Tensor& indices, const Tensor& offsets, int64_t mode,
-                   const Tensor* psw, bool include_last_offset, int64_t padding_idx, bool forward_only,
-                   Tensor** result) {
+void embedding_bag(bool forward_only, const Tensor& weight, const Tensor& indices, const Tensor& offsets,
+                   bool scale_grad_by_freq, int64_t mode, bool sparse, const Tensor* psw, bool include_last_offset,
+                   int64_t padding_idx, Tensor** output, Tensor** offset2bag_out, Tensor** bag_size_out,
+                   Tensor** max_indices_out) {
+  (void)scale_grad_by_freq;  // gradient-only options: no effect on the forward result
+  (void)sparse;
   check_cpu(weight, "weight");
   check_cpu(indices, "indices");
   check_cpu(offsets, "offsets");
@@ -124,10 +127,10 @@ void embedding_bag(const Tensor& weight, const Tensor& indices, const Tensor& of
     }
     if (counted) store_i(bag_size->data_ptr(), offsets.dtype(), b, count);
   }
-  result[0] = out.release();
-  result[1] = offset2bag.release();
-  result[2] = bag_size.release();
-  result[3] = max_indices.release();
+  *output = out.release();
+  *offset2bag_out = offset2bag.release();
+  *bag_size_out = bag_size.release();
+  *max_indices_out = max_indices.release();
 }
 
 }  // namespace ops

@@ -1,4 +1,4 @@
-// The CPU kernels behind the aoti_torch_cpu_* fallbacks of shims/shims_cpu_ops.cpp. Each follows
+// The CPU kernel entries the generated aoti_torch_cpu_* wrappers call (each shims.toml row's `impl`). Each follows
 // the ATen op of the same name: same results (within floating-point accumulation order), same output
 // dtypes and the output strides ATen's CPU kernel gives, since plugins reinterpret returned tensors with
 // the strides recorded at compile time. Functions returning Tensor* return new owning tensors.
@@ -14,8 +14,21 @@
 namespace aoti_host {
 namespace ops {
 
+// dense.cpp: the entries of shims/cpu_kernels.h's matrix products and convolution (bmm and the CPU flash
+// attention are called directly: their lists are ATen's already).
+void addmm_out(Tensor& out, const Tensor& self, const Tensor& mat1, const Tensor& mat2, double beta, double alpha);
+void mm_out(Tensor& out, const Tensor& self, const Tensor& mat2);
+void baddbmm_out(Tensor& out, const Tensor& self, const Tensor& batch1, const Tensor& batch2, double beta,
+                 double alpha);
+Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bias, const std::vector<int64_t>& stride,
+                    const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool transposed,
+                    const std::vector<int64_t>& output_padding, int64_t groups);
+
 // sort.cpp
-void sort(const Tensor& self, bool stable, int64_t dim, bool descending, Tensor** values, Tensor** indices);
+void sort(const Tensor& self, int64_t dim, bool descending, Tensor** values, Tensor** indices);
+// stable: optional (null: false); either way the result is sorted stably.
+void sort_stable(const Tensor& self, const int32_t* stable, int64_t dim, bool descending, Tensor** values,
+                 Tensor** indices);
 void topk(const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted, Tensor** values, Tensor** indices);
 
 // scan.cpp. dtype: the optional output dtype (null: ATen's default, int64 for integral/bool input).
@@ -25,8 +38,13 @@ void cummax(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
 void cummin(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
 
 // search.cpp
+// self: the values (null: the scalar); side: optional ("left" or "right"); sorter: optional.
 Tensor* searchsorted(const Tensor& sorted_sequence, const Tensor* self, double scalar, bool out_int32, bool right,
                      const char* side, const Tensor* sorter);
+Tensor* searchsorted_tensor(const Tensor& sorted_sequence, const Tensor& self, bool out_int32, bool right,
+                            const char* side, const Tensor* sorter);
+Tensor* searchsorted_scalar(const Tensor& sorted_sequence, double self, bool out_int32, bool right, const char* side,
+                            const Tensor* sorter);
 Tensor* bucketize(const Tensor& self, const Tensor& boundaries, bool out_int32, bool right);
 Tensor* histc(const Tensor& self, int64_t bins, double min, double max);
 Tensor* repeat_interleave(const Tensor& repeats, const int64_t* output_size);
@@ -34,10 +52,11 @@ Tensor* nonzero(const Tensor& self);
 Tensor* masked_select(const Tensor& self, const Tensor& mask);
 
 // embedding.cpp: aten::_embedding_bag (forward_only false) and _embedding_bag_forward_only; returns
-// output, offset2bag, bag_size, max_indices.
-void embedding_bag(const Tensor& weight, const Tensor& indices, const Tensor& offsets, int64_t mode,
-                   const Tensor* per_sample_weights, bool include_last_offset, int64_t padding_idx, bool forward_only,
-                   Tensor** out);
+// output, offset2bag, bag_size, max_indices. scale_grad_by_freq and sparse only matter to the gradient.
+void embedding_bag(bool forward_only, const Tensor& weight, const Tensor& indices, const Tensor& offsets,
+                   bool scale_grad_by_freq, int64_t mode, bool sparse, const Tensor* per_sample_weights,
+                   bool include_last_offset, int64_t padding_idx, Tensor** output, Tensor** offset2bag,
+                   Tensor** bag_size, Tensor** max_indices);
 
 // scatter.cpp
 void scatter_src(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
@@ -80,14 +99,15 @@ Tensor* avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& kernel,
 void mkldnn_rnn_layer(const Tensor& input, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
                       const Tensor& b_hh, const Tensor& hx, const Tensor& cx, bool reverse,
                       const std::vector<int64_t>& batch_sizes, int64_t mode, int64_t hidden_size, int64_t num_layers,
-                      bool has_biases, bool bidirectional, bool batch_first, bool train, Tensor** out);
+                      bool has_biases, bool bidirectional, bool batch_first, bool train, Tensor** output,
+                      Tensor** hy, Tensor** cy, Tensor** workspace);
 
 // spectral.cpp: aten::_fft_r2c / _fft_c2c (dim: the dims to transform; normalization: ATen's fft_norm_mode,
 // 0 none, 1 by_root_n, 2 by_n), abs and angle of complex (or floating) tensors, and the views permute,
 // view_as_real and view_as_complex (sharing self's storage).
 Tensor* fft_r2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool onesided);
 Tensor* fft_c2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool forward);
-Tensor* complex_abs_or_angle(const Tensor& self, bool angle);
+Tensor* complex_abs_or_angle(bool angle, const Tensor& self);
 // Device-agnostic parts the CUDA transforms share: dim wrapped and checked (distinct, non-empty dims) in the
 // given order; the normalization factor; and the output strides of ATen's cuFFT path, which transforms at most
 // kCufftMaxDims dims per pass (r2c: the last dim first) and so can lay outputs out differently from the MKL
@@ -107,7 +127,8 @@ Tensor* view_as_complex(const Tensor& self);
 // select.cpp: aten::kthvalue (k counts from 1), median (all elements, 0-d result), _cdist_forward.
 void kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim, Tensor** values, Tensor** indices);
 Tensor* median(const Tensor& self);
-Tensor* cdist(const Tensor& x1, const Tensor& x2, double p);
+// compute_mode: optional, 0 to 2 (ATen's choice of algorithm; the distances are the same).
+Tensor* cdist(const Tensor& x1, const Tensor& x2, double p, const int64_t* compute_mode);
 
 // quant.cpp. The check_* functions are the ops' device-agnostic argument checks (the CUDA shims use them).
 void check_weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales);

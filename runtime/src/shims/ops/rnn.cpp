@@ -22,7 +22,8 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 void mkldnn_rnn_layer(const Tensor& input, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
                       const Tensor& b_hh, const Tensor& hx, const Tensor& cx, bool reverse,
                       const std::vector<int64_t>& batch_sizes, int64_t mode, int64_t hidden_size, int64_t num_layers,
-                      bool has_biases, bool bidirectional, bool batch_first, bool train, Tensor** result) {
+                      bool has_biases, bool bidirectional, bool batch_first, bool train, Tensor** output,
+                      Tensor** hy_out, Tensor** cy_out, Tensor** workspace_out) {
   for (const Tensor* t : {&input, &w_ih, &w_hh, &b_ih, &b_hh, &hx, &cx}) check_cpu(*t, "an argument");
   if (mode != 2) throw Error("mode is " + std::to_string(mode) + "; only LSTM (mode 2) is supported");
   if (!batch_sizes.empty()) throw Error("packed sequences (non-empty batch_sizes) are not supported");
@@ -102,10 +103,10 @@ void mkldnn_rnn_layer(const Tensor& input, const Tensor& w_ih, const Tensor& w_h
     store_f(hy->data_ptr(), hx.dtype(), k, h[static_cast<size_t>(k)]);
     store_f(cy->data_ptr(), cx.dtype(), k, c[static_cast<size_t>(k)]);
   }
-  result[0] = out.release();
-  result[1] = hy.release();
-  result[2] = cy.release();
-  result[3] = workspace.release();
+  *output = out.release();
+  *hy_out = hy.release();
+  *cy_out = cy.release();
+  *workspace_out = workspace.release();
 }
 
 }  // namespace ops

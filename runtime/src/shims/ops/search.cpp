@@ -139,6 +139,16 @@ Tensor* searchsorted(const Tensor& seq, const Tensor* self, double scalar, bool 
   return out.release();
 }
 
+Tensor* searchsorted_tensor(const Tensor& seq, const Tensor& self, bool out_int32, bool right, const char* side,
+                            const Tensor* sorter) {
+  return searchsorted(seq, &self, 0.0, out_int32, right, side, sorter);
+}
+
+Tensor* searchsorted_scalar(const Tensor& seq, double self, bool out_int32, bool right, const char* side,
+                            const Tensor* sorter) {
+  return searchsorted(seq, nullptr, self, out_int32, right, side, sorter);
+}
+
 Tensor* bucketize(const Tensor& self, const Tensor& boundaries, bool out_int32, bool right) {
   if (boundaries.dim() != 1) {
     throw Error("boundaries has " + std::to_string(boundaries.dim()) + " dimensions; bucketize needs a 1-d tensor");

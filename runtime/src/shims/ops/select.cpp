@@ -93,7 +93,11 @@ Tensor* median(const Tensor& self) {
   return out.release();
 }
 
-Tensor* cdist(const Tensor& x1, const Tensor& x2, double p) {
+Tensor* cdist(const Tensor& x1, const Tensor& x2, double p, const int64_t* compute_mode) {
+  // compute_mode picks ATen's matrix-product shortcut for p = 2 or not: the same distances, computed
+  // directly here either way.
+  if (compute_mode != nullptr && (*compute_mode < 0 || *compute_mode > 2))
+    throw Error("compute_mode " + std::to_string(*compute_mode) + " is not 0, 1 or 2");
   check_cpu(x1, "x1");
   check_cpu(x2, "x2");
   if (x1.dtype() != kFloat32 && x1.dtype() != kFloat64)

@@ -69,8 +69,7 @@ void dispatch_sort(const Tensor& self, int64_t dim, bool descending, int64_t kee
 
 }  // namespace
 
-void sort(const Tensor& self, bool stable, int64_t dim, bool descending, Tensor** values, Tensor** indices) {
-  (void)stable;  // stable sorting is a valid result of the unstable variant too
+void sort(const Tensor& self, int64_t dim, bool descending, Tensor** values, Tensor** indices) {
   check_cpu(self, "self");
   check_compute_dtype(self.dtype(), "self");
   dim = wrap_dim(dim, self.dim(), "dim");
@@ -86,6 +85,12 @@ void sort(const Tensor& self, bool stable, int64_t dim, bool descending, Tensor*
   }
   *values = v.release();
   *indices = ix.release();
+}
+
+void sort_stable(const Tensor& self, const int32_t* stable, int64_t dim, bool descending, Tensor** values,
+                 Tensor** indices) {
+  (void)stable;  // stable sorting is a valid result of the unstable variant too
+  sort(self, dim, descending, values, indices);
 }
 
 void topk(const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted, Tensor** values, Tensor** indices) {

@@ -284,7 +284,7 @@ Tensor* fft_c2c(const Tensor& self, const Shape& dim, int64_t normalization, boo
   return out.release();
 }
 
-Tensor* complex_abs_or_angle(const Tensor& self, bool angle) {
+Tensor* complex_abs_or_angle(bool angle, const Tensor& self) {
   check_cpu(self, "self");
   const int32_t dt = self.dtype();
   if (!is_complex(dt) && !is_floating(dt))
