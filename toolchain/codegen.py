@@ -42,6 +42,9 @@ OUTPUTS: dict[str, str] = {
     "entry_points.h.j2": "include/aoti_host/entry_points.h",
     "exit_codes.h.j2": "include/aoti_host/exit_codes.h",
     "status.h.j2": "include/aoti_host/status.h",
+    "c_api.h.j2": "include/aoti_host/c_api.h",
+    "c_api_types.h.j2": "include/aoti_host/c_api_types.h",
+    "c_api_table.inc.j2": "include/aoti_host/c_api_table.inc",
     "dtypes.h.j2": "include/aoti_host/dtypes.h",
     "package_layout.h.j2": "include/aoti_host/package_layout.h",
     "cpu_isa.h.j2": "include/aoti_host/cpu_isa.h",
@@ -67,6 +70,9 @@ ABI_PY_TEMPLATE = "_abi.py.j2"
 _TEMPLATE_SPECS: dict[str, tuple[str, ...]] = {
     "exit_codes.h.j2": ("exit_codes.toml",),
     "status.h.j2": ("c_api.toml",),
+    "c_api.h.j2": ("c_api.toml", "shims.toml"),
+    "c_api_types.h.j2": ("c_api.toml",),
+    "c_api_table.inc.j2": ("c_api.toml", "shims.toml"),
     "dtypes.h.j2": ("abi.toml",),
     "package_layout.h.j2": ("abi.toml",),
     "cpu_isa.h.j2": ("cpu_isa.toml",),
@@ -278,11 +284,12 @@ def wrappers(shims: tuple[Shim, ...]) -> dict[str, list[Wrapper]]:
 
 _CTYPES: dict[str, str] = {
     "void": "None", "bool": "ctypes.c_bool", "int": "ctypes.c_int", "int32_t": "ctypes.c_int32",
-    "int64_t": "ctypes.c_int64", "uint64_t": "ctypes.c_uint64", "size_t": "ctypes.c_size_t",
+    "int64_t": "ctypes.c_int64", "uint32_t": "ctypes.c_uint32", "uint64_t": "ctypes.c_uint64",
+    "size_t": "ctypes.c_size_t",
     "double": "ctypes.c_double", "AOTITorchError": "ctypes.c_int32", "AtenTensorHandle": "ctypes.c_void_p",
 }
 #: Types the API hands out only by pointer: a pointer to one is an opaque handle (c_void_p).
-_OPAQUE = ("aoti_host_program", "aoti_host_session", "AtenTensorOpaque", "void")
+_OPAQUE = ("aoti_host_program", "aoti_host_session", "aoti_host_api", "AtenTensorOpaque", "void")
 
 
 def py_name(c_name: str) -> str:
@@ -329,6 +336,42 @@ def render_abi_py(spec: Spec, c_api: CApi, template_dir: Path = TEMPLATE_DIR) ->
         raise CodegenError(msg) from exc
 
 
+# The public header c_api.h: its declarations wrapped as the hand-written headers are, and the function table's
+# entries (the shims among them with the plain C types their handles are).
+_C_API_TYPES = {"AtenTensorHandle": "struct AtenTensorOpaque*", "AOTITorchError": "int32_t"}
+
+
+def c_wrap(decl: str, width: int = 118) -> str:
+    """`RET NAME(A, B, ...)` broken after commas into lines of at most `width`, continued under the '('."""
+    if len(decl) <= width or "(" not in decl:
+        return decl
+    head, _, rest = decl.rpartition("(")
+    pieces = [p.strip() for p in rest.split(",")]
+    lines, line = [], head + "(" + pieces[0]
+    for p in pieces[1:]:
+        if len(line) + 2 + len(p) > width:
+            lines.append(line + ",")
+            line = " " * (len(head) + 1) + p
+        else:
+            line += ", " + p
+    return "\n".join([*lines, line])
+
+
+def _c_api_table(spec: Spec, c_api: CApi) -> list[tuple[int, list[tuple[str, str, str]]]]:
+    """[(version, [(return type, name, parameter list)])]: the members of aoti_host_api, in order."""
+    functions = {f.name: f for f in c_api.functions}
+    rows = []
+    for version, names in enumerate(c_api.table, start=1):
+        entries = []
+        for name in names:
+            fn = functions[name] if name in functions else spec.shim(name)
+            c = lambda t: _C_API_TYPES.get(t, t)  # noqa: E731
+            params = ", ".join(f"{c(p.type)} {p.name}" for p in fn.params) or "void"
+            entries.append((c(fn.returns), name, params))
+        rows.append((version, entries))
+    return rows
+
+
 def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DIR,
            exit_codes: tuple[ExitCode, ...] = EXIT_CODES, abi: Abi | None = None,
            c_api: CApi | None = None) -> dict[str, str]:
@@ -338,12 +381,14 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
     abi = load_abi() if abi is None else abi
     c_api = load_c_api() if c_api is None else c_api
     env = _environment(template_dir)
+    env.filters["c_wrap"] = c_wrap
     shims = spec.shims_in(*groups)
     torch_ops = load_torch_ops()
     spec_files = [f"toolchain/spec/{os.path.basename(p)}" for p in spec.sources]
     context = {
         "groups": groups, "shims": shims, "entry_points": spec.entry_points, "exit_codes": exit_codes,
-        "help_tools": HELP_TOOLS, "abi": abi, "c_api": c_api, "providers": spec.providers,
+        "help_tools": HELP_TOOLS, "abi": abi, "c_api": c_api, "c_api_table": _c_api_table(spec, c_api),
+        "providers": spec.providers,
         "cxx_provider": CXX_PROVIDER, "constant_values": _constant_values(spec, abi, shims),
         "scalar_shims": _scalar_shims(abi, shims), "cpu_isa": load_isa_spec(),
         "wrappers": wrappers(shims), "wrapper_includes": WRAPPER_INCLUDES,

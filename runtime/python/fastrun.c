@@ -4,8 +4,9 @@
  * base is a capsule owning the runtime's tensor handle, freed by the capsule's destructor when the last
  * array viewing it goes.
  *
- * It links nothing of the runtime: toolchain/runtime passes the addresses of the C API entry points it
- * already opened through ctypes (bind()), so one libaoti_host.so serves both paths. Anything this path does
+ * It links nothing of the runtime: toolchain/runtime passes the C API's function table (aoti_host_get_api(), asked
+ * for the AOTI_HOST_API_VERSION this module was built with: API_VERSION) of the library it already opened through
+ * ctypes (bind()), so one libaoti_host.so serves both paths. Anything this path does
  * not handle (dtypes numpy has no equivalent of, CUDA programs asked for host outputs) is left to the ctypes
  * path: run() returns NotImplemented before touching the program.
  *
@@ -34,14 +35,6 @@
 _Static_assert(sizeof(npy_intp) == sizeof(int64_t), "numpy's dims are read as the runtime's int64 sizes");
 
 typedef struct AtenTensorOpaque* Handle;
-typedef int (*run_fn)(aoti_host_program*, size_t, aoti_host_session*, const aoti_host_tensor_view*, size_t,
-                      Handle*, size_t);
-typedef int32_t (*get_ptr_fn)(Handle, void**);
-typedef int32_t (*get_i32_fn)(Handle, int32_t*);
-typedef int32_t (*get_i64_fn)(Handle, int64_t*);
-typedef int32_t (*get_arr_fn)(Handle, int64_t**);
-typedef int32_t (*delete_fn)(Handle);
-typedef int (*sync_fn)(const aoti_host_program*);
 
 enum { kMaxCodes = 64, kStackTensors = 16, kMaxDims = 32 };
 
@@ -58,18 +51,10 @@ typedef struct {
 } DLTensor;
 
 static struct {
-  run_fn run;
-  get_ptr_fn data_ptr;
-  get_i32_fn dtype, device_type;
-  get_i64_fn dim;
-  get_arr_fn sizes, strides;
-  delete_fn del;
+  const aoti_host_api* api;        /* the runtime's function table (bind); NULL before */
   PyArray_Descr* descr[kMaxCodes]; /* torch ScalarType code -> numpy dtype (NULL: none) */
   int16_t dl_code[8][65];          /* [DLDataTypeCode][bits] -> torch ScalarType code (-1: none) */
-  bool bound;
   /* CUDA programs (bind_cuda) */
-  get_i32_fn device_index;
-  sync_fn synchronize;
   PyObject* device_array; /* toolchain.runtime.cuda.DeviceArray (a class with __slots__) */
   PyObject* field[6];     /* its slot names, interned: ptr, shape, dtype, strides, device, _owner */
   int32_t cuda_device_type;
@@ -81,18 +66,23 @@ static const char kCapsule[] = "aoti_host.tensor";
 
 static void free_handle(PyObject* capsule) {
   Handle h = (Handle)PyCapsule_GetPointer(capsule, kCapsule);
-  if (h != NULL && g.del != NULL) g.del(h);
+  if (h != NULL && g.api != NULL) g.api->aoti_torch_delete_tensor_object(h);
 }
 
-/* bind(run_method, data_ptr, dtype, device_type, dim, sizes, strides, delete, {code: numpy dtype},
- *      {(DLDataTypeCode, bits): code}) */
+/* bind(table, {code: numpy dtype}, {(DLDataTypeCode, bits): code}): table is the address aoti_host_get_api
+ * returned for API_VERSION. */
 static PyObject* bind(PyObject* self, PyObject* args) {
   (void)self;
-  unsigned long long a[8];
+  unsigned long long address;
   PyObject *dtypes, *dl;
-  if (!PyArg_ParseTuple(args, "KKKKKKKKO!O!", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6], &a[7], &PyDict_Type,
-                        &dtypes, &PyDict_Type, &dl))
-    return NULL;
+  if (!PyArg_ParseTuple(args, "KO!O!", &address, &PyDict_Type, &dtypes, &PyDict_Type, &dl)) return NULL;
+  const aoti_host_api* api = (const aoti_host_api*)(uintptr_t)address;
+  if (api == NULL) return PyErr_Format(PyExc_ValueError, "bind: the function table is NULL");
+  if (api->version < AOTI_HOST_API_VERSION || api->size < sizeof(aoti_host_api))
+    return PyErr_Format(PyExc_ValueError,
+                        "bind: the runtime's C API table is version %u (%u bytes); this module was built for version "
+                        "%d (%zu bytes): rebuild the runtime and the module together (scons)",
+                        (unsigned)api->version, (unsigned)api->size, AOTI_HOST_API_VERSION, sizeof(aoti_host_api));
   memset(g.dl_code, 0xff, sizeof g.dl_code);
   PyObject *dl_key, *dl_value;
   Py_ssize_t dl_pos = 0;
@@ -105,16 +95,6 @@ static PyObject* bind(PyObject* self, PyObject* args) {
       return PyErr_Format(PyExc_ValueError, "bind: bad DLPack dtype entry (%d, %d) -> %d", kind, bits, code);
     g.dl_code[kind][bits] = (int16_t)code;
   }
-  for (int i = 0; i < 8; ++i)
-    if (a[i] == 0) return PyErr_Format(PyExc_ValueError, "bind: entry point %d is NULL", i);
-  g.run = (run_fn)(uintptr_t)a[0];
-  g.data_ptr = (get_ptr_fn)(uintptr_t)a[1];
-  g.dtype = (get_i32_fn)(uintptr_t)a[2];
-  g.device_type = (get_i32_fn)(uintptr_t)a[3];
-  g.dim = (get_i64_fn)(uintptr_t)a[4];
-  g.sizes = (get_arr_fn)(uintptr_t)a[5];
-  g.strides = (get_arr_fn)(uintptr_t)a[6];
-  g.del = (delete_fn)(uintptr_t)a[7];
   PyObject *key, *value;
   Py_ssize_t pos = 0;
   while (PyDict_Next(dtypes, &pos, &key, &value)) {
@@ -127,7 +107,7 @@ static PyObject* bind(PyObject* self, PyObject* args) {
     g.descr[code] = d;
     Py_XDECREF(old);
   }
-  g.bound = true;
+  g.api = api;
   Py_RETURN_NONE;
 }
 
@@ -159,7 +139,7 @@ static PyObject* int_tuple(const int64_t* v, int64_t n) {
 static PyObject* wrap_device_output(PyObject* capsule, Handle h, void* data, int32_t code, int64_t ndim,
                                     const int64_t* sizes, const int64_t* strides) {
   int32_t index = 0;
-  if (g.device_array == NULL || g.device_index(h, &index)) {
+  if (g.device_array == NULL || g.api->aoti_torch_get_device_index(h, &index)) {
     Py_DECREF(capsule);
     return PyErr_Format(PyExc_RuntimeError, "output: device outputs need bind_cuda() first");
   }
@@ -184,16 +164,19 @@ static PyObject* wrap_device_output(PyObject* capsule, Handle h, void* data, int
  * base capsule. Steals h (freed on failure too). */
 static PyObject* wrap_output(Handle h) {
   PyObject* capsule = PyCapsule_New(h, kCapsule, free_handle);
+  const aoti_host_api* api = g.api;
   if (capsule == NULL) {
-    g.del(h);
+    api->aoti_torch_delete_tensor_object(h);
     return NULL;
   }
   void* data = NULL;
   int32_t code = -1, device = 0;
   int64_t ndim = 0;
   int64_t *sizes = NULL, *strides = NULL;
-  if (g.data_ptr(h, &data) || g.dtype(h, &code) || g.device_type(h, &device) || g.dim(h, &ndim) ||
-      g.sizes(h, &sizes) || g.strides(h, &strides) || ndim < 0 || ndim > kMaxDims) {
+  if (api->aoti_torch_get_data_ptr(h, &data) || api->aoti_torch_get_dtype(h, &code) ||
+      api->aoti_torch_get_device_type(h, &device) || api->aoti_torch_get_dim(h, &ndim) ||
+      api->aoti_torch_get_sizes(h, &sizes) || api->aoti_torch_get_strides(h, &strides) || ndim < 0 ||
+      ndim > kMaxDims) {
     Py_DECREF(capsule);
     return PyErr_Format(PyExc_RuntimeError, "output: cannot read the tensor's metadata");
   }
@@ -361,7 +344,8 @@ static int device_array_view(PyObject* obj, aoti_host_tensor_view* view, int64_t
 static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   if (nargs != 5 && nargs != 6) return PyErr_Format(PyExc_TypeError, "run takes 5 or 6 arguments, got %zd", nargs);
-  if (!g.bound) return PyErr_Format(PyExc_RuntimeError, "run before bind");
+  const aoti_host_api* api = g.api;
+  if (api == NULL) return PyErr_Format(PyExc_RuntimeError, "run before bind");
   void* program = PyLong_AsVoidPtr(args[0]);
   size_t method = PyLong_AsSize_t(args[1]);
   void* session = args[2] == Py_None ? NULL : PyLong_AsVoidPtr(args[2]);
@@ -437,8 +421,8 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   for (size_t k = 0; k < num_outputs; ++k) outs[k] = NULL;
   int status;
   Py_BEGIN_ALLOW_THREADS
-  status = g.run((aoti_host_program*)program, method, (aoti_host_session*)session, views, (size_t)n, outs,
-                 num_outputs);
+  status = api->aoti_host_program_run_method((aoti_host_program*)program, method, (aoti_host_session*)session, views,
+                                            (size_t)n, outs, num_outputs);
   Py_END_ALLOW_THREADS
   if (status != 0) {
     result = PyLong_FromLong(status);
@@ -447,7 +431,7 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   result = PyList_New((Py_ssize_t)num_outputs);
   for (size_t k = 0; k < num_outputs; ++k) {
     if (result == NULL) { /* free the handles no array took */
-      if (outs[k] != NULL) g.del(outs[k]);
+      if (outs[k] != NULL) api->aoti_torch_delete_tensor_object(outs[k]);
       continue;
     }
     if (outs[k] == NULL) {
@@ -473,21 +457,18 @@ done:
   return result;
 }
 
-/* bind_cuda(aoti_torch_get_device_index, aoti_host_program_synchronize, cuda device type code, DeviceArray) */
+/* bind_cuda(cuda device type code, DeviceArray), after bind */
 static PyObject* bind_cuda(PyObject* self, PyObject* args) {
   (void)self;
-  unsigned long long index_fn, sync;
   int device_type;
   PyObject* cls;
-  if (!PyArg_ParseTuple(args, "KKiO", &index_fn, &sync, &device_type, &cls)) return NULL;
-  if (index_fn == 0 || sync == 0 || !PyType_Check(cls))
-    return PyErr_Format(PyExc_ValueError, "bind_cuda: bad arguments");
+  if (!PyArg_ParseTuple(args, "iO", &device_type, &cls)) return NULL;
+  if (g.api == NULL) return PyErr_Format(PyExc_RuntimeError, "bind_cuda before bind");
+  if (!PyType_Check(cls)) return PyErr_Format(PyExc_TypeError, "bind_cuda: DeviceArray must be a class");
   static const char* const names[6] = {"ptr", "shape", "dtype", "strides", "device", "_owner"};
   for (int i = 0; i < 6; ++i) {
     if (g.field[i] == NULL && (g.field[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;
   }
-  g.device_index = (get_i32_fn)(uintptr_t)index_fn;
-  g.synchronize = (sync_fn)(uintptr_t)sync;
   g.cuda_device_type = device_type;
   PyObject* old_cls = g.device_array;
   g.device_array = Py_NewRef(cls);
@@ -498,12 +479,12 @@ static PyObject* bind_cuda(PyObject* self, PyObject* args) {
 /* synchronize(program) -> status: waits for the program's device work with the GIL released. */
 static PyObject* synchronize(PyObject* self, PyObject* arg) {
   (void)self;
-  if (g.synchronize == NULL) return PyErr_Format(PyExc_RuntimeError, "synchronize before bind_cuda");
+  if (g.api == NULL) return PyErr_Format(PyExc_RuntimeError, "synchronize before bind");
   void* program = PyLong_AsVoidPtr(arg);
   if (program == NULL && PyErr_Occurred()) return NULL;
   int status;
   Py_BEGIN_ALLOW_THREADS
-  status = g.synchronize((const aoti_host_program*)program);
+  status = g.api->aoti_host_program_synchronize((const aoti_host_program*)program);
   Py_END_ALLOW_THREADS
   return PyLong_FromLong(status);
 }
@@ -566,8 +547,8 @@ static PyObject* to_dlpack(PyObject* self, PyObject* args) {
 }
 
 static PyMethodDef methods[] = {
-    {"bind", bind, METH_VARARGS, "bind(entry point addresses..., {code: numpy dtype})"},
-    {"bind_cuda", bind_cuda, METH_VARARGS, "bind_cuda(device_index, synchronize, cuda code, DeviceArray)"},
+    {"bind", bind, METH_VARARGS, "bind(function table address, {code: numpy dtype}, {(DLPack code, bits): code})"},
+    {"bind_cuda", bind_cuda, METH_VARARGS, "bind_cuda(cuda device type code, DeviceArray)"},
     {"synchronize", synchronize, METH_O, "synchronize(program) -> status"},
     {"to_dlpack", to_dlpack, METH_VARARGS, "to_dlpack(owner, ptr, shape, strides, dtype, device_type, device_id)"},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
@@ -581,5 +562,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_aoti_fastrun", NULL
 PyMODINIT_FUNC PyInit__aoti_fastrun(void);
 PyMODINIT_FUNC PyInit__aoti_fastrun(void) {
   import_array();
-  return PyModule_Create(&module);
+  PyObject* m = PyModule_Create(&module);
+  if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", AOTI_HOST_API_VERSION) < 0) Py_CLEAR(m);
+  return m;
 }

@@ -158,11 +158,7 @@ class Library:
         if not self._fast_cuda:
             from toolchain.runtime import cuda as _cuda
 
-            def addr(fn: Any) -> int:
-                return ctypes.cast(fn, ctypes.c_void_p).value or 0
-
-            self.fast.bind_cuda(addr(self.lib.aoti_torch_get_device_index), addr(self.lib.aoti_host_program_synchronize),
-                                _cuda.CUDA_DEVICE_TYPE, _cuda.DeviceArray)
+            self.fast.bind_cuda(_cuda.CUDA_DEVICE_TYPE, _cuda.DeviceArray)
             self._fast_cuda = True
         return self.fast
 
@@ -239,9 +235,10 @@ _fast_bound_to: Path | None = None
 
 
 def _bind_fast_path(library: Library) -> Any:
-    """The compiled per-call path (runtime/python/fastrun.c) built with `library`, bound to its entry
-    points; None when it is not built (or cannot be imported here), when AOTI_HOST_PYTHON_FAST=0, or when
-    the process already bound it to another library (it holds one set of entry points)."""
+    """The compiled per-call path (runtime/python/fastrun.c) built with `library`, bound to its C API function
+    table; None when it is not built (or cannot be imported here), when AOTI_HOST_PYTHON_FAST=0, or when the
+    process already bound it to another library (it holds one table). LoadError when the library is older than
+    the module (its table lacks the version the module was built for): a stale build."""
     global _fast_bound_to
     if os.environ.get("AOTI_HOST_PYTHON_FAST", "1") == "0":
         return None
@@ -272,15 +269,12 @@ def _bind_fast_path(library: Library) -> Any:
         spec.loader.exec_module(module)
     except ImportError:  # built for another numpy or Python: the ctypes path serves
         return None
-    lib = library.lib
-
-    def addr(fn: Any) -> int:
-        return ctypes.cast(fn, ctypes.c_void_p).value or 0
-
-    module.bind(addr(lib.aoti_host_program_run_method), addr(lib.aoti_torch_get_data_ptr),
-                addr(lib.aoti_torch_get_dtype), addr(lib.aoti_torch_get_device_type), addr(lib.aoti_torch_get_dim),
-                addr(lib.aoti_torch_get_sizes), addr(lib.aoti_torch_get_strides),
-                addr(lib.aoti_torch_delete_tensor_object), {code: dt for code, dt in _FROM_CODE.items()},
+    table = library.lib.aoti_host_get_api(module.API_VERSION)
+    if not table:
+        msg = f"{library.path}: {library.lib.aoti_host_last_error().decode(errors='replace')} (the Python module {path})"
+        raise LoadError(msg, fix="rebuild the runtime and its Python module together (scons), or set "
+                                 "AOTI_HOST_PYTHON_FAST=0 to run through ctypes alone")
+    module.bind(table, {code: dt for code, dt in _FROM_CODE.items()},
                 {key: _dlpack._abi_dtype(name).code for key, name in _dlpack._DTYPES.items()})
     sys.modules[_FAST_MODULE] = module
     _fast_bound_to = library.path.resolve()

@@ -28,6 +28,9 @@ STATUSES: dict[str, int] = {
     "AOTI_HOST_INTERNAL": 7,
 }
 
+#: AOTI_HOST_API_VERSION: the version of the function table aoti_host_get_api() returns (c_api.toml [[table]]).
+API_VERSION = 1
+
 
 class TensorView(ctypes.Structure):
     """aoti_host_tensor_view"""
@@ -146,6 +149,7 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "aoti_host_program_num_state_tensors": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]),
     "aoti_host_program_set_strict": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_bool]),
     "aoti_host_program_set_input_layout": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]),
+    "aoti_host_get_api": (ctypes.c_void_p, [ctypes.c_uint32]),
     "aoti_torch_get_data_ptr": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
     "aoti_torch_get_dtype": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]),
     "aoti_torch_get_dim": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]),

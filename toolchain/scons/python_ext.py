@@ -32,7 +32,7 @@ def python_extension(env, dest, name: str, sources: list[str]):
     ext = env.Clone()
     # -isystem: the headers of Python and numpy are not held to this project's -Wextra -Werror
     ext.Append(AOTI_SYSTEM_CPPPATH=[include, numpy_include])
-    ext.Append(CPPPATH=["#runtime/include", "$AOTI_GEN_DIR/include"])  # c_api.h and its generated status.h
+    ext.Append(CPPPATH=["#runtime/include", "$AOTI_GEN_DIR/include"])  # export.h; the generated c_api.h
     ext.Append(CPPDEFINES=[("Py_LIMITED_API", LIMITED_API)])
     objects = [ext.SharedObject(os.path.splitext(s)[0], s) for s in sources]
     module = ext.LoadableModule(f"lib/{name}", objects, SHLIBPREFIX="", SHLIBSUFFIX=suffix, LDMODULEPREFIX="",

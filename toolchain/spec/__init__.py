@@ -519,26 +519,95 @@ class Status(NamedTuple):
 
 
 class CStruct(NamedTuple):
-    """A struct of the C API and its fields (c_api.toml)."""
+    """A struct of the C API and its fields (c_api.toml), with the comments the header prints."""
 
     name: str
     fields: tuple[Param, ...]
+    doc: str = ""
+    comments: dict[str, str] = {}  # field name -> its comment
 
 
 class CApi(NamedTuple):
-    """The runtime's C API: statuses, structs, functions and the shims it exports (c_api.toml)."""
+    """The runtime's C API: statuses, structs, functions, the function table and the shims it exports
+    (c_api.toml)."""
 
     statuses: tuple[Status, ...]
     structs: tuple[CStruct, ...]
     functions: tuple[Function, ...]
-    shims: tuple[str, ...]  # exported aoti_torch_* shims the ctypes module binds too
+    shims: tuple[str, ...]  # exported aoti_torch_* shims the ctypes module binds and the table carries
     source: Path
+    table: tuple[tuple[str, ...], ...] = ()  # [v - 1]: the functions version v appends to aoti_host_api
+    docs: dict[str, str] = {}  # function -> its comment in the header
+    sections: dict[str, str] = {}  # function -> the comment opening the group it starts
+
+    @property
+    def table_version(self) -> int:
+        """AOTI_HOST_API_VERSION: the version of the last [[table]] row."""
+        return len(self.table)
+
+
+#: The function that returns the table (not in it).
+GET_API = "aoti_host_get_api"
+
+
+def _c_struct(path: Path, i: int, row: dict[str, Any]) -> CStruct:
+    where = _where("struct", i, row)
+    comments = row.get("comments", {})
+    _check_keys(path, where, {k: v for k, v in row.items() if k != "comments"},
+                {"name": (str, True), "doc": (str, False), "fields": (list, True)})
+    fields: list[Param] = []
+    for k, text in enumerate(row["fields"]):
+        m = re.match(_PARAM_PATTERN, text)
+        if m is None:
+            raise _error(path, f"{where}.fields[{k}]", f"cannot parse {text!r} as 'TYPE NAME'",
+                         "write each field as 'TYPE NAME', one per entry")
+        fields.append(Param(normalise_type(m["type"]), m["name"]))
+    names = [f.name for f in fields]
+    if not isinstance(comments, dict) or not all(isinstance(v, str) for v in comments.values()):
+        raise _error(path, f"{where}.comments", "must be a table of field = \"comment\"",
+                     "write [struct.comments] after the struct, one string per field")
+    for field in comments:
+        if field not in names:
+            raise _error(path, f"{where}.comments.{field}", f"no field {field!r}{_did_you_mean(field, names)}",
+                         f"comment a field of the struct: {', '.join(names)}")
+    return CStruct(row["name"], tuple(fields), row.get("doc", ""), dict(comments))
+
+
+def _c_api_table(path: Path, rows: Any, functions: list[Function], shims: tuple[str, ...]
+                 ) -> tuple[tuple[str, ...], ...]:
+    """The [[table]] rows, checked: versions 1..N in order, every function and shim in it exactly once."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise _error(path, "table", "missing or malformed [[table]] rows",
+                     "add [[table]] version = 1, functions = [...]")
+    known = [f.name for f in functions if f.name != GET_API] + list(shims)
+    table: list[tuple[str, ...]] = []
+    placed: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        where = f"table[{i}]"
+        _check_keys(path, where, row, {"version": (int, True), "functions": (list, True)})
+        if row["version"] != i + 1:
+            raise _error(path, f"{where}.version", f"version {row['version']} where {i + 1} comes next",
+                         "number the [[table]] rows 1, 2, ... in order; never renumber a released one")
+        for name in row["functions"]:
+            if name not in known:
+                raise _error(path, f"{where}.functions", f"{name!r} is neither a [[function]] nor in shims"
+                             f"{_did_you_mean(name, known)}", "declare it first, or correct the name")
+            if name in placed:
+                raise _error(path, f"{where}.functions", f"{name!r} is already in version {placed[name]}",
+                             "an entry is in the table once, in the version that added it")
+            placed[name] = i + 1
+        table.append(tuple(row["functions"]))
+    missing = [n for n in known if n not in placed]
+    if missing:
+        raise _error(path, "table", f"not in the function table: {', '.join(missing)}",
+                     f"append them to a new [[table]] row, version = {len(table) + 1} (released rows never change)")
+    return tuple(table)
 
 
 def load_c_api(path: Path | None = None) -> CApi:
     """Read and validate c_api.toml (default: the packaged one)."""
     path = SPEC_DIR / C_API_FILE if path is None else Path(path)
-    data, rows = _read(path, "function", {"shims": (list, True)}, ("status", "struct"))
+    data, rows = _read(path, "function", {"shims": (list, True)}, ("status", "struct", "table"))
     for key in ("status", "struct"):
         if not isinstance(data.get(key), list) or not all(isinstance(r, dict) for r in data[key]):
             raise _error(path, key, f"missing or malformed [[{key}]] tables", f"add one [[{key}]] table per {key}")
@@ -554,25 +623,24 @@ def load_c_api(path: Path | None = None) -> CApi:
         statuses.append(st)
     if not statuses or statuses[0].value != 0:
         raise _error(path, "status", "the first status must be the success value 0", "start with AOTI_HOST_OK = 0")
-    structs: list[CStruct] = []
-    for i, row in enumerate(data["struct"]):
-        where = _where("struct", i, row)
-        _check_keys(path, where, row, {"name": (str, True), "fields": (list, True)})
-        fields: list[Param] = []
-        for k, text in enumerate(row["fields"]):
-            m = re.match(_PARAM_PATTERN, text)
-            if m is None:
-                raise _error(path, f"{where}.fields[{k}]", f"cannot parse {text!r} as 'TYPE NAME'",
-                             "write each field as in c_api.h, one per entry")
-            fields.append(Param(normalise_type(m["type"]), m["name"]))
-        structs.append(CStruct(row["name"], tuple(fields)))
+    structs = [_c_struct(path, i, row) for i, row in enumerate(data["struct"])]
     seen: set[str] = set()
     functions: list[Function] = []
+    docs: dict[str, str] = {}
+    sections: dict[str, str] = {}
     for i, row in enumerate(rows):
         where = _where("function", i, row)
-        _check_keys(path, where, row, {"name": (str, True), "prototype": (str, True)})
+        _check_keys(path, where, row, {"name": (str, True), "prototype": (str, True), "doc": (str, False),
+                                       "section": (str, False)})
         functions.append(_function(path, where, row, seen))
-    return CApi(tuple(statuses), tuple(structs), tuple(functions), tuple(data["shims"]), path)
+        docs[row["name"]] = row.get("doc", "")
+        if row.get("section"):
+            sections[row["name"]] = row["section"]
+    if GET_API not in seen:
+        raise _error(path, "function", f"no [[function]] {GET_API!r}", "declare the call that returns the table")
+    shims = tuple(data["shims"])
+    table = _c_api_table(path, data.get("table"), functions, shims)
+    return CApi(tuple(statuses), tuple(structs), tuple(functions), shims, path, table, docs, sections)
 
 
 def spec_files(directory: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:

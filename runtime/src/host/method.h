@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/c_api_types.h"
 #include "aoti_host/entry_points.h"
 #include "base/zip.h"
 #include "host/contract.h"

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "aoti_host/c_api.h"
+#include "aoti_host/c_api_types.h"
 #include "aoti_host/tensor.h"
 #include "host/method.h"
 
