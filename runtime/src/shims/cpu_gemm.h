@@ -3,16 +3,10 @@
 
 #include <cstdint>
 
+#include "shims/cpu/mat_view.h"
+
 namespace aoti_host {
 namespace cpu {
-
-// A rows x cols matrix at p with element strides rs (between rows) and cs (between columns).
-template <typename T>
-struct MatView {
-  T* p;
-  int64_t rows, cols, rs, cs;
-  MatView<T> t() const { return {p, cols, rows, cs, rs}; }
-};
 
 // C <- alpha * A @ B + beta * C, for any strides (zero, negative, overlapping rows included). beta == 0
 // never reads C (NaNs in it don't propagate), as BLAS and ATen define it. Operands the BLAS can take as

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "shims/cpu_gemm.h"
+#include "shims/cpu/mat_view.h"
 
 namespace aoti_host {
 namespace cpu {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "shims/cpu/convert.h"
-#include "shims/cpu_gemm.h"
+#include "shims/cpu/mat_view.h"
 
 // OpenMP pragmas where the build has OpenMP (gcc: the plugins' libgomp); serial loops elsewhere.
 #ifdef _OPENMP
