@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-import tomllib
+from toolchain import parsed_cache
 
 _SPEC_DIR = Path(__file__).resolve().parent / "spec"
 EXIT_CODES_FILE = _SPEC_DIR / "exit_codes.toml"
@@ -24,6 +24,8 @@ def load_runtime_statuses(path: str | os.PathLike[str] = C_API_FILE) -> dict[str
 
     Read here with the TOML parser alone, because the spec loader (toolchain.spec, which validates the whole file)
     imports this module."""
+    import tomllib  # only when the file is parsed (not for an entry of the parsed cache)
+
     try:
         rows = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("status")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -87,7 +89,8 @@ class ExportError(ToolchainError):
 
 
 #: The runtime's aoti_host_status values (runtime/include/aoti_host/c_api.h, from the C API spec), by name.
-RUNTIME_STATUSES: dict[str, int] = load_runtime_statuses()
+RUNTIME_STATUSES: dict[str, int] = parsed_cache.load("statuses", (C_API_FILE, __file__), load_runtime_statuses,
+                                                     dict)
 
 
 #: The classes the table may name.
@@ -122,6 +125,8 @@ def load_exit_codes(path: str | os.PathLike[str] = EXIT_CODES_FILE) -> tuple[Exi
 
     def bad(where: str, why: str, fix: str) -> SpecError:
         return SpecError(f"{path}: {where}: {why}", fix=fix)
+
+    import tomllib  # only when the file is parsed (not for an entry of the parsed cache)
 
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -180,7 +185,9 @@ def load_exit_codes(path: str | os.PathLike[str] = EXIT_CODES_FILE) -> tuple[Exi
     return tuple(out)
 
 
-EXIT_CODES: tuple[ExitCode, ...] = load_exit_codes()
+EXIT_CODES: tuple[ExitCode, ...] = parsed_cache.load(
+    "exit_codes", (EXIT_CODES_FILE, C_API_FILE, __file__), load_exit_codes,
+    lambda stored: tuple(ExitCode._make(row) for row in stored))
 _BY_NAME: dict[str, ExitCode] = {e.name: e for e in EXIT_CODES}
 
 

@@ -2,10 +2,11 @@
 the report with its exit code. Everything that reports a rule (the SCons link rules, the post-link step,
 `aoti-toolchain verify`, its report formats, docs/rules.md) takes the rule's summary and fix from here.
 
-Exit codes of `aoti-toolchain verify`: 0 pass (warnings allowed unless --strict), 1 a failure (an error
-finding, or a warning with --strict), 2 usage error (no runtime library to assume as the host included),
-3 an input that cannot be read (not-elf, truncated, malformed, missing file, a package entry the runtime
-cannot parse: bad-package-json). Unreadable input wins over failures: the verdict is incomplete.
+Exit codes of `aoti-toolchain verify`, by their names in toolchain/spec/exit_codes.toml: ok (pass; warnings
+allowed unless --strict), failed (an error finding, or a warning with --strict), usage (no runtime library to
+assume as the host included), bad_input (an input that cannot be read: not-elf, truncated, malformed, missing
+file, a package entry the runtime cannot parse: bad-package-json). Unreadable input wins over failures: the
+verdict is incomplete.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-import tomllib
-
+from toolchain import parsed_cache
 from toolchain.errors import SpecError, exit_code
 
 RULES_FILE = Path(__file__).resolve().parent / "spec" / "rules.toml"
@@ -64,6 +64,8 @@ def _bad(path: str | os.PathLike[str], where: str, reason: str, fix: str) -> Spe
 
 def load_rules(path: str | os.PathLike[str] = RULES_FILE) -> dict[str, Rule]:
     """Read and validate the rule table; SpecError names the file, the rule and the defect."""
+    import tomllib  # only when the file is parsed (not for an entry of the parsed cache)
+
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -107,7 +109,17 @@ def load_rules(path: str | os.PathLike[str] = RULES_FILE) -> dict[str, Rule]:
     return out
 
 
-RULES: dict[str, Rule] = load_rules()
+def _rules_from(stored: dict) -> dict[str, Rule]:
+    """The rule table from the parsed cache's plain copy of it."""
+    return {rid: Rule(i, sev, stages, applies, summary, fix, MappingProxyType(fixes))
+            for rid, (i, sev, stages, applies, summary, fix, fixes) in stored.items()}
+
+
+def _rules_plain(rules: dict[str, Rule]) -> dict:
+    return {rid: (r.id, r.severity, r.stages, r.applies_to, r.summary, r.fix, dict(r.fixes)) for rid, r in rules.items()}
+
+
+RULES: dict[str, Rule] = parsed_cache.load("rules", (RULES_FILE, __file__), load_rules, _rules_from, _rules_plain)
 UNREADABLE_RULES = frozenset({"not-elf", "truncated", "malformed", "bad-package-json"})
 
 

@@ -74,3 +74,22 @@ def test_the_program_exits_with_its_report_whole(tmp_path, host_lib):
     head = subprocess.run(f"{sys.executable} -m toolchain verify {plugin} | head -c 10", shell=True,
                           capture_output=True, text=True, env=env, timeout=60)
     assert head.returncode == 0 and len(head.stdout) == 10
+
+
+def test_the_report_is_the_same_with_and_without_the_parsed_cache(tmp_path, host_lib):
+    """verify's output, byte for byte, with the user's parsed cache cold (parsed, then stored), warm (read from
+    it) and unusable (XDG_CACHE_HOME a file: parsed every time), for each format and a named profile."""
+    plugin = eb.build(tmp_path, "p_avx2", extra=KERNELS, flags=["-O2"])
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    xdg = tmp_path / "xdg"
+    for args in (["--format", "text"], ["--format", "json", "--profile", "debian12"], ["--format", "sarif"]):
+        runs = []
+        for home in (xdg / args[1], xdg / args[1], blocker):
+            env = {**os.environ, "AOTI_HOST_LIBRARY": str(host_lib), "XDG_CACHE_HOME": str(home)}
+            proc = subprocess.run([sys.executable, "-m", "toolchain", "verify", str(plugin), *args],
+                                  capture_output=True, env=env)
+            runs.append((proc.returncode, proc.stdout, proc.stderr))
+        assert runs[0][1], runs[0]
+        assert runs[0] == runs[1] == runs[2], args
+        assert list((xdg / args[1] / "aoti-toolchain" / "parsed").iterdir())  # the cold run stored its tables

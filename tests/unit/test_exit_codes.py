@@ -94,7 +94,10 @@ _LITERALS = {
     "toolchain/inspect.py": [r"\breturn\s+\d+\b"],
     "toolchain/release.py": [r"\breturn\s+\d+\b"],
     "toolchain/findings.py": [r"EXIT_\w+\s*=\s*\d"],
+    "toolchain/report/formats.py": [r"exit_code\s*[!=<>]=?\s*\d", r"[Ee]xit[Cc]ode\W+\d"],
 }
+# verify's --help names what each status means: the numbers come from the table, not the text
+_LITERALS["toolchain/cli/main_verify.py"] += [r"exit codes: \d", r"[;:]\s*\d+ (?:pass|failed|usage)"]
 
 
 @pytest.mark.parametrize("rel", sorted(_LITERALS))
@@ -103,6 +106,14 @@ def test_no_literal_exit_codes(rel):
     for pattern in _LITERALS[rel]:
         hits = [m.group(0) for m in re.finditer(pattern, text)]
         assert not hits, f"{rel}: literal exit code(s) {hits}; use the table (exit_code(...) / kExit...)"
+
+
+def test_verify_help_takes_its_numbers_from_the_table():
+    from toolchain.cli.main_verify import exit_codes_help
+
+    text = exit_codes_help()
+    for name, meaning in (("ok", "pass"), ("failed", "failed"), ("usage", "usage error"), ("bad_input", "an input")):
+        assert f"{exit_code(name)} {meaning}" in text, (name, text)
 
 
 def test_aoti_run_uses_only_codes_of_the_table():

@@ -7,10 +7,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from toolchain.errors import exit_code
 from toolchain.verify.profiles import DEFAULT_PROFILE, available
 
-EXIT_CODES = ("exit codes: 0 pass (warnings allowed unless --strict); 1 failed (an error, or a warning with "
-              "--strict); 2 usage error; 3 an input that cannot be read (not-elf, truncated, malformed, missing)")
+
+def exit_codes_help() -> str:
+    """What each exit status means for verify; the numbers come from the exit-code table
+    (toolchain/spec/exit_codes.toml)."""
+    return (f"exit codes: {exit_code('ok')} pass (warnings allowed unless --strict); {exit_code('failed')} failed "
+            f"(an error, or a warning with --strict); {exit_code('usage')} usage error; {exit_code('bad_input')} an "
+            "input that cannot be read (not-elf, truncated, malformed, missing)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -60,7 +66,7 @@ KINDS = ("auto", "plugin", "host", "library", "python-extension")
 
 def register(sub) -> None:
     v = sub.add_parser("verify", help="prove plugins (and hosts) will load on a target; rule ids, fixes",
-                       description="Check plugins, .pt2 packages, hosts and libraries. " + EXIT_CODES)
+                       description="Check plugins, .pt2 packages, hosts and libraries. " + exit_codes_help())
     v.add_argument("files", nargs="+", metavar="FILE", help="plugin .so, .pt2, host program or shared library")
     v.add_argument("--host", help="the host program or runtime library the plugins will be loaded into (default: "
                    "this project's runtime library, libaoti_host.so; 'none': check each file standalone)")

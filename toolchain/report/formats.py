@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolchain.findings import REPORT_SCHEMA_VERSION, Report, verify_rules
+from toolchain.findings import EXIT_UNREADABLE, REPORT_SCHEMA_VERSION, Report, verify_rules
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"  # the schemas, for tests and docs
 REPORT_SCHEMA = SCHEMA_DIR / "verify-report-v1.schema.json"
@@ -92,7 +92,7 @@ def to_sarif(report: Report) -> dict:
         "version": "2.1.0",
         "runs": [{
             "tool": {"driver": {"name": "aoti-toolchain verify", "version": _tool_version(), "rules": rules}},
-            "invocations": [{"executionSuccessful": report.exit_code != 3, "exitCode": report.exit_code}],
+            "invocations": [{"executionSuccessful": report.exit_code != EXIT_UNREADABLE, "exitCode": report.exit_code}],
             "results": results,
             "properties": {"profile": report.profile["name"], "host": report.host},
         }],

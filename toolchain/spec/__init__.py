@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import tomllib
-
+from toolchain import parsed_cache
 from toolchain.errors import SpecError
 
 SPEC_DIR = Path(__file__).resolve().parent
+_LOADER = SPEC_DIR / "__init__.py"  # this module: what the parsed cache's entries depend on besides the TOML
 SCHEMA_VERSION = 1
 ENTRY_POINTS_FILE = "entry_points.toml"
 SHIMS_FILE = "shims.toml"
@@ -129,20 +129,19 @@ class Spec(NamedTuple):
         return tuple(s for s in self.shims if s.group in groups)
 
     def shim(self, name: str) -> Shim:
-        for s in self.shims:
-            if s.name == name:
-                return s
-        names = [s.name for s in self.shims]
-        msg = f"no shim named {name!r} in the spec{_did_you_mean(name, names)}"
-        raise SpecError(msg, fix=f"add it to {SPEC_DIR / SHIMS_FILE} or correct the name")
+        return _named(self.shims, name, "shim", SHIMS_FILE)
 
     def entry_point(self, name: str) -> EntryPoint:
-        for e in self.entry_points:
-            if e.name == name:
-                return e
-        names = [e.name for e in self.entry_points]
-        msg = f"no entry point named {name!r} in the spec{_did_you_mean(name, names)}"
-        raise SpecError(msg, fix=f"add it to {SPEC_DIR / ENTRY_POINTS_FILE} or correct the name")
+        return _named(self.entry_points, name, "entry point", ENTRY_POINTS_FILE)
+
+
+def _named(rows: tuple[Any, ...], name: str, what: str, file: str) -> Any:
+    """The row of `rows` called `name`; SpecError with the closest name when there is none."""
+    for row in rows:
+        if row.name == name:
+            return row
+    msg = f"no {what} named {name!r} in the spec{_did_you_mean(name, [r.name for r in rows])}"
+    raise SpecError(msg, fix=f"add it to {SPEC_DIR / file} or correct the name")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +226,8 @@ def _check_keys(path: str | os.PathLike[str], where: str, table: dict[str, Any],
 def _read(path: str | os.PathLike[str], array: str, extra_top: dict[str, tuple[type, bool]],
           tables: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The file's top level: schema, `extra_top` keys, the [[array]], and `tables` (checked by the caller)."""
+    import tomllib  # only when a file is parsed: the parsed cache spares most starts tomllib and its imports
+
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -468,8 +469,21 @@ def _table(path: str | os.PathLike[str], data: dict[str, Any], key: str) -> dict
 
 
 def load_abi(path: str | os.PathLike[str] | None = None) -> Abi:
-    """Read and validate abi.toml (default: the packaged one)."""
-    path = SPEC_DIR / ABI_FILE if path is None else Path(path)
+    """Read and validate abi.toml (default: the packaged one, through the user's parsed cache)."""
+    if path is None:
+        default = SPEC_DIR / ABI_FILE
+        return parsed_cache.load("abi", (default, _LOADER), lambda: _load_abi(default), _abi_from)
+    return _load_abi(Path(path))
+
+
+def _abi_from(stored: tuple) -> Abi:
+    """An Abi from the parsed cache's plain copy of one."""
+    dtypes, constants, package, cxx_core, source = stored
+    return Abi(tuple(Dtype._make(d) for d in dtypes), constants, PackageLayout._make(package), cxx_core,
+               Path(source))
+
+
+def _load_abi(path: Path) -> Abi:
     data, rows = _read(path, "dtype", {}, ("device_type", "layout", "memory_format", "package", "cxx_runtime"))
     dtypes: list[Dtype] = []
     names: set[str] = set()
@@ -650,7 +664,29 @@ def spec_files(directory: str | os.PathLike[str] | None = None) -> tuple[Path, .
 
 
 def load_spec(directory: str | os.PathLike[str] | None = None) -> Spec:
-    """Read and validate the spec in ``directory`` (default: the packaged one)."""
+    """Read and validate the spec in ``directory`` (default: the packaged one, through the user's parsed
+    cache: parsing and checking the three files is most of what `verify` would spend on the spec)."""
+    if directory is None:
+        return parsed_cache.load("spec", (*spec_files(), _LOADER), lambda: _load_spec(None), _spec_from)
+    return _load_spec(directory)
+
+
+def _params(stored: tuple) -> tuple[Param, ...]:
+    return tuple(Param(t, n) for t, n in stored)
+
+
+def _spec_from(stored: tuple) -> Spec:
+    """A Spec from the parsed cache's plain copy of one (``_make`` refuses a row of another length: then the
+    cache parses again)."""
+    entry_points, shims, providers, types, sources = stored
+    return Spec(
+        entry_points=tuple(EntryPoint._make((n, r, _params(ps), *rest)) for n, r, ps, *rest in entry_points),
+        shims=tuple(Shim._make((n, r, _params(ps), *rest)) for n, r, ps, *rest in shims),
+        providers=tuple(Provider._make(p) for p in providers), types=types,
+        sources=tuple(Path(p) for p in sources))
+
+
+def _load_spec(directory: str | os.PathLike[str] | None) -> Spec:
     ep_path, shim_path, prov_path = spec_files(directory)
     entry_points = _load_entry_points(ep_path)
     shims, types = _load_shims(shim_path)

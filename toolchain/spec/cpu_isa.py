@@ -8,8 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
-import tomllib
-
+from toolchain import parsed_cache
 from toolchain.errors import SpecError
 
 SPEC = Path(__file__).resolve().parent / "cpu_isa.toml"
@@ -55,6 +54,21 @@ class IsaSpec(NamedTuple):
 
 @cache
 def load_isa_spec(path: str | os.PathLike[str] = SPEC) -> IsaSpec:
+    """The CPU table of `path`; the packaged one through the user's parsed cache."""
+    if path == SPEC:
+        return parsed_cache.load("cpu_isa", (SPEC, __file__), lambda: _load(SPEC), _isa_from)
+    return _load(path)
+
+
+def _isa_from(stored: tuple) -> IsaSpec:
+    """An IsaSpec from the parsed cache's plain copy of one."""
+    levels, exports, vec_bits, extensions = stored
+    return IsaSpec(levels, exports, vec_bits, {name: Extension._make(e) for name, e in extensions.items()})
+
+
+def _load(path: str | os.PathLike[str]) -> IsaSpec:
+    import tomllib  # only when the file is parsed (not for an entry of the parsed cache)
+
     data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     levels = tuple(lv["name"] for lv in data["level"])
     exts = {}

@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
-
+from toolchain import parsed_cache
 from toolchain.errors import UsageError
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -132,7 +131,7 @@ def load_profile(name: str, read=None) -> Profile:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         msg = f"unknown profile {name!r}{hint}"
         raise UsageError(msg, fix=f"use one of: {', '.join(names)}")
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data = parsed_cache.load("profile", (path,), lambda: _parse(path), dict)
     maxv = {}
     for fam, v in data["max_versions"].items():
         maxv[fam] = tuple(int(x) for x in v.split("."))
@@ -141,6 +140,12 @@ def load_profile(name: str, read=None) -> Profile:
                    machine=data["machine"], max_versions=maxv, allowed=frozenset(libs.get("allowed", ())),
                    packages=dict(libs.get("packages", {})), exec_stack_refused=bool(data.get("exec_stack_refused")),
                    target=load_target(data, path))
+
+
+def _parse(path: Path) -> dict:
+    import tomllib  # only when the file is parsed (not for an entry of the parsed cache)
+
+    return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
 def host_profile(read=None) -> Profile:
