@@ -25,7 +25,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from toolchain.errors import InputError
 
@@ -102,102 +102,137 @@ def _zip64_field(data: Any, start: int, length: int) -> tuple[bool, int, int] | 
     return found
 
 
-def parse(data: Any, label: str) -> dict[str, Member]:
-    """The members of the archive held in `data` (bytes or a mapping), in central-directory order; raises
-    PackageError naming `label`, the defect and the fix."""
+class _Directory(NamedTuple):
+    """Where the central directory is, from the end record (and the zip64 end record when there is one)."""
 
-    def bad(why: str, fix: str = FIX) -> PackageError:
-        return PackageError(f"{label}: not a valid .pt2 (zip) package: {why}", fix=fix)
+    count: int  # entries
+    offset: int  # of its first entry: where the members end
+    end: int  # one past its last entry: where the end records begin
 
-    def not_zip() -> PackageError | None:
+
+class _Central(NamedTuple):
+    """What a central-directory entry says about its member, zip64 extensions applied."""
+
+    name: str
+    raw: bytes  # the name's bytes, as the local header must repeat them
+    flags: int
+    method: int
+    crc: int
+    csize: int
+    usize: int
+    local: int  # offset of the local header
+    entry_end: int  # one past this central entry
+
+
+class _Reader:
+    """The checks of one archive, in the order parse() runs them; each raises PackageError naming the archive,
+    the defect and the fix. runtime/src/base/zip.cpp's Reader has the same steps under the same names."""
+
+    def __init__(self, data: Any, label: str) -> None:
+        self.data, self.n, self.label = data, len(data), label
+
+    def bad(self, why: str, fix: str = FIX) -> PackageError:
+        return PackageError(f"{self.label}: not a valid .pt2 (zip) package: {why}", fix=fix)
+
+    def not_zip(self) -> PackageError | None:
         """For a file that does not even start like a zip (no "PK"): that, instead of the first record missing."""
-        if bytes(data[:2]) == b"PK":
+        if bytes(self.data[:2]) == b"PK":
             return None
-        empty = ": the file is empty" if n == 0 else ""
-        return PackageError(f"{label}: not a .pt2 package (not a zip archive{empty})", fix=FIX_NOT_ZIP)
+        empty = ": the file is empty" if self.n == 0 else ""
+        return PackageError(f"{self.label}: not a .pt2 package (not a zip archive{empty})", fix=FIX_NOT_ZIP)
 
-    n = len(data)
-    if n < _EOCD_SIZE:
-        raise not_zip() or bad("the file is too short to be a zip archive (truncated?)")
+    def end_record(self) -> int:
+        """The end record: its comment must run exactly to the end of the file, at one position only."""
+        data, n = self.data, self.n
+        if n < _EOCD_SIZE:
+            raise self.not_zip() or self.bad("the file is too short to be a zip archive (truncated?)")
+        eocd = -1
+        lowest = max(0, n - _EOCD_SIZE - 0xFFFF)
+        i = n - _EOCD_SIZE
+        while True:
+            i = data.rfind(b"PK\x05\x06", lowest, i + 4)
+            if i < 0:
+                break
+            if _u16(data, i + 20)[0] == n - i - _EOCD_SIZE:
+                if eocd >= 0:
+                    raise self.bad("the archive comment holds a second end-of-central-directory record")
+                eocd = i
+            if i == lowest:
+                break
+            i -= 1
+        if eocd < 0:
+            raise self.not_zip() or self.bad(
+                "no end-of-central-directory record ending at the end of the file (truncated, or bytes appended)")
+        disk, cd_disk, on_disk, count = struct.unpack_from("<HHHH", data, eocd + 4)
+        if disk != 0 or cd_disk != 0 or on_disk != count:
+            raise self.bad("a multi-disk archive")
+        return eocd
 
-    # The end record: its comment must run exactly to the end of the file, at one position only.
-    eocd = -1
-    lowest = max(0, n - _EOCD_SIZE - 0xFFFF)
-    i = n - _EOCD_SIZE
-    sig = b"PK\x05\x06"
-    while True:
-        i = data.rfind(sig, lowest, i + 4)
-        if i < 0:
-            break
-        if _u16(data, i + 20)[0] == n - i - _EOCD_SIZE:
-            if eocd >= 0:
-                raise bad("the archive comment holds a second end-of-central-directory record")
-            eocd = i
-        if i == lowest:
-            break
-        i -= 1
-    if eocd < 0:
-        raise not_zip() or bad("no end-of-central-directory record ending at the end of the file (truncated, or bytes appended)")
-    disk, cd_disk, on_disk, count, cd_size, cd_offset = struct.unpack_from("<HHHHII", data, eocd + 4)
-    if disk != 0 or cd_disk != 0 or on_disk != count:
-        raise bad("a multi-disk archive")
-    cd_limit = eocd
-
-    if eocd >= _LOCATOR_SIZE and _u32(data, eocd - _LOCATOR_SIZE)[0] == _LOCATOR:
+    def zip64_end_record(self, eocd: int, count: int, cd_size: int, cd_offset: int) -> tuple[int, int, int, int]:
+        """(count, size, offset, end) of the central directory: the zip64 end record's 64-bit values when a
+        locator sits right before the end record (they must agree with the saturated fields they replace)."""
+        data = self.data
+        if eocd < _LOCATOR_SIZE or _u32(data, eocd - _LOCATOR_SIZE)[0] != _LOCATOR:
+            return count, cd_size, cd_offset, eocd
         loc = eocd - _LOCATOR_SIZE
         loc_disk, at, disks = struct.unpack_from("<IQI", data, loc + 4)
         if loc_disk != 0 or disks > 1:
-            raise bad("a multi-disk zip64 archive")
+            raise self.bad("a multi-disk zip64 archive")
         if loc < _EOCD64_SIZE or at != loc - _EOCD64_SIZE:
-            raise bad("the zip64 locator does not point at a zip64 end record right before it")
+            raise self.bad("the zip64 locator does not point at a zip64 end record right before it")
         rsig, rsize, _made, _need, rdisk, rcd_disk, ron_disk, count64, size64, offset64 = struct.unpack_from(
             "<IQHHIIQQQQ", data, at)
         if rsig != _EOCD64 or rsize != _EOCD64_SIZE - 12:
-            raise bad("a malformed zip64 end record")
+            raise self.bad("a malformed zip64 end record")
         if rdisk != 0 or rcd_disk != 0 or ron_disk != count64:
-            raise bad("a multi-disk zip64 archive")
+            raise self.bad("a multi-disk zip64 archive")
         if ((count != _SAT16 and count != count64) or (cd_size != _SAT32 and cd_size != size64)
                 or (cd_offset != _SAT32 and cd_offset != offset64)):
-            raise bad("the end record and the zip64 end record disagree")
-        count, cd_size, cd_offset, cd_limit = count64, size64, offset64, at
-    cd_end = cd_offset + cd_size
-    if cd_end != cd_limit:
-        raise bad("the central directory does not end where the end record begins (bytes between or missing)")
-    if count > cd_size // _CENTRAL_SIZE:
-        raise bad(f"the end record claims {count} members in a {cd_size}-byte central directory")
+            raise self.bad("the end record and the zip64 end record disagree")
+        return count64, size64, offset64, at
 
-    members: dict[str, Member] = {}
-    spans: list[tuple[int, int, str]] = []  # (local header offset, end of member, name)
-    p = cd_offset
-    for k in range(count):
-        which = f"central directory entry {k}"
-        if p + _CENTRAL_SIZE > cd_end or _u32(data, p)[0] != _CENTRAL:
-            raise bad(f"{which} is missing or truncated")
+    def directory(self) -> _Directory:
+        eocd = self.end_record()
+        count, cd_size, cd_offset = struct.unpack_from("<HII", self.data, eocd + 10)
+        count, cd_size, cd_offset, cd_limit = self.zip64_end_record(eocd, count, cd_size, cd_offset)
+        if cd_offset + cd_size != cd_limit:
+            raise self.bad("the central directory does not end where the end record begins (bytes between or missing)")
+        if count > cd_size // _CENTRAL_SIZE:
+            raise self.bad(f"the end record claims {count} members in a {cd_size}-byte central directory")
+        return _Directory(count, cd_offset, cd_limit)
+
+    def central_entry(self, k: int, p: int, d: _Directory, names: set[str]) -> _Central:
+        """Central entry k at offset p: its name (not one of `names`, those before it), a stored and unencrypted
+        member on this disk, and its zip64 field holding exactly the saturated fields (usize, csize, offset)."""
+        data, which = self.data, f"central directory entry {k}"
+        if p + _CENTRAL_SIZE > d.end or _u32(data, p)[0] != _CENTRAL:
+            raise self.bad(f"{which} is missing or truncated")
         (flags, method, _time, _date, crc, csize, usize, name_len, extra_len, comment_len,
          start_disk, _int, _ext, local) = struct.unpack_from("<HHHHIIIHHHHHII", data, p + 8)
         entry_end = p + _CENTRAL_SIZE + name_len + extra_len + comment_len
-        if entry_end > cd_end:
-            raise bad(f"{which} runs past the central directory")
+        if entry_end > d.end:
+            raise self.bad(f"{which} runs past the central directory")
         raw = bytes(data[p + 46:p + 46 + name_len])
         defect = _name_defect(raw)
         if defect:
-            raise bad(f"{which} has {defect}")
+            raise self.bad(f"{which} has {defect}")
         name = raw.decode("utf-8")
         member = f"member '{name}'"
-        if name in members:
-            raise bad(f"two members are named '{name}'")
+        if name in names:
+            raise self.bad(f"two members are named '{name}'")
+        names.add(name)
         if flags & _ENCRYPTED_FLAGS:
-            raise bad(f"{member} is encrypted", FIX_ENCRYPTED)
+            raise self.bad(f"{member} is encrypted", FIX_ENCRYPTED)
         if method != 0:
-            raise bad(f"{member} is compressed (method {method})", FIX_COMPRESSED)
+            raise self.bad(f"{member} is compressed (method {method})", FIX_COMPRESSED)
         if start_disk != 0:
-            raise bad(f"{member} starts on another disk (a multi-disk archive)")
+            raise self.bad(f"{member} starts on another disk (a multi-disk archive)")
         z64 = _zip64_field(data, p + 46 + name_len, extra_len)
         if z64 is None:
-            raise bad(f"{member} has a malformed central extra field")
+            raise self.bad(f"{member} has a malformed central extra field")
         want = 8 * ((usize == _SAT32) + (csize == _SAT32) + (local == _SAT32))
         if z64[0] != (want != 0) or (z64[0] and z64[2] != want):
-            raise bad(f"{member}: its central zip64 field does not match the saturated header fields")
+            raise self.bad(f"{member}: its central zip64 field does not match the saturated header fields")
         at = z64[1]
         if usize == _SAT32:
             usize, at = _u64(data, at)[0], at + 8
@@ -206,66 +241,95 @@ def parse(data: Any, label: str) -> dict[str, Member]:
         if local == _SAT32:
             local = _u64(data, at)[0]
         if csize != usize:
-            raise bad(f"{member} is stored but its compressed and uncompressed sizes differ")
+            raise self.bad(f"{member} is stored but its compressed and uncompressed sizes differ")
+        return _Central(name, raw, flags, method, crc, csize, usize, local, entry_end)
 
-        if local + _LOCAL_SIZE > cd_offset or _u32(data, local)[0] != _LOCAL:
-            raise bad(f"{member}: no local header at offset {local}")
+    def local_header(self, c: _Central, d: _Directory) -> tuple[int, int]:
+        """(offset of the member's data, one past its data and data descriptor): the local header must repeat
+        what the central one says."""
+        data, member = self.data, f"member '{c.name}'"
+        if c.local + _LOCAL_SIZE > d.offset or _u32(data, c.local)[0] != _LOCAL:
+            raise self.bad(f"{member}: no local header at offset {c.local}")
         lflags, lmethod, _ltime, _ldate, lcrc, lcsize, lusize, lname_len, lextra_len = struct.unpack_from(
-            "<HHHHIIIHH", data, local + 6)
-        data_offset = local + _LOCAL_SIZE + lname_len + lextra_len
-        if data_offset > cd_offset:
-            raise bad(f"{member}: its local header runs past the members")
-        if lname_len != name_len or bytes(data[local + 30:local + 30 + lname_len]) != raw:
-            raise bad(f"{member}: the local header names another member")
-        if lflags != flags or lmethod != method:
-            raise bad(f"{member}: local and central headers disagree on flags or method")
-        lz64 = _zip64_field(data, local + 30 + lname_len, lextra_len)
+            "<HHHHIIIHH", data, c.local + 6)
+        data_offset = c.local + _LOCAL_SIZE + lname_len + lextra_len
+        if data_offset > d.offset:
+            raise self.bad(f"{member}: its local header runs past the members")
+        if lname_len != len(c.raw) or bytes(data[c.local + 30:c.local + 30 + lname_len]) != c.raw:
+            raise self.bad(f"{member}: the local header names another member")
+        if lflags != c.flags or lmethod != c.method:
+            raise self.bad(f"{member}: local and central headers disagree on flags or method")
+        lz64 = _zip64_field(data, c.local + 30 + lname_len, lextra_len)
         if lz64 is None:
-            raise bad(f"{member} has a malformed local extra field")
+            raise self.bad(f"{member} has a malformed local extra field")
         lwant = 8 * ((lusize == _SAT32) + (lcsize == _SAT32))
         if lz64[0] != (lwant != 0) or (lz64[0] and lz64[2] != lwant):
-            raise bad(f"{member}: its local zip64 field does not match the saturated header fields")
+            raise self.bad(f"{member}: its local zip64 field does not match the saturated header fields")
         at = lz64[1]
         if lusize == _SAT32:
             lusize, at = _u64(data, at)[0], at + 8
         if lcsize == _SAT32:
             lcsize = _u64(data, at)[0]
-        data_end = data_offset + usize
-        if data_end > cd_offset:
-            raise bad(f"{member}: its data runs past the members")
-        member_end = data_end
-        if flags & _DESCRIPTOR_FLAG:
-            if not ((lcrc == 0 and lcsize == 0 and lusize == 0) or (lcrc == crc and lcsize == csize and lusize == usize)):
-                raise bad(f"{member}: local and central headers disagree on CRC-32 or sizes")
-            q, wide = data_end, 8 if lz64[0] else 4
-            if q + 4 <= cd_offset and _u32(data, q)[0] == _DESCRIPTOR:
-                q += 4
-            desc_end = q + 4 + 2 * wide
-            if desc_end > cd_offset:
-                raise bad(f"{member}: its data descriptor is truncated")
-            dcrc, dcsize, dusize = struct.unpack_from("<IQQ" if wide == 8 else "<III", data, q)
-            if dcrc != crc or dcsize != csize or dusize != usize:
-                raise bad(f"{member}: its data descriptor and central header disagree")
-            member_end = desc_end
-        elif lcrc != crc or lcsize != csize or lusize != usize:
-            raise bad(f"{member}: local and central headers disagree on CRC-32 or sizes")
-        members[name] = Member(name, data_offset, usize, crc)
-        spans.append((local, member_end, name))
-        p = entry_end
-    if p != cd_end:
-        raise bad("the central directory has bytes after its last entry")
+        data_end = data_offset + c.usize
+        if data_end > d.offset:
+            raise self.bad(f"{member}: its data runs past the members")
+        if c.flags & _DESCRIPTOR_FLAG:
+            # the local header holds zeros or the same values as the central one
+            if not ((lcrc == 0 and lcsize == 0 and lusize == 0)
+                    or (lcrc == c.crc and lcsize == c.csize and lusize == c.usize)):
+                raise self.bad(f"{member}: local and central headers disagree on CRC-32 or sizes")
+            return data_offset, self.check_data_descriptor(c, member, data_end, lz64[0], d.offset)
+        if lcrc != c.crc or lcsize != c.csize or lusize != c.usize:
+            raise self.bad(f"{member}: local and central headers disagree on CRC-32 or sizes")
+        return data_offset, data_end
 
-    # The members and the central directory tile the file.
-    expect = 0
-    for local, end, name in sorted(spans, key=lambda s: s[0]):
-        if local < expect:
-            raise bad(f"member '{name}' overlaps the member before it")
-        if local > expect:
-            where = "data before the first member" if expect == 0 else "between members"
-            raise bad(f"{local - expect} unlisted bytes at offset {expect} ({where})")
-        expect = end
-    if expect != cd_offset:
-        raise bad(f"{cd_offset - expect} unlisted bytes at offset {expect} (before the central directory)")
+    def check_data_descriptor(self, c: _Central, member: str, data_end: int, wide: bool, limit: int) -> int:
+        """One past the data descriptor: sizes and CRC after the data (optionally after a signature), 8-byte
+        sizes when the local header carries a zip64 field (`wide`)."""
+        q, width = data_end, 8 if wide else 4
+        if q + 4 <= limit and _u32(self.data, q)[0] == _DESCRIPTOR:
+            q += 4
+        desc_end = q + 4 + 2 * width
+        if desc_end > limit:
+            raise self.bad(f"{member}: its data descriptor is truncated")
+        dcrc, dcsize, dusize = struct.unpack_from("<IQQ" if wide else "<III", self.data, q)
+        if dcrc != c.crc or dcsize != c.csize or dusize != c.usize:
+            raise self.bad(f"{member}: its data descriptor and central header disagree")
+        return desc_end
+
+    def check_tiling(self, spans: list[tuple[int, int, str]], d: _Directory) -> None:
+        """The members and the central directory tile the file: no bytes before the first member, between two
+        members or before the central directory (prepended data, hidden or overlapping members)."""
+        expect = 0
+        for local, end, name in sorted(spans, key=lambda s: s[0]):
+            if local < expect:
+                raise self.bad(f"member '{name}' overlaps the member before it")
+            if local > expect:
+                where = "data before the first member" if expect == 0 else "between members"
+                raise self.bad(f"{local - expect} unlisted bytes at offset {expect} ({where})")
+            expect = end
+        if expect != d.offset:
+            raise self.bad(f"{d.offset - expect} unlisted bytes at offset {expect} (before the central directory)")
+
+
+def parse(data: Any, label: str) -> dict[str, Member]:
+    """The members of the archive held in `data` (bytes or a mapping), in central-directory order; raises
+    PackageError naming `label`, the defect and the fix."""
+    reader = _Reader(data, label)
+    d = reader.directory()
+    members: dict[str, Member] = {}
+    spans: list[tuple[int, int, str]] = []  # (local header offset, end of member, name)
+    names: set[str] = set()
+    p = d.offset
+    for k in range(d.count):
+        c = reader.central_entry(k, p, d, names)
+        data_offset, member_end = reader.local_header(c, d)
+        members[c.name] = Member(c.name, data_offset, c.usize, c.crc)
+        spans.append((c.local, member_end, c.name))
+        p = c.entry_end
+    if p != d.end:
+        raise reader.bad("the central directory has bytes after its last entry")
+    reader.check_tiling(spans, d)
     return members
 
 
