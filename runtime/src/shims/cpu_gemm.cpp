@@ -91,6 +91,39 @@ void call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+void call_gemv(CBLAS_TRANSPOSE t, int64_t m, int64_t n, float alpha, const float* a, int64_t lda, const float* x,
+               int64_t incx, float beta, float* y, int64_t incy) {
+  cblas_sgemv(CblasRowMajor, t, static_cast<int>(m), static_cast<int>(n), alpha, a, static_cast<int>(lda), x,
+              static_cast<int>(incx), beta, y, static_cast<int>(incy));
+}
+void call_gemv(CBLAS_TRANSPOSE t, int64_t m, int64_t n, double alpha, const double* a, int64_t lda, const double* x,
+               int64_t incx, double beta, double* y, int64_t incy) {
+  cblas_dgemv(CblasRowMajor, t, static_cast<int>(m), static_cast<int>(n), alpha, a, static_cast<int>(lda), x,
+              static_cast<int>(incx), beta, y, static_cast<int>(incy));
+}
+
+// y (length N, stride incy) <- alpha * x (length K, stride incx) @ B (K x N) + beta * y as a GEMV: a
+// one-row GEMM through sgemm packs all of B on every call (an LSTM step, a batch-1 Linear), while GEMV
+// streams B once. False when the strides don't suit the BLAS (the caller then takes the GEMM).
+template <typename T>
+bool gemv_row(const T* x, int64_t incx, const MatView<const T>& B, T* y, int64_t incy, T alpha, T beta) {
+  const int64_t K = B.rows, N = B.cols;
+  if (incx <= 0 || incy <= 0 || incx > INT_MAX || incy > INT_MAX) return false;
+  CBLAS_TRANSPOSE tb;
+  int64_t ldb;
+  if (!blas_layout(K, N, B.rs, B.cs, &tb, &ldb)) return false;
+  if (beta == T(0))  // BLAS may scale y by 0 (NaN * 0 stays NaN); ATen's beta == 0 ignores y
+    for (int64_t j = 0; j < N; ++j) y[j * incy] = T(0);
+  BlasThreads threads(static_cast<double>(N) * static_cast<double>(K));
+  // B row-major (K x N): y = B^T x; B with unit row stride is W (N x K) row-major: y = W x
+  if (tb == CblasNoTrans) {
+    call_gemv(CblasTrans, K, N, alpha, B.p, ldb, x, incx, beta, y, incy);
+  } else {
+    call_gemv(CblasNoTrans, N, K, alpha, B.p, ldb, x, incx, beta, y, incy);
+  }
+  return true;
+}
+
 }  // namespace
 
 template <typename T>
@@ -111,6 +144,8 @@ void gemm(const MatView<const T>& A, const MatView<const T>& B, const MatView<T>
   if constexpr (std::is_same<T, float>::value) {
     if (try_fast_gemm(A, B, C, alpha, beta)) return;  // packed constant B, or a small GEMM
   }
+  if (M == 1 && K <= INT_MAX && gemv_row(A.p, K == 1 ? 1 : A.cs, B, C.p, N == 1 ? 1 : C.cs, alpha, beta)) return;
+  if (N == 1 && K <= INT_MAX && gemv_row(B.p, K == 1 ? 1 : B.rs, A.t(), C.p, M == 1 ? 1 : C.rs, alpha, beta)) return;
   CBLAS_TRANSPOSE tc;
   int64_t ldc;
   if (!blas_layout(M, N, C.rs, C.cs, &tc, &ldc) || K > INT_MAX) {
