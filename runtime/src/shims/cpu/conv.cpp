@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "shims/cpu/conv_depthwise.h"
 #include "shims/cpu/strided.h"
 #include "shims/cpu_gemm.h"
 #include "shims/cpu_kernels.h"
@@ -247,6 +248,207 @@ AOTI_OMP(omp for schedule(static))
   if (!direct) store_packed<T>(out, ybuf.data());
 }
 
+// ---- conv_im2col: a non-transposed convolution as im2col + GEMM (or an implicit GEMM), in phases ----
+
+// The weight as GEMM operand: rows [Cout] of (kd, kh, kw, ci) columns, viewed in place when the weight's
+// strides give that order one stride (1x1 kernels, channels-last weights), else gathered; for the AVX-512
+// kernel (float) one packed B [(kd, kh, kw, ci), Cout_g] per group instead, cached when it is a constant.
+template <typename T>
+struct Im2colWeight {
+  std::vector<T> gathered;
+  MatView<const T> rows{nullptr, 0, 0, 0, 0};  // [Cout, Kc]
+  std::vector<std::shared_ptr<const PackedB>> packed;
+  MatView<const T> group(int64_t g, int64_t Cout_g) const {
+    return {rows.p + g * Cout_g * rows.rs, Cout_g, rows.cols, rows.rs, rows.cs};
+  }
+};
+
+template <typename T>
+void gather_weight_rows(const Tensor& weight, const ConvGeometry& geo, int64_t co0, int64_t nco, T* dst) {
+  std::vector<T> wbuf;
+  std::vector<int64_t> wst;
+  const T* w = typed_data<T>(weight, wbuf, wst);
+  const std::vector<int64_t> wsp = geo.spatial({wst.begin() + 2, wst.end()}, 0);
+  const std::vector<int64_t>& K = geo.K;
+  for (int64_t co = co0; co < co0 + nco; ++co)
+    for (int64_t kd = 0; kd < K[0]; ++kd)
+      for (int64_t kh = 0; kh < K[1]; ++kh)
+        for (int64_t kw = 0; kw < K[2]; ++kw)
+          for (int64_t ci = 0; ci < geo.Cin_g; ++ci)
+            *dst++ = w[co * wst[0] + ci * wst[1] + kd * wsp[0] + kh * wsp[1] + kw * wsp[2]];
+}
+
+// The one stride of the weight's (kd, kh, kw, ci) order within an output channel, or 0 when there is none.
+int64_t weight_column_stride(const Tensor& weight, const ConvGeometry& geo) {
+  const std::vector<int64_t> wsp = geo.spatial({weight.strides().begin() + 2, weight.strides().end()}, 0);
+  const int64_t c = geo.Cin_g > 1 ? weight.strides()[1] : geo.Ksp > 1 ? wsp[2] : 1;
+  int64_t expect = c * geo.Cin_g;
+  for (int i = 2; i >= 0; --i) {
+    const size_t d = static_cast<size_t>(i);
+    if (geo.K[d] > 1 && wsp[d] != expect) return 0;
+    expect *= geo.K[d];
+  }
+  return c > 0 ? c : 0;
+}
+
+template <typename T>
+Im2colWeight<T> im2col_weight(const Tensor& weight, const ConvGeometry& geo, bool fast) {
+  const int64_t Kc = geo.Ksp * geo.Cin_g;
+  Im2colWeight<T> r;
+  if (!fast) {
+    const int64_t cs = weight.dtype() == dtype_of<T>() ? weight_column_stride(weight, geo) : 0;
+    if (cs > 0) {
+      r.rows = {static_cast<const T*>(weight.data_ptr()), geo.Cout, Kc, weight.strides()[0], cs};
+    } else {
+      r.gathered.resize(static_cast<size_t>(geo.Cout * Kc));
+      gather_weight_rows(weight, geo, 0, geo.Cout, r.gathered.data());
+      r.rows = {r.gathered.data(), geo.Cout, Kc, Kc, 1};
+    }
+    return r;
+  }
+  const auto& wsz = weight.sizes();
+  const auto& wst = weight.strides();
+  int64_t lo = 0, hi = 0;
+  for (size_t d = 0; d < wsz.size(); ++d) {
+    const int64_t span = (wsz[d] - 1) * wst[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  const char* base = static_cast<const char*>(weight.data_ptr());
+  const int64_t isz = static_cast<int64_t>(weight.itemsize());
+  for (int64_t g = 0; g < geo.G; ++g) {
+    auto build = [&] {
+      std::vector<T> tmp(static_cast<size_t>(geo.Cout_g * Kc));
+      gather_weight_rows(weight, geo, g * geo.Cout_g, geo.Cout_g, tmp.data());
+      auto pb = std::make_shared<PackedB>(Kc, geo.Cout_g);
+      pb->fill(MatView<const float>{reinterpret_cast<const float*>(tmp.data()), Kc, geo.Cout_g, 1, Kc});
+      return pb;
+    };
+    std::vector<int64_t> key = {1, reinterpret_cast<int64_t>(base), weight.dtype(), geo.G, g};
+    key.insert(key.end(), wsz.begin(), wsz.end());
+    key.insert(key.end(), wst.begin(), wst.end());
+    std::shared_ptr<const PackedB> pb =
+        weight.dtype() == kFloat32 ? constant_packed(base + lo * isz, base + (hi + 1) * isz, key, build) : nullptr;
+    r.packed.push_back(pb != nullptr ? pb : build());
+  }
+  return r;
+}
+
+// The output prefilled with the bias (beta 1 for the GEMMs) unless the kernel adds it in its epilogue
+// (bias_row set); beta 0 without a bias.
+template <typename T>
+T im2col_bias(Tensor& out, const Tensor* bias, const ConvGeometry& geo, bool fast, bool channels_last_out,
+              std::vector<T>& bias_buf, const T** bias_row) {
+  *bias_row = nullptr;
+  if (bias == nullptr) return T(0);
+  if (fast) {
+    *bias_row = contiguous_data<T>(*bias, bias_buf);
+    return T(1);
+  }
+  std::vector<T> bbuf;
+  const T* b = contiguous_data<T>(*bias, bbuf);
+  T* y = static_cast<T*>(out.data_ptr());
+  for (int64_t n = 0; n < geo.N; ++n) {
+    T* yn = y + n * out.strides()[0];
+    if (channels_last_out) {
+      for (int64_t r = 0; r < geo.Osp; ++r) std::copy_n(b, geo.Cout, yn + r * geo.Cout);
+    } else {
+      for (int64_t c = 0; c < geo.Cout; ++c) std::fill_n(yn + c * geo.Osp, geo.Osp, b[c]);
+    }
+  }
+  return T(1);
+}
+
+// The implicit GEMM's table: per output position and tap the input offset (-1: padding). It depends on
+// the geometry only, so it is kept per thread for the last shapes seen (a plugin calls the same few
+// convolutions on every run).
+const std::vector<int64_t>& implicit_offsets(const ConvGeometry& geo, const std::vector<int64_t>& xsp) {
+  const std::vector<int64_t>&I = geo.I, &K = geo.K, &O = geo.O, &S = geo.S, &P = geo.P, &D = geo.D;
+  static thread_local std::map<std::vector<int64_t>, std::vector<int64_t>> offs_cache;
+  std::vector<int64_t> geometry;
+  for (const auto* v : {&I, &K, &O, &S, &P, &D, &xsp}) geometry.insert(geometry.end(), v->begin(), v->end());
+  if (offs_cache.size() > 64 && offs_cache.find(geometry) == offs_cache.end()) offs_cache.clear();
+  std::vector<int64_t>& offs = offs_cache[geometry];
+  if (!offs.empty()) return offs;
+  offs.resize(static_cast<size_t>(geo.Osp * geo.Ksp));
+  int64_t* o = offs.data();
+  for (int64_t od = 0; od < O[0]; ++od)
+    for (int64_t oh = 0; oh < O[1]; ++oh)
+      for (int64_t ow = 0; ow < O[2]; ++ow)
+        for (int64_t kd = 0; kd < K[0]; ++kd)
+          for (int64_t kh = 0; kh < K[1]; ++kh)
+            for (int64_t kw = 0; kw < K[2]; ++kw) {
+              const int64_t id = od * S[0] - P[0] + kd * D[0], ih = oh * S[1] - P[1] + kh * D[1],
+                            iw = ow * S[2] - P[2] + kw * D[2];
+              const bool in = id >= 0 && id < I[0] && ih >= 0 && ih < I[1] && iw >= 0 && iw < I[2];
+              *o++ = in ? id * xsp[0] + ih * xsp[1] + iw * xsp[2] : -1;
+            }
+  return offs;
+}
+
+// One sample and group's im2col matrix [Osp, (kd, kh, kw, ci)] from xg (channel stride xs_c, spatial xsp).
+template <typename T>
+void im2col_fill(const ConvGeometry& geo, const T* xg, int64_t xs_c, const std::vector<int64_t>& xsp, T* c) {
+  const std::vector<int64_t>&I = geo.I, &K = geo.K, &O = geo.O, &S = geo.S, &P = geo.P, &D = geo.D;
+  const int64_t Cin_g = geo.Cin_g;
+  const bool run_kw = xs_c == 1 && xsp[2] == Cin_g && D[2] == 1;
+  for (int64_t od = 0; od < O[0]; ++od)
+    for (int64_t oh = 0; oh < O[1]; ++oh)
+      for (int64_t ow = 0; ow < O[2]; ++ow)
+        for (int64_t kd = 0; kd < K[0]; ++kd) {
+          const int64_t id = od * S[0] - P[0] + kd * D[0];
+          for (int64_t kh = 0; kh < K[1]; ++kh) {
+            const int64_t ih = oh * S[1] - P[1] + kh * D[1];
+            const int64_t iw0 = ow * S[2] - P[2];
+            if (run_kw && id >= 0 && id < I[0] && ih >= 0 && ih < I[1] && iw0 >= 0 && iw0 + K[2] <= I[2]) {
+              // the whole kernel row lies inside and is one contiguous run in a channels-last input
+              const T* src = xg + id * xsp[0] + ih * xsp[1] + iw0 * xsp[2];
+              if constexpr (std::is_same<T, float>::value) copy_floats(c, src, K[2] * Cin_g);
+              else for (int64_t e = 0; e < K[2] * Cin_g; ++e) c[e] = src[e];
+              c += K[2] * Cin_g;
+              continue;
+            }
+            for (int64_t kw = 0; kw < K[2]; ++kw, c += Cin_g) {
+              const int64_t iw = ow * S[2] - P[2] + kw * D[2];
+              if (id < 0 || id >= I[0] || ih < 0 || ih >= I[1] || iw < 0 || iw >= I[2]) {
+                std::fill_n(c, Cin_g, T(0));
+                continue;
+              }
+              const T* src = xg + id * xsp[0] + ih * xsp[1] + iw * xsp[2];
+              if (xs_c == 1) {
+                if constexpr (std::is_same<T, float>::value) copy_floats(c, src, Cin_g);
+                else for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci];  // short runs: no memcpy call
+              } else {
+                for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci * xs_c];
+              }
+            }
+          }
+        }
+}
+
+// One sample and group's GEMM: cols [Osp, Kc] against the weight, into the output where it lies.
+template <typename T>
+void im2col_gemm(const MatView<const T>& cols, const Im2colWeight<T>& wt, int64_t g, const ConvGeometry& geo,
+                 T* yn, bool channels_last_out, T beta, const T* bias_row) {
+  const int64_t Cout = geo.Cout, Cout_g = geo.Cout_g, Osp = geo.Osp;
+  if constexpr (std::is_same<T, float>::value) {
+    if (!wt.packed.empty()) {
+      // C as [positions, Cout_g]: channels-last rows, or a contiguous output's planes transposed.
+      const MatView<float> C = channels_last_out ? MatView<float>{yn + g * Cout_g, Osp, Cout_g, Cout, 1}
+                                                 : MatView<float>{yn + g * Cout_g * Osp, Osp, Cout_g, 1, Osp};
+      const MatView<const float> unused{nullptr, cols.cols, Cout_g, Cout_g, 1};
+      if (fast_gemm(cols, unused, wt.packed[static_cast<size_t>(g)].get(), C, 1.0f, beta,
+                    bias_row != nullptr ? bias_row + g * Cout_g : nullptr, 1))
+        return;
+    }
+  }
+  const MatView<const T> Wg = wt.group(g, Cout_g);
+  if (channels_last_out) {
+    gemm<T>(cols, Wg.t(), MatView<T>{yn + g * Cout_g, Osp, Cout_g, Cout, 1}, T(1), beta);
+  } else {
+    gemm<T>(Wg, cols.t(), MatView<T>{yn + g * Cout_g * Osp, Cout_g, Osp, Osp, 1}, T(1), beta);
+  }
+}
+
 // Non-transposed convolution straight from the input's strides into the output's layout: per sample
 // and group one im2col matrix [output positions, kernel positions x input channels] (channels
 // innermost, so a channels-last input copies runs of channels), then one GEMM that writes the output
@@ -255,187 +457,77 @@ template <typename T>
 void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p,
                  bool channels_last_out) {
   const ConvGeometry geo(input, weight, out, p);
-  const std::vector<int64_t>&I = geo.I, &K = geo.K, &O = geo.O, &S = geo.S, &P = geo.P, &D = geo.D;
+  const std::vector<int64_t>&I = geo.I, &S = geo.S, &P = geo.P;
   const int64_t N = geo.N, Cout = geo.Cout, G = geo.G, Cin_g = geo.Cin_g, Cout_g = geo.Cout_g;
-  const int64_t Osp = geo.Osp, Ksp = geo.Ksp;
-  const int64_t Kc = Ksp * Cin_g;
+  const int64_t Osp = geo.Osp, Ksp = geo.Ksp, Kc = Ksp * Cin_g;
   std::vector<T> xbuf;
   std::vector<int64_t> xs;
   const T* x = typed_data<T>(input, xbuf, xs);
   const std::vector<int64_t> xsp = geo.spatial({xs.begin() + 2, xs.end()}, 0);
-  // The weight as GEMM operand [Cout, (kd, kh, kw, ci)] rows; for the AVX-512 kernel (float) as one
-  // packed [(kd, kh, kw, ci), Cout_g] B per group instead, cached when the weight is a constant.
-  auto gather_weight = [&](int64_t co0, int64_t nco, T* dst) {
-    std::vector<T> wbuf;
-    std::vector<int64_t> wst;
-    const T* w = typed_data<T>(weight, wbuf, wst);
-    const std::vector<int64_t> wsp = geo.spatial({wst.begin() + 2, wst.end()}, 0);
-    for (int64_t co = co0; co < co0 + nco; ++co)
-      for (int64_t kd = 0; kd < K[0]; ++kd)
-        for (int64_t kh = 0; kh < K[1]; ++kh)
-          for (int64_t kw = 0; kw < K[2]; ++kw)
-            for (int64_t ci = 0; ci < Cin_g; ++ci)
-              *dst++ = w[co * wst[0] + ci * wst[1] + kd * wsp[0] + kh * wsp[1] + kw * wsp[2]];
-  };
   const bool fast = std::is_same<T, float>::value && fast_gemm_available() && Kc > 0;
-  std::vector<T> wp;
-  std::vector<std::shared_ptr<const PackedB>> packed_w;
-  if (fast) {
-    const auto& wsz = weight.sizes();
-    const auto& wst = weight.strides();
-    int64_t lo = 0, hi = 0;
-    for (size_t d = 0; d < wsz.size(); ++d) {
-      const int64_t span = (wsz[d] - 1) * wst[d];
-      (span < 0 ? lo : hi) += span;
-    }
-    const char* base = static_cast<const char*>(weight.data_ptr());
-    const int64_t isz = static_cast<int64_t>(weight.itemsize());
-    for (int64_t g = 0; g < G; ++g) {
-      auto build = [&] {
-        std::vector<T> tmp(static_cast<size_t>(Cout_g * Kc));
-        gather_weight(g * Cout_g, Cout_g, tmp.data());
-        auto pb = std::make_shared<PackedB>(Kc, Cout_g);
-        pb->fill(MatView<const float>{reinterpret_cast<const float*>(tmp.data()), Kc, Cout_g, 1, Kc});
-        return pb;
-      };
-      std::vector<int64_t> key = {1, reinterpret_cast<int64_t>(base), weight.dtype(), G, g};
-      key.insert(key.end(), wsz.begin(), wsz.end());
-      key.insert(key.end(), wst.begin(), wst.end());
-      std::shared_ptr<const PackedB> pb =
-          weight.dtype() == kFloat32 ? constant_packed(base + lo * isz, base + (hi + 1) * isz, key, build) : nullptr;
-      packed_w.push_back(pb != nullptr ? pb : build());
-    }
-  } else {
-    wp.resize(static_cast<size_t>(Cout * Kc));
-    gather_weight(0, Cout, wp.data());
-  }
+  const Im2colWeight<T> wt = im2col_weight<T>(weight, geo, fast);
   T* y = static_cast<T*>(out.data_ptr());
   const int64_t ysn = out.strides()[0];
-  T beta = 0;
   std::vector<T> bias_buf;
-  const T* bias_row = nullptr;  // the kernel adds the bias in its epilogue
-  if (bias != nullptr && fast) {
-    bias_row = contiguous_data<T>(*bias, bias_buf);
-    beta = 1;
-  } else if (bias != nullptr) {
-    std::vector<T> bbuf;
-    const T* b = contiguous_data<T>(*bias, bbuf);
-    for (int64_t n = 0; n < N; ++n) {
-      T* yn = y + n * ysn;
-      if (channels_last_out) {
-        for (int64_t r = 0; r < Osp; ++r) std::copy_n(b, Cout, yn + r * Cout);
-      } else {
-        for (int64_t c = 0; c < Cout; ++c) std::fill_n(yn + c * Osp, Osp, b[c]);
-      }
-    }
-    beta = 1;
-  }
+  const T* bias_row = nullptr;
+  const T beta = im2col_bias<T>(out, bias, geo, fast, channels_last_out, bias_buf, &bias_row);
   // A 1x1 convolution with stride 1 and no padding reads the input as it is, when its spatial dims
   // flatten into one (true of contiguous and channels-last inputs).
   const bool pointwise = Ksp == 1 && all_ones(S) && P[0] == 0 && P[1] == 0 && P[2] == 0 &&
                          (I[0] == 1 || xsp[0] == I[1] * xsp[1]) && (I[1] == 1 || xsp[1] == I[2] * xsp[2]);
   const int64_t pos_stride = I[2] > 1 ? xsp[2] : I[1] > 1 ? xsp[1] : xsp[0];
-  const bool run_kw = xs[1] == 1 && xsp[2] == Cin_g && D[2] == 1;
   // A channels-last input into a channels-last output: no im2col, the kernel reads each output
   // position's taps straight from the input through a table of offsets (one per position and tap,
   // -1 for padding), the same for every sample and group.
   const bool implicit = fast && channels_last_out && !pointwise && xs[1] == 1;
-  // The table depends on the geometry only: kept per thread for the last shapes seen (a plugin calls
-  // the same few convolutions on every run).
-  static thread_local std::map<std::vector<int64_t>, std::vector<int64_t>> offs_cache;
-  std::vector<int64_t> geometry;
-  for (const auto* v : {&I, &K, &O, &S, &P, &D, &xsp}) geometry.insert(geometry.end(), v->begin(), v->end());
-  if (implicit && offs_cache.size() > 64 && offs_cache.find(geometry) == offs_cache.end()) offs_cache.clear();
-  std::vector<int64_t>& offs = offs_cache[implicit ? geometry : std::vector<int64_t>{}];
-  if (implicit && offs.empty()) {
-    offs.resize(static_cast<size_t>(Osp * Ksp));
-    int64_t* o = offs.data();
-    for (int64_t od = 0; od < O[0]; ++od)
-      for (int64_t oh = 0; oh < O[1]; ++oh)
-        for (int64_t ow = 0; ow < O[2]; ++ow)
-          for (int64_t kd = 0; kd < K[0]; ++kd)
-            for (int64_t kh = 0; kh < K[1]; ++kh)
-              for (int64_t kw = 0; kw < K[2]; ++kw) {
-                const int64_t id = od * S[0] - P[0] + kd * D[0], ih = oh * S[1] - P[1] + kh * D[1],
-                              iw = ow * S[2] - P[2] + kw * D[2];
-                const bool in = id >= 0 && id < I[0] && ih >= 0 && ih < I[1] && iw >= 0 && iw < I[2];
-                *o++ = in ? id * xsp[0] + ih * xsp[1] + iw * xsp[2] : -1;
-              }
-  }
+  static const std::vector<int64_t> no_offsets;
+  const std::vector<int64_t>& offs = implicit ? implicit_offsets(geo, xsp) : no_offsets;
   // Threads only where the work pays for waking them (~100k multiply-adds per call and more).
 AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cout > (1 << 17)))
   {
     static thread_local std::vector<T> col;  // not zeroed: every element is written below
-    if (!pointwise && !implicit && col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
 AOTI_OMP(omp for schedule(static))
     for (int64_t ng = 0; ng < N * G; ++ng) {
       const int64_t n = ng / G, g = ng % G;
       const T* xg = x + n * xs[0] + g * Cin_g * xs[1];
       if constexpr (std::is_same<T, float>::value) {
-        if (implicit && fast_conv_rows(xg, offs.data(), Ksp, Cin_g, *packed_w[static_cast<size_t>(g)],
+        if (implicit && fast_conv_rows(xg, offs.data(), Ksp, Cin_g, *wt.packed[static_cast<size_t>(g)],
                                        MatView<float>{y + n * ysn + g * Cout_g, Osp, Cout_g, Cout, 1}, beta,
                                        bias_row != nullptr ? bias_row + g * Cout_g : nullptr))
           continue;
-        if (implicit && col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
       }
-      MatView<const T> cols{col.data(), Osp, Kc, Kc, 1};
-      if (pointwise) {
-        cols = MatView<const T>{xg, Osp, Cin_g, pos_stride, xs[1]};
-      } else {
-        T* c = col.data();
-        for (int64_t od = 0; od < O[0]; ++od)
-          for (int64_t oh = 0; oh < O[1]; ++oh)
-            for (int64_t ow = 0; ow < O[2]; ++ow)
-              for (int64_t kd = 0; kd < K[0]; ++kd) {
-                const int64_t id = od * S[0] - P[0] + kd * D[0];
-                for (int64_t kh = 0; kh < K[1]; ++kh) {
-                  const int64_t ih = oh * S[1] - P[1] + kh * D[1];
-                  const int64_t iw0 = ow * S[2] - P[2];
-                  if (run_kw && id >= 0 && id < I[0] && ih >= 0 && ih < I[1] && iw0 >= 0 && iw0 + K[2] <= I[2]) {
-                    // the whole kernel row lies inside and is one contiguous run in a channels-last input
-                    const T* src = xg + id * xsp[0] + ih * xsp[1] + iw0 * xsp[2];
-                    if constexpr (std::is_same<T, float>::value) copy_floats(c, src, K[2] * Cin_g);
-                    else for (int64_t e = 0; e < K[2] * Cin_g; ++e) c[e] = src[e];
-                    c += K[2] * Cin_g;
-                    continue;
-                  }
-                  for (int64_t kw = 0; kw < K[2]; ++kw, c += Cin_g) {
-                    const int64_t iw = ow * S[2] - P[2] + kw * D[2];
-                    if (id < 0 || id >= I[0] || ih < 0 || ih >= I[1] || iw < 0 || iw >= I[2]) {
-                      std::fill_n(c, Cin_g, T(0));
-                      continue;
-                    }
-                    const T* src = xg + id * xsp[0] + ih * xsp[1] + iw * xsp[2];
-                    if (xs[1] == 1) {
-                      if constexpr (std::is_same<T, float>::value) copy_floats(c, src, Cin_g);
-                      else for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci];  // short runs: no memcpy call
-                    } else {
-                      for (int64_t ci = 0; ci < Cin_g; ++ci) c[ci] = src[ci * xs[1]];
-                    }
-                  }
-                }
-              }
+      MatView<const T> cols{xg, Osp, Cin_g, pos_stride, xs[1]};
+      if (!pointwise) {
+        if (col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
+        im2col_fill<T>(geo, xg, xs[1], xsp, col.data());
+        cols = MatView<const T>{col.data(), Osp, Kc, Kc, 1};
       }
-      if constexpr (std::is_same<T, float>::value) {
-        if (fast) {
-          // C as [positions, Cout_g]: channels-last rows, or a contiguous output's planes transposed.
-          const MatView<float> C = channels_last_out
-                                       ? MatView<float>{y + n * ysn + g * Cout_g, Osp, Cout_g, Cout, 1}
-                                       : MatView<float>{y + n * ysn + g * Cout_g * Osp, Osp, Cout_g, 1, Osp};
-          const MatView<const float> unused{nullptr, Kc, Cout_g, Cout_g, 1};
-          if (fast_gemm(cols, unused, packed_w[static_cast<size_t>(g)].get(), C, 1.0f, beta,
-                        bias_row != nullptr ? bias_row + g * Cout_g : nullptr, 1))
-            continue;
-        }
-      }
-      const MatView<const T> Wg{wp.data() + g * Cout_g * Kc, Cout_g, Kc, Kc, 1};
-      if (channels_last_out) {
-        gemm<T>(cols, Wg.t(), MatView<T>{y + n * ysn + g * Cout_g, Osp, Cout_g, Cout, 1}, T(1), beta);
-      } else {
-        gemm<T>(Wg, cols.t(), MatView<T>{y + n * ysn + g * Cout_g * Osp, Cout_g, Osp, Osp, 1}, T(1), beta);
-      }
+      im2col_gemm<T>(cols, wt, g, geo, y + n * ysn, channels_last_out, beta, bias_row);
     }
   }
+}
+
+// Depthwise (groups == input channels > 1): the direct kernel of conv_depthwise.h, any strides.
+template <typename T>
+void conv_depthwise(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias, const ConvParams& p) {
+  const ConvGeometry geo(input, weight, out, p);
+  DepthwiseShape s{};
+  s.N = geo.N, s.Cin = geo.Cin, s.mult = geo.Cout_g;
+  for (size_t i = 0; i < 3; ++i) {
+    s.I[i] = geo.I[i], s.K[i] = geo.K[i], s.O[i] = geo.O[i];
+    s.S[i] = geo.S[i], s.P[i] = geo.P[i], s.D[i] = geo.D[i];
+  }
+  auto strides5 = [&](const Tensor& t) {
+    const std::vector<int64_t> sp = geo.spatial({t.strides().begin() + 2, t.strides().end()}, 0);
+    return std::vector<int64_t>{t.strides()[0], t.strides()[1], sp[0], sp[1], sp[2]};
+  };
+  std::vector<T> wbuf, bbuf;
+  const T* x = static_cast<const T*>(input.data_ptr());  // the caller checked: input's dtype is T
+  const std::vector<int64_t> xs = strides5(input);
+  const T* w = contiguous_data<T>(weight, wbuf);
+  const T* b = bias != nullptr ? contiguous_data<T>(*bias, bbuf) : nullptr;
+  const std::vector<int64_t> ys = strides5(out);
+  depthwise_conv<T>(s, x, xs.data(), w, b, static_cast<T*>(out.data_ptr()), ys.data());
 }
 
 template <typename Acc>
@@ -602,7 +694,14 @@ Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bia
   const int fmt = conv_output_memory_format(input, weight, p);
   std::unique_ptr<Tensor> out(Tensor::empty_strided(input.dtype(), out_sizes, strides_for_format(out_sizes, fmt),
                                                     input.device_type(), input.device_index()));
-  if (out->numel() > 0 && !p.transposed && (input.dtype() == kFloat32 || input.dtype() == kFloat64)) {
+  const bool depthwise = !p.transposed && p.groups > 1 && is[1] == p.groups;
+  if (out->numel() > 0 && depthwise && (input.dtype() == kFloat32 || input.dtype() == kFloat64)) {
+    if (input.dtype() == kFloat32) {
+      conv_depthwise<float>(*out, input, weight, bias, p);
+    } else {
+      conv_depthwise<double>(*out, input, weight, bias, p);
+    }
+  } else if (out->numel() > 0 && !p.transposed && (input.dtype() == kFloat32 || input.dtype() == kFloat64)) {
     if (input.dtype() == kFloat32) {
       conv_im2col<float>(*out, input, weight, bias, p, fmt != 0);
     } else {
