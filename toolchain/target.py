@@ -16,13 +16,11 @@ from typing import Any
 
 from toolchain.errors import InputError
 from toolchain.spec import load_abi
+from toolchain.spec.cpu_isa import NATIVE, load_isa_spec
 
-CPU_ISA_CHOICES = ("native", "avx512", "avx2", "x86-64-v2", "x86-64")
-# The default: AVX2 (x86-64-v3) runs on every x86-64 server CPU since 2013-2015 (Intel Haswell, AMD
-# Zen 1) while AVX-512 is missing on AMD before Zen 4 and on Intel client CPUs; measured on the corpus
-# models it costs little against AVX-512 (bench/RESULTS.md, docs/targets.md).
-DEFAULT_CPU_ISA = "avx2"
-_MARCH = {"avx512": "x86-64-v4", "avx2": "x86-64-v3", "x86-64-v2": "x86-64-v2", "x86-64": "x86-64"}
+_ISA = load_isa_spec()  # the --cpu-isa choices, their -march and the default: toolchain/spec/cpu_isa.toml
+CPU_ISA_CHOICES = _ISA.export_choices
+DEFAULT_CPU_ISA = _ISA.default_export
 _ARCH_RE = re.compile(r"^(?:sm_)?(\d{2,3})$")
 # No vector ISA anywhere, the wrapper's compile included. vec_isa_ok=False alone is not enough: inductor's
 # list of working ISAs (cpu_vec_isa.valid_vec_isa_list, cached per process) is first computed outside the
@@ -41,14 +39,12 @@ def cpu_isa_configs(cpu_isa: str, probed: tuple[str, int] | None, vector: bool =
     if cpu_isa not in CPU_ISA_CHOICES:
         msg = f"cpu_isa={cpu_isa!r}: not one of {', '.join(CPU_ISA_CHOICES)}"
         raise InputError(msg, fix=f"use one of {', '.join(CPU_ISA_CHOICES)} (default {DEFAULT_CPU_ISA})")
-    if cpu_isa == "native":
+    march = _ISA.march(cpu_isa)
+    if cpu_isa == NATIVE:
         if not vector:
-            return dict(_SCALAR), "native"
-        return ({"cpp.vec_isa_ok": True, "cpp.simdlen": probed[1]} if probed else {}), "native"
-    from toolchain.isa import load_isa_spec
-
-    march = _MARCH[cpu_isa]
-    bits = load_isa_spec().vec_bits[march]
+            return dict(_SCALAR), march
+        return ({"cpp.vec_isa_ok": True, "cpp.simdlen": probed[1]} if probed else {}), march
+    bits = _ISA.vec_bits[march]
     cfg: dict[str, Any] = {"cpp.march": march}
     if bits == 0 or not vector:
         cfg.update(_SCALAR)  # inductor has no SSE kernels on x86: scalar, compiled for the level

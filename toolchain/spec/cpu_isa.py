@@ -13,6 +13,8 @@ from toolchain.errors import SpecError
 
 SPEC = Path(__file__).resolve().parent / "cpu_isa.toml"
 REGISTERS = ("eax", "ebx", "ecx", "edx")
+#: The --cpu-isa that builds for the export machine itself (-march=native), beside the levels' choices.
+NATIVE = "native"
 
 
 class Extension(NamedTuple):
@@ -34,6 +36,17 @@ class IsaSpec(NamedTuple):
     exports: dict[str, str]  # --cpu-isa choice -> level
     vec_bits: dict[str, int]  # level -> inductor's vector width
     extensions: dict[str, Extension]
+    default_export: str  # export's --cpu-isa when none is given
+
+    @property
+    def export_choices(self) -> tuple[str, ...]:
+        """export's --cpu-isa choices, widest first: "native" (the export machine's own), then each level's."""
+        by_rank = sorted(self.exports, key=lambda c: self.rank(self.exports[c]), reverse=True)
+        return (NATIVE, *by_rank)
+
+    def march(self, choice: str) -> str:
+        """The -march a --cpu-isa choice compiles with (its psABI level; "native" for native)."""
+        return NATIVE if choice == NATIVE else self.exports[choice]
 
     def rank(self, level: str) -> int:
         return self.levels.index(level)
@@ -81,5 +94,9 @@ def _load(path: str | os.PathLike[str]) -> IsaSpec:
             raise SpecError(msg, fix="correct the entry")
         exts[e["name"]] = Extension(e["name"], e["level"], int(e["leaf"]), int(e["subleaf"]), e["reg"],
                                     int(e["bit"]), int(e["xcr0"]))
-    return IsaSpec(levels=levels, exports={lv["export"]: lv["name"] for lv in data["level"] if lv["export"]},
-                   vec_bits={lv["name"]: int(lv["vec_bits"]) for lv in data["level"]}, extensions=exts)
+    exports = {lv["export"]: lv["name"] for lv in data["level"] if lv["export"]}
+    if NATIVE in exports or data.get("default_export") not in exports:
+        msg = f"{path}: default_export {data.get('default_export')!r} is not a level's export, or a level exports {NATIVE!r}"
+        raise SpecError(msg, fix=f"set default_export to one of {', '.join(exports)}; {NATIVE!r} is export's own choice")
+    return IsaSpec(levels=levels, exports=exports, vec_bits={lv["name"]: int(lv["vec_bits"]) for lv in data["level"]},
+                   extensions=exts, default_export=data["default_export"])
