@@ -28,6 +28,7 @@ from toolchain.errors import (
 )
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
 from toolchain.spec.cpu_isa import load_isa_spec
+from toolchain.spec.records import load_records
 from toolchain.torch_ops import DATA_FILE as TORCH_OPS_FILE
 from toolchain.torch_ops import load as load_torch_ops
 
@@ -48,6 +49,7 @@ OUTPUTS: dict[str, str] = {
     "dtypes.h.j2": "include/aoti_host/dtypes.h",
     "package_layout.h.j2": "include/aoti_host/package_layout.h",
     "cpu_isa.h.j2": "include/aoti_host/cpu_isa.h",
+    "package_records.h.j2": "include/aoti_host/package_records.h",
     "providers.h.j2": "include/aoti_host/providers.h",
     "fallback_ops.h.j2": "include/aoti_host/fallback_ops.h",
     "shims_constants.inc.j2": "include/aoti_host/shims_constants.inc",
@@ -76,6 +78,7 @@ _TEMPLATE_SPECS: dict[str, tuple[str, ...]] = {
     "dtypes.h.j2": ("abi.toml",),
     "package_layout.h.j2": ("abi.toml",),
     "cpu_isa.h.j2": ("cpu_isa.toml",),
+    "package_records.h.j2": ("records.toml",),
     "providers.h.j2": ("providers.toml", "abi.toml"),
     "shims_constants.inc.j2": ("shims.toml", "abi.toml"),
     "shims_cpu_ops.cpp.j2": ("shims.toml",),
@@ -390,7 +393,7 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
         "help_tools": HELP_TOOLS, "abi": abi, "c_api": c_api, "c_api_table": _c_api_table(spec, c_api),
         "providers": spec.providers,
         "cxx_provider": CXX_PROVIDER, "constant_values": _constant_values(spec, abi, shims),
-        "scalar_shims": _scalar_shims(abi, shims), "cpu_isa": load_isa_spec(),
+        "scalar_shims": _scalar_shims(abi, shims), "cpu_isa": load_isa_spec(), "records": load_records(),
         "wrappers": wrappers(shims), "wrapper_includes": WRAPPER_INCLUDES,
         "torch_ops": torch_ops, "fallback_ops": sorted((name, op.label) for name, (op, _) in torch_ops.by_shim().items()),
     }

@@ -15,6 +15,7 @@ from typing import Any
 from toolchain import pt2
 from toolchain.errors import ToolchainError
 from toolchain.spec import load_abi
+from toolchain.spec.records import RECORDS
 
 _LAYOUT = load_abi().package
 _STEM = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -38,8 +39,8 @@ def read_contract(path: str | Path) -> dict[str, Any] | None:
 
 def output_names(contract: dict[str, Any] | None, count: int) -> list[str]:
     """The name of each of `count` outputs: the contract's, or output_<i> where it has none that is safe."""
-    outs = contract.get("outputs") if isinstance(contract, dict) else None
-    names = [o.get("name") if isinstance(o, dict) else None for o in outs] if isinstance(outs, list) else []
+    outs = contract.get(RECORDS.contract.outputs) if isinstance(contract, dict) else None
+    names = [o.get(RECORDS.contract_tensor.name) if isinstance(o, dict) else None for o in outs] if isinstance(outs, list) else []
     if len(names) != count or not all(isinstance(n, str) and _STEM.match(n) for n in names) or \
             len(set(names)) != count:
         return [f"output_{i}" for i in range(count)]
@@ -57,20 +58,21 @@ def output_file_stems(contract: dict[str, Any] | None, count: int) -> list[str]:
 def structure(contract: dict[str, Any] | None, leaves: list[Any]) -> Any:
     """`leaves` (the flat outputs, in order) rebuilt into the contract's output tree: dicts, tuples and lists
     as the model returned them. Without a tree that matches, a tuple of the leaves (a lone leaf alone)."""
-    tree = contract.get("output_tree") if isinstance(contract, dict) else None
+    tree = contract.get(RECORDS.contract.output_tree) if isinstance(contract, dict) else None
     it = iter(leaves)
+    k = RECORDS.contract_tree
 
     def build(node: Any, depth: int) -> Any:
         if not isinstance(node, dict) or depth > MAX_TREE_DEPTH:
             raise ValueError
-        kind = node.get("kind")
+        kind = node.get(k.kind)
         if kind == "leaf":
             return next(it)
-        kids = node.get("children")
+        kids = node.get(k.children)
         if not isinstance(kids, list):
             raise ValueError
         if kind == "dict":
-            keys = node.get("keys")
+            keys = node.get(k.keys)
             if not isinstance(keys, list) or len(keys) != len(kids) or not all(isinstance(k, str) for k in keys):
                 raise ValueError
             return {k: build(c, depth + 1) for k, c in zip(keys, kids, strict=True)}
@@ -99,7 +101,8 @@ def method_packages(path: str | Path) -> dict[str, Path]:
     if manifest.is_file():
         try:
             doc = json.loads(manifest.read_bytes()[:MAX_MANIFEST])
-            return {str(m["name"]): manifest.parent / str(m["package"]) for m in doc["methods"]}
+            key = RECORDS.method
+            return {str(m[key.name]): manifest.parent / str(m[key.package]) for m in doc[RECORDS.methods.methods]}
         except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
             return {}
     return {q.stem: q for q in sorted(p.glob("*.pt2"))} if p.is_dir() else {}

@@ -57,6 +57,7 @@ from toolchain.export_contract import (
     narrower_than_asked,
 )
 from toolchain.spec import load_abi
+from toolchain.spec.records import RECORDS
 
 _LAYOUT = load_abi().package  # the package's member names and schema versions (toolchain/spec/abi.toml)
 CONTRACT_ENTRY = _LAYOUT.contract_entry
@@ -235,10 +236,11 @@ def constant_layouts(wrapper_cpp: str) -> list[dict[str, Any]] | None:
                 or not f.get("offset", "").isdigit() or not f.get("data_size", "").isdigit()):
             return None
         device = f.get("device_type", "").rsplit("device_type_", 1)[-1]
-        out.append({"name": name[1:-1], "shape": shape, "stride": stride, "offset": int(f["offset"]),
-                    "data_size": int(f["data_size"]), "device": device,
-                    "dtype": f.get("dtype", "").rsplit("dtype_", 1)[-1],
-                    "from_folded": f.get("from_folded") == "true"})
+        k = RECORDS.constant
+        out.append({k.name: name[1:-1], k.shape: shape, k.stride: stride, k.offset: int(f["offset"]),
+                    k.data_size: int(f["data_size"]), k.device: device,
+                    k.dtype: f.get("dtype", "").rsplit("dtype_", 1)[-1],
+                    k.from_folded: f.get("from_folded") == "true"})
     return out
 
 
@@ -255,7 +257,8 @@ def add_constant_layouts(package: Path) -> bool:
         print(f"aoti-toolchain: note: {package.name}: constant layouts not understood; the plugin will load its "
               "weights blob itself", file=sys.stderr)
         return False
-    doc = {"schema": _LAYOUT.constants_schema, "source": wrappers[0].rsplit("/", 1)[-1], "constants": layouts}
+    k = RECORDS.constants
+    doc = {k.schema: _LAYOUT.constants_schema, k.source: wrappers[0].rsplit("/", 1)[-1], k.constants: layouts}
     with zipfile.ZipFile(package, "a", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr(f"{prefix}/{CONSTANTS_ENTRY}", json.dumps(doc, indent=1))
     return True
@@ -570,7 +573,8 @@ def export(
         except Exception as exc:  # an exported program of a shape this reader does not know
             msg = f"reading the exported program's inputs and outputs failed: {type(exc).__name__}: {exc}"
             raise ExportError(msg) from exc
-        asked = asked_ranges(dynamic_shapes, [e["name"] for e in contract["inputs"]])
+        k = RECORDS.contract_tensor
+        asked = asked_ranges(dynamic_shapes, [e[k.name] for e in contract[RECORDS.contract.inputs]])
         # inductor caches its list of working ISAs per process, computed with the configs of the first
         # compile that asked: start from a fresh list and leave one for the next build to compute anew.
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
@@ -680,7 +684,8 @@ def export_methods(
         pkg = out_dir / f"{name}.pt2"
         export(method_as_forward(module, name), example_inputs, pkg, weights=weights, build_dir=build_dir,
                extra_configs=extra_configs)
-        entries.append({"name": name, "package": pkg.name})
+        entries.append({RECORDS.method.name: name, RECORDS.method.package: pkg.name})
     manifest = out_dir / MANIFEST_NAME
-    write_text(manifest, json.dumps({"schema": MANIFEST_SCHEMA, "methods": entries}, indent=1))
+    write_text(manifest, json.dumps({RECORDS.methods.schema: MANIFEST_SCHEMA, RECORDS.methods.methods: entries},
+                                    indent=1))
     return manifest

@@ -16,9 +16,13 @@ from typing import Any
 
 from toolchain import symdims
 from toolchain.errors import ExportError
+from toolchain.spec.records import RECORDS
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The contract's keys (toolchain/spec/records.toml)
+_CON, _SYM, _TEN, _DIM = RECORDS.contract, RECORDS.contract_symbol, RECORDS.contract_tensor, RECORDS.contract_dim
+_TREE = RECORDS.contract_tree
 
 
 def _ranges(ep: Any) -> dict[str, symdims.Range]:
@@ -42,9 +46,9 @@ def _dim(size: Any, ranges: dict[str, symdims.Range]) -> int | dict[str, Any]:
     except ValueError:
         node = None
     if node is None or not symdims.symbols(node) <= set(ranges):
-        return {"min": 0}  # not a size expression the runtime evaluates: unbounded, as its range is unknown
+        return {_DIM.min: 0}  # not a size expression the runtime evaluates: unbounded, as its range is unknown
     low, high = symdims.bounds(node, ranges) or (0, None)
-    return {"expr": text, "min": low, **({"max": high} if high is not None else {})}
+    return {_DIM.expr: text, _DIM.min: low, **({_DIM.max: high} if high is not None else {})}
 
 
 def _example_strides(value: Any, env: dict[str, int]) -> list[int] | None:
@@ -67,8 +71,8 @@ def _tensor(name: str, value: Any, ranges: dict[str, symdims.Range]) -> dict[str
     if not isinstance(value, torch.Tensor):
         msg = f"{name}: only tensors can cross the plugin boundary, got {type(value).__name__}"
         raise ExportError(msg)
-    return {"name": name, "dtype": str(value.dtype).removeprefix("torch."),
-            "shape": [_dim(s, ranges) for s in value.shape]}
+    return {_TEN.name: name, _TEN.dtype: str(value.dtype).removeprefix("torch."),
+            _TEN.shape: [_dim(s, ranges) for s in value.shape]}
 
 
 def output_tree(spec: Any) -> tuple[dict[str, Any], list[list[str | int]]]:
@@ -80,13 +84,14 @@ def output_tree(spec: Any) -> tuple[dict[str, Any], list[list[str | int]]]:
     def walk(s: Any, path: list[str | int]) -> dict[str, Any]:
         if s.is_leaf():
             paths.append(path)
-            return {"kind": "leaf"}
+            return {_TREE.kind: "leaf"}
         kids = list(s.children()) if callable(getattr(s, "children", None)) else list(s.children_specs)
         keys = _keys(s)
         if keys is not None and len(keys) == len(kids):
-            return {"kind": "dict", "keys": keys, "children": [walk(c, [*path, k]) for c, k in zip(kids, keys, strict=True)]}
+            return {_TREE.kind: "dict", _TREE.keys: keys,
+                    _TREE.children: [walk(c, [*path, k]) for c, k in zip(kids, keys, strict=True)]}
         kind = "list" if s.type is list else "tuple"
-        return {"kind": kind, "children": [walk(c, [*path, i]) for i, c in enumerate(kids)]}
+        return {_TREE.kind: kind, _TREE.children: [walk(c, [*path, i]) for i, c in enumerate(kids)]}
 
     return walk(spec, []), paths
 
@@ -132,29 +137,31 @@ def contract_of(ep: Any, example_inputs: Sequence[Any], torch_version: str, sche
         example = example_inputs[i] if i < len(example_inputs) else None
         entry = _tensor(name, val if val is not None else example, ranges)
         if isinstance(example, torch.Tensor):
-            entry["strides"] = [int(s) for s in example.stride()]
-            for dim, size in zip(entry["shape"], example.shape, strict=False):
-                if isinstance(dim, dict) and dim.get("expr") in ranges:
-                    env.setdefault(dim["expr"], int(size))
+            entry[_TEN.strides] = [int(s) for s in example.stride()]
+            for dim, size in zip(entry[_TEN.shape], example.shape, strict=False):
+                if isinstance(dim, dict) and dim.get(_DIM.expr) in ranges:
+                    env.setdefault(dim[_DIM.expr], int(size))
         inputs.append(entry)
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     n_out = len(ep.graph_signature.user_outputs)
     values = [getattr(a, "meta", {}).get("val") for a in (out_node.args[0][-n_out:] if n_out else [])]
     tree, paths = output_tree(ep.call_spec.out_spec) if ep.call_spec.out_spec is not None else (None, [])
     if tree is None or len(paths) != len(values):
-        tree, paths = {"kind": "tuple", "children": [{"kind": "leaf"}] * len(values)}, [[k] for k in range(len(values))]
-    names = leaf_names(paths, tree["kind"] != "dict")
+        tree = {_TREE.kind: "tuple", _TREE.children: [{_TREE.kind: "leaf"}] * len(values)}
+        paths = [[k] for k in range(len(values))]
+    names = leaf_names(paths, tree[_TREE.kind] != "dict")
     outputs = []
     for name, path, val in zip(names, paths, values, strict=True):
         entry = _tensor(name, val, ranges)
-        entry["path"] = list(path)
+        entry[_TEN.path] = list(path)
         strides = _example_strides(val, env)
         if strides is not None:
-            entry["strides"] = strides
+            entry[_TEN.strides] = strides
         outputs.append(entry)
-    symbols = [{"name": s, "min": lo, **({"max": hi} if hi is not None else {})} for s, (lo, hi) in ranges.items()]
-    return {"schema": schema, "producer": "aoti-toolchain", "torch": torch_version, "symbols": symbols,
-            "inputs": inputs, "outputs": outputs, "output_tree": tree}
+    symbols = [{_SYM.name: s, _SYM.min: lo, **({_SYM.max: hi} if hi is not None else {})}
+               for s, (lo, hi) in ranges.items()]
+    return {_CON.schema: schema, _CON.producer: "aoti-toolchain", _CON.torch: torch_version, _CON.symbols: symbols,
+            _CON.inputs: inputs, _CON.outputs: outputs, _CON.output_tree: tree}
 
 
 _WRAPPER_BOUND = re.compile(
@@ -163,44 +170,52 @@ _WRAPPER_BOUND = re.compile(
 
 def compiled_input_ranges(wrapper_cpp: str) -> dict[tuple[int, int], dict[str, int]]:
     """The size bounds the plugin's generated input check enforces, per (input, dimension): what the compiled
-    code was specialised for (inductor writes them from its shape environment, cpp_wrapper_cpu.py)."""
+    code was specialised for (inductor writes them from its shape environment, cpp_wrapper_cpu.py), each as a
+    dynamic dimension's range ({min, max})."""
     out: dict[tuple[int, int], dict[str, int]] = {}
     for m in _WRAPPER_BOUND.finditer(wrapper_cpp):
         key = (int(m.group(1)), int(m.group(3)))
-        out.setdefault(key, {})["min" if m.group(2) == "small" else "max"] = int(m.group(4))
+        out.setdefault(key, {})[_DIM.min if m.group(2) == "small" else _DIM.max] = int(m.group(4))
     return out
 
 
 def _set_range(dim: dict[str, Any], span: symdims.Range) -> None:
-    dim["min"] = span[0]
+    dim[_DIM.min] = span[0]
     if span[1] is None:
-        dim.pop("max", None)
+        dim.pop(_DIM.max, None)
     else:
-        dim["max"] = span[1]
+        dim[_DIM.max] = span[1]
+
+
+def _input_dim(contract: dict[str, Any], i: int, d: int) -> Any:
+    """Dimension `d` of input `i` of `contract` (a size or a dynamic dimension); None when it has none."""
+    inputs = contract[_CON.inputs]
+    return inputs[i][_TEN.shape][d] if i < len(inputs) and d < len(inputs[i][_TEN.shape]) else None
 
 
 def narrow_to_compiled(contract: dict[str, Any], bounds: dict[tuple[int, int], dict[str, int]]) -> None:
     """Narrows `contract` to the sizes the compiled plugin checks (`compiled_input_ranges`): a symbol's range
     to what every input dimension bound to it accepts, then every dimension's range from its expression."""
-    symbols = {s["name"]: s for s in contract["symbols"]}
+    symbols = {s[_SYM.name]: s for s in contract[_CON.symbols]}
     for (i, d), b in bounds.items():
-        if i >= len(contract["inputs"]) or d >= len(contract["inputs"][i]["shape"]):
-            continue
-        dim = contract["inputs"][i]["shape"][d]
+        dim = _input_dim(contract, i, d)
         if not isinstance(dim, dict):
             continue
-        target = symbols.get(dim.get("expr", "")) or (dim if "expr" not in dim else None)
-        if target is None:
+        if _DIM.expr not in dim:
+            target, keys = dim, _DIM
+        elif dim[_DIM.expr] in symbols:
+            target, keys = symbols[dim[_DIM.expr]], _SYM
+        else:
             continue  # a derived dimension: its symbol is narrowed where it stands alone
-        if b.get("min", 0) > target.get("min", 0):
-            target["min"] = b["min"]
-        if "max" in b and b["max"] < target.get("max", b["max"] + 1):
-            target["max"] = b["max"]
-    ranges = {s["name"]: (s["min"], s.get("max")) for s in contract["symbols"]}
-    for entry in (*contract["inputs"], *contract["outputs"]):
-        for dim in entry["shape"]:
-            if isinstance(dim, dict) and "expr" in dim:
-                _set_range(dim, symdims.bounds(symdims.parse(dim["expr"]), ranges) or (0, None))
+        if b.get(_DIM.min, 0) > target.get(keys.min, 0):
+            target[keys.min] = b[_DIM.min]
+        if _DIM.max in b and b[_DIM.max] < target.get(keys.max, b[_DIM.max] + 1):
+            target[keys.max] = b[_DIM.max]
+    ranges = {s[_SYM.name]: (s[_SYM.min], s.get(_SYM.max)) for s in contract[_CON.symbols]}
+    for entry in (*contract[_CON.inputs], *contract[_CON.outputs]):
+        for dim in entry[_TEN.shape]:
+            if isinstance(dim, dict) and _DIM.expr in dim:
+                _set_range(dim, symdims.bounds(symdims.parse(dim[_DIM.expr]), ranges) or (0, None))
 
 
 def asked_ranges(dynamic_shapes: Any, input_names: Sequence[str]) -> dict[tuple[int, int], tuple[Any, Any]]:
@@ -228,15 +243,14 @@ def narrower_than_asked(contract: dict[str, Any], asked: dict[tuple[int, int], t
     """A line for each input dimension whose recorded range is narrower than the one asked for."""
     lines = []
     for (i, d), (low, high) in sorted(asked.items()):
-        if i >= len(contract["inputs"]) or d >= len(contract["inputs"][i]["shape"]):
+        dim = _input_dim(contract, i, d)
+        if dim is None:
             continue
-        entry = contract["inputs"][i]
-        dim = entry["shape"][d]
-        got = (dim, dim) if isinstance(dim, int) else (dim.get("min", 0), dim.get("max"))
+        got = (dim, dim) if isinstance(dim, int) else (dim.get(_DIM.min, 0), dim.get(_DIM.max))
         if (low is not None and got[0] > low) or (high is not None and (got[1] is None or got[1] < high)):
-            sym = f" (symbol {dim['expr']})" if isinstance(dim, dict) and "expr" in dim else ""
-            lines.append(f"input {entry['name']} dimension {d}{sym}: asked {_span(low, high)}, the plugin torch "
-                         f"compiled accepts {_span(*got)}")
+            sym = f" (symbol {dim[_DIM.expr]})" if isinstance(dim, dict) and _DIM.expr in dim else ""
+            lines.append(f"input {contract[_CON.inputs][i][_TEN.name]} dimension {d}{sym}: asked {_span(low, high)}, "
+                         f"the plugin torch compiled accepts {_span(*got)}")
     return lines
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 def target_info(path: Path, label: str) -> dict | None:
     """The section for one plugin (`label` = path or path!member); None for a file that is not x86-64 ELF."""
     from toolchain.isa import IsaDecodeError, load_isa_spec, scan_elf
-    from toolchain.target import _plugin_cuda, read_record
+    from toolchain.target import _plugin_cuda, highest_entry, read_record
 
     data, record, gpu = _read(path, label)
     if data is None:
@@ -27,8 +27,7 @@ def target_info(path: Path, label: str) -> dict | None:
     spec = load_isa_spec()
     top = scan.highest(spec)
     decoded = {"cpu_isa": scan.level, "extensions": sorted(scan.extensions),
-               "highest": {"extension": top[0], "instruction": top[1].example, "function": top[1].function}
-               if top else None,
+               "highest": highest_entry(top) if top else None,
                "cuda": _plugin_cuda(data, label, gpu, needed)}
     if "!" in label:
         record = read_record(path)
@@ -47,27 +46,30 @@ def _read(path: Path, label: str):
 
 
 def target_lines(info: dict) -> list[str]:
+    from toolchain.spec.records import RECORDS
+
     t = info.get("target")
     if not t:
         return []
     d, r = t["decoded"], t["recorded"]
+    rec, k, kh, kc = RECORDS.target, RECORDS.target_cpu, RECORDS.target_cpu_highest, RECORDS.target_cuda
     lines = []
     if r is None:
         lines.append("  target:       no record in the package (not exported by aoti-toolchain, or older); from its code:")
     else:
-        cpu = r.get("cpu") or {}
-        lines.append(f"  target:       exported with --cpu-isa {cpu.get('requested', '?')} (-march={cpu.get('march', '?')}, "
-                     f"{cpu.get('vector_bits') or 'scalar'}{'-bit' if cpu.get('vector_bits') else ''} kernels); "
-                     f"recorded: needs {cpu.get('isa', '?')}")
+        cpu = r.get(rec.cpu) or {}
+        bits = cpu.get(k.vector_bits)
+        lines.append(f"  target:       exported with --cpu-isa {cpu.get(k.requested, '?')} (-march={cpu.get(k.march, '?')}, "
+                     f"{bits or 'scalar'}{'-bit' if bits else ''} kernels); recorded: needs {cpu.get(k.isa, '?')}")
     hi = d["highest"]
     lines.append(f"  cpu isa:      {d['cpu_isa']} (decoded: {', '.join(d['extensions']) or 'baseline only'})"
-                 + (f"; highest {hi['extension']}: `{hi['instruction']}` in {hi['function']}" if hi else ""))
-    if r is not None and r.get("cpu", {}).get("extensions") not in (None, d["extensions"]):
+                 + (f"; highest {hi[kh.extension]}: `{hi[kh.instruction]}` in {hi[kh.function]}" if hi else ""))
+    if r is not None and (r.get(rec.cpu) or {}).get(k.extensions) not in (None, d["extensions"]):
         lines.append("  cpu isa:      the RECORD DIFFERS from the code: the package was changed after export")
     cuda = d["cuda"]
     if cuda:
-        lines.append(f"  cuda:         SASS {', '.join(f'sm_{a}' for a in cuda['sass']) or 'none'}; PTX "
-                     f"{', '.join(f'compute_{a}' for a in cuda['ptx']) or 'none'}"
-                     + (f" (PTX ISA {cuda['ptx_isa']})" if cuda["ptx_isa"] else "")
-                     + (f"; needs CUDA {cuda['cuda']} (driver >= {cuda['min_driver']})" if cuda["cuda"] else ""))
+        lines.append(f"  cuda:         SASS {', '.join(f'sm_{a}' for a in cuda[kc.sass]) or 'none'}; PTX "
+                     f"{', '.join(f'compute_{a}' for a in cuda[kc.ptx]) or 'none'}"
+                     + (f" (PTX ISA {cuda[kc.ptx_isa]})" if cuda[kc.ptx_isa] else "")
+                     + (f"; needs CUDA {cuda[kc.cuda]} (driver >= {cuda[kc.min_driver]})" if cuda[kc.cuda] else ""))
     return lines

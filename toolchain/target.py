@@ -17,6 +17,7 @@ from typing import Any
 from toolchain.errors import InputError
 from toolchain.spec import load_abi
 from toolchain.spec.cpu_isa import NATIVE, load_isa_spec
+from toolchain.spec.records import RECORDS
 
 _ISA = load_isa_spec()  # the --cpu-isa choices, their -march and the default: toolchain/spec/cpu_isa.toml
 CPU_ISA_CHOICES = _ISA.export_choices
@@ -109,9 +110,10 @@ def _plugin_cuda(so: bytes, label: str, members: dict[str, bytes], needed: tuple
         cuda.append(cuda_of_ptx(ptx_isa))  # type: ignore[arg-type]
     need = max(cuda, default=None)
     driver = driver_for_cuda(need) if need else None
-    return {"sass": sass, "ptx": ptx, "ptx_isa": f"{ptx_isa[0]}.{ptx_isa[1]}" if ptx_isa else None,
-            "runtime": runtime, "cuda": f"{need[0]}.{need[1]}" if need else None,
-            "min_driver": f"{driver[0]}.{driver[1]:02d}" if driver else None, "problems": problems}
+    k = RECORDS.target_cuda
+    return {k.sass: sass, k.ptx: ptx, k.ptx_isa: f"{ptx_isa[0]}.{ptx_isa[1]}" if ptx_isa else None,
+            k.runtime: runtime, k.cuda: f"{need[0]}.{need[1]}" if need else None,
+            k.min_driver: f"{driver[0]}.{driver[1]:02d}" if driver else None, k.problems: problems}
 
 
 def describe(package: Path, requested: str | None = None, march: str | None = None,
@@ -131,16 +133,23 @@ def describe(package: Path, requested: str | None = None, march: str | None = No
     label = f"{package}!{sos[0]}"
     scan = scan_elf(so, label)
     spec = load_isa_spec()
-    cpu: dict[str, Any] = {"isa": scan.level, "extensions": sorted(scan.extensions),
-                           "beyond_isa": spec.beyond(list(scan.extensions), scan.level)}
+    k, t = RECORDS.target_cpu, RECORDS.target
+    cpu: dict[str, Any] = {k.isa: scan.level, k.extensions: sorted(scan.extensions),
+                           k.beyond_isa: spec.beyond(list(scan.extensions), scan.level)}
     if requested is not None:
-        cpu.update({"requested": requested, "march": march, "vector_bits": vec_bits})
+        cpu.update({k.requested: requested, k.march: march, k.vector_bits: vec_bits})
     top = scan.highest(spec)
     if top is not None:
-        cpu["highest"] = {"extension": top[0], "instruction": top[1].example, "function": top[1].function}
+        cpu[k.highest] = highest_entry(top)
     needed = parse_elf(so, label).needed
-    return {"schema": load_abi().package.target_schema, "producer": "aoti-toolchain", "cpu": cpu,
-            "cuda": _plugin_cuda(so, label, gpu, needed)}
+    return {t.schema: load_abi().package.target_schema, t.producer: "aoti-toolchain", t.cpu: cpu,
+            t.cuda: _plugin_cuda(so, label, gpu, needed)}
+
+
+def highest_entry(top: tuple[str, Any]) -> dict[str, str]:
+    """target.cpu.highest: the highest extension the code uses, an instruction and the function it is in."""
+    k = RECORDS.target_cpu_highest
+    return {k.extension: top[0], k.instruction: top[1].example, k.function: top[1].function}
 
 
 def add_record(package: Path, record: dict[str, Any]) -> None:

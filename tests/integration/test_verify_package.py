@@ -12,14 +12,16 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.integration import elf_builders as eb
+from toolchain.spec.records import RECORDS
 from toolchain.verify import verify_paths
-from toolchain.verify.package import CONSTANTS_ENTRY, CONTRACT_ENTRY
+from toolchain.verify.package import CONSTANTS_ENTRY, CONTRACT_ENTRY, TARGET_ENTRY
 
 pytestmark = pytest.mark.slow
 
@@ -318,3 +320,95 @@ def test_a_bad_contract_is_exit_3_with_the_field_named(mlp_blob, host_build):
     r = cli("verify", pkg)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "[bad-package-json]" in r.stdout and "inputs[0].shape[0] is not an integer in [0, 2^62]" in r.stdout
+
+
+# -- one table of key names (toolchain/spec/records.toml) read by both ------------------------------------------
+
+def _record_docs(pt2: Path) -> dict[str, dict]:
+    """The mlp example's three records, given what it lacks so that every object of the schema is present: a
+    size symbol that input 0's first dimension stands for, and a CUDA section (which a CPU runtime parses but
+    does not check)."""
+    c, t = RECORDS.contract, RECORDS.target
+    docs = {e: json.loads(member(pt2, e)) for e in (CONTRACT_ENTRY, CONSTANTS_ENTRY, TARGET_ENTRY)}
+    contract = docs[CONTRACT_ENTRY]
+    contract[c.symbols] = [{RECORDS.contract_symbol.name: "s0", RECORDS.contract_symbol.min: 1,
+                            RECORDS.contract_symbol.max: 1 << 20}]
+    shape = contract[c.inputs][0][RECORDS.contract_tensor.shape]
+    shape[0] = {RECORDS.contract_dim.expr: "s0", RECORDS.contract_dim.min: 1, RECORDS.contract_dim.max: 1 << 20}
+    k = RECORDS.target_cuda
+    docs[TARGET_ENTRY][t.cuda] = {k.sass: [80], k.ptx: [], k.ptx_isa: None, k.runtime: 12, k.cuda: "12.8",
+                                  k.min_driver: "570.00", k.problems: []}
+    return docs
+
+
+def _objects(docs: dict[str, dict]) -> dict[str, tuple[str, Callable[[dict], dict]]]:
+    """Each object of the schema -> (the member it is in, where it sits in that member's document)."""
+    c, t, layouts = RECORDS.contract, RECORDS.target, RECORDS.constants
+    return {
+        "contract": (CONTRACT_ENTRY, lambda d: d),
+        "contract_symbol": (CONTRACT_ENTRY, lambda d: d[c.symbols][0]),
+        "contract_tensor": (CONTRACT_ENTRY, lambda d: d[c.inputs][0]),
+        "contract_dim": (CONTRACT_ENTRY, lambda d: d[c.inputs][0][RECORDS.contract_tensor.shape][0]),
+        "contract_tree": (CONTRACT_ENTRY, lambda d: d[c.output_tree]),
+        "constants": (CONSTANTS_ENTRY, lambda d: d),
+        "constant": (CONSTANTS_ENTRY, lambda d: d[layouts.constants][0]),
+        "target": (TARGET_ENTRY, lambda d: d),
+        "target_cpu": (TARGET_ENTRY, lambda d: d[t.cpu]),
+        "target_cpu_highest": (TARGET_ENTRY, lambda d: d[t.cpu][RECORDS.target_cpu.highest]),
+        "target_cuda": (TARGET_ENTRY, lambda d: d[t.cuda]),
+    }
+
+
+def _mutations(docs: dict[str, dict]) -> list[tuple[str, str, str, bool | None, bytes]]:
+    """(id, member, JSON key, expected verdict or None for "the two agree", document): for every key of every
+    object of the schema, the key renamed (refused when the runtime requires it) and its value made an object
+    (refused when the runtime reads that key)."""
+    out = []
+    for obj, (entry, find) in _objects(docs).items():
+        for key in RECORDS.objects[obj].keys.values():
+            for how in ("renamed", "wrong-type"):
+                d = copy.deepcopy(docs[entry])
+                node = find(d)
+                if key not in node:
+                    continue  # written only when it has a value (the tree's keys are a dict's)
+                value = node.pop(key)
+                if how == "renamed":
+                    node[key + "_renamed"] = value
+                    expect = False if key in RECORDS.required[obj] else None
+                else:
+                    node[key] = {"not": "this"}
+                    expect = None
+                out.append((f"{obj}.{key}-{how}", entry, key, expect, json.dumps(d).encode()))
+    return out
+
+
+def test_both_read_the_keys_of_one_schema(mlp_blob, host_build):
+    """Every key of toolchain/spec/records.toml, renamed or given a value of the wrong type in a real package:
+    verify and the runtime take the same decision, a record missing a required key is refused, and each
+    refusal names the key."""
+    pt2, d, _blob = mlp_blob
+    docs = _record_docs(pt2)
+    valid = rewrite(pt2, d / "records-valid.pt2", {e: json.dumps(doc).encode() for e, doc in docs.items()})
+    assert _decide(valid, d, host_build, "records-valid")[::2] == (True, True)
+    refused = 0
+    for name, entry, key, expect, doc in _mutations(docs):
+        verify_ok, verify_says, run_ok, run_says = _decide(valid, d, host_build, name, {entry: doc})
+        assert verify_ok == run_ok, f"{name}: verify {verify_ok}, runtime {run_ok}: {verify_says} / {run_says}"
+        assert expect is None or verify_ok == expect, f"{name}: {verify_says}"
+        if not verify_ok:
+            refused += 1
+            assert key in verify_says and key in run_says, f"{name}: {verify_says} / {run_says}"
+    assert refused >= 25  # what the runtime checks of the three records (a check lost on both sides shows here)
+
+
+def _decide(pkg: Path, d: Path, host_build, name: str, replace: dict[str, bytes] | None = None
+            ) -> tuple[bool, str, bool, str]:
+    """(verify passes, its bad-package-json messages, aoti-run runs it, its stderr)."""
+    if replace:
+        pkg = rewrite(pkg, d / f"{name}.pt2", replace)
+    report = verify_paths([pkg], host=host_build.lib)
+    says = " ".join(f.message for f in report.findings if f.rule == "bad-package-json")
+    run = subprocess.run([str(host_build.aoti_run), str(pkg), "-i", str(d / "x.npy"), "-o", str(d / f"out-{name}")],
+                         capture_output=True, text=True)
+    assert run.returncode in (0, 4), f"{name}: aoti-run exited {run.returncode}: {run.stderr}"
+    return report.exit_code == 0, says, run.returncode == 0, run.stderr

@@ -20,6 +20,7 @@ from typing import Any
 from toolchain import symdims
 from toolchain.pt2 import Package, PackageError
 from toolchain.spec import load_abi
+from toolchain.spec.records import RECORDS
 
 _ABI = load_abi()  # member names, schema versions and dtypes: toolchain/spec/abi.toml
 CONTRACT_ENTRY = _ABI.package.contract_entry
@@ -31,6 +32,11 @@ MAX_RANK = 64  # contract.h kMaxContractRank
 MAX_SYMBOLS = 4096  # contract.cpp kMaxSymbols
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_DEPTH = 64  # json.h Json::kMaxDepth: nested arrays/objects
+
+# The records' keys (toolchain/spec/records.toml), as the runtime reads them and its messages name them.
+_CON, _SYM, _TEN, _DIM = RECORDS.contract, RECORDS.contract_symbol, RECORDS.contract_tensor, RECORDS.contract_dim
+_LAYOUTS, _CONST = RECORDS.constants, RECORDS.constant
+_TGT, _CPU, _CUDA = RECORDS.target, RECORDS.target_cpu, RECORDS.target_cuda
 
 # contract.cpp dtype_from_name -> (code, item size); "torch." prefixes are dropped first.
 DTYPES: dict[str, tuple[int, int]] = {n: (d.code, d.itemsize) for n, d in _ABI.dtype_names().items()}
@@ -140,22 +146,18 @@ def _symbols(lst: Any, what: str) -> set[str]:
     names: set[str] = set()
     for i, s in enumerate(lst):
         w = f"{what}[{i}]"
-        name = s.get("name") if isinstance(s, dict) else None
+        name = s.get(_SYM.name) if isinstance(s, dict) else None
         if not isinstance(name, str) or not name or len(name) > 128:
             msg = f"{w} is not an object with a name"
             raise PackageJsonError(msg)
         if not _SYMBOL.match(name):
-            msg = f"{w}.name \"{name[:80]}\" is not a symbol name (a letter or _, then letters, digits, _)"
+            msg = f"{w}.{_SYM.name} \"{name[:80]}\" is not a symbol name (a letter or _, then letters, digits, _)"
             raise PackageJsonError(msg)
         if name in names:
-            msg = f"{w}.name {name} is given twice"
+            msg = f"{w}.{_SYM.name} {name} is given twice"
             raise PackageJsonError(msg)
         names.add(name)
-        lo = _bounded(s["min"], w + ".min") if "min" in s else 0
-        hi = _bounded(s["max"], w + ".max") if "max" in s else (1 << 63) - 1
-        if lo > hi:
-            msg = f"{w} has min {lo} > max {hi}"
-            raise PackageJsonError(msg)
+        _range(s, _SYM, w)
     return names
 
 
@@ -183,43 +185,52 @@ def _tensors(lst: Any, what: str, symbols: set[str] = frozenset()) -> int:
         if not isinstance(t, dict):
             msg = f"{w} is not an object"
             raise PackageJsonError(msg)
-        if "name" in t and not isinstance(t["name"], str):
-            msg = f"{w}.name is not a string"
+        if _TEN.name in t and not isinstance(t[_TEN.name], str):
+            msg = f"{w}.{_TEN.name} is not a string"
             raise PackageJsonError(msg)
-        dt = t.get("dtype")
+        dt = t.get(_TEN.dtype)
         if not isinstance(dt, str) or dt.removeprefix("torch.") not in DTYPES:
-            msg = f"{w}.dtype is missing or not a known dtype name"
+            msg = f"{w}.{_TEN.dtype} is missing or not a known dtype name"
             raise PackageJsonError(msg)
-        shape = t.get("shape")
+        shape = t.get(_TEN.shape)
         if not isinstance(shape, list):
-            msg = f"{w}.shape is missing or not a list"
+            msg = f"{w}.{_TEN.shape} is missing or not a list"
             raise PackageJsonError(msg)
         if len(shape) > MAX_RANK:
-            msg = f"{w}.shape has {len(shape)} dimensions, more than {MAX_RANK}"
+            msg = f"{w}.{_TEN.shape} has {len(shape)} dimensions, more than {MAX_RANK}"
             raise PackageJsonError(msg)
         for d, dim in enumerate(shape):
-            wd = f"{w}.shape[{d}]"
+            wd = f"{w}.{_TEN.shape}[{d}]"
             if isinstance(dim, dict):
-                lo = _bounded(dim["min"], wd + ".min") if "min" in dim else 0
-                hi = _bounded(dim["max"], wd + ".max") if "max" in dim else (1 << 63) - 1
-                if lo > hi:
-                    msg = f"{wd} has min {lo} > max {hi}"
-                    raise PackageJsonError(msg)
-                if "expr" in dim:
-                    _expr(dim["expr"], wd + ".expr", symbols)
+                _range(dim, _DIM, wd)
+                if _DIM.expr in dim:
+                    _expr(dim[_DIM.expr], f"{wd}.{_DIM.expr}", symbols)
             else:
                 _bounded(dim, wd)
-        if "strides" in t:
-            st = t["strides"]
-            if not isinstance(st, list):
-                msg = f"{w}.strides is not a list"
-                raise PackageJsonError(msg)
-            if len(st) != len(shape):
-                msg = f"{w}.strides has {len(st)} entries, the shape {len(shape)}"
-                raise PackageJsonError(msg)
-            for d, s in enumerate(st):
-                _bounded(s, f"{w}.strides[{d}]")
+        if _TEN.strides in t:
+            _strides(t[_TEN.strides], f"{w}.{_TEN.strides}", len(shape))
     return len(lst)
+
+
+def _range(obj: dict[str, Any], keys: Any, what: str) -> tuple[int, int]:
+    """A symbol's or a dynamic dimension's optional `min`/`max` (0 and unbounded), `min <= max`."""
+    lo = _bounded(obj[keys.min], f"{what}.{keys.min}") if keys.min in obj else 0
+    hi = _bounded(obj[keys.max], f"{what}.{keys.max}") if keys.max in obj else (1 << 63) - 1
+    if lo > hi:
+        msg = f"{what} has {keys.min} {lo} > {keys.max} {hi}"
+        raise PackageJsonError(msg)
+    return lo, hi
+
+
+def _strides(st: Any, what: str, rank: int) -> None:
+    if not isinstance(st, list):
+        msg = f"{what} is not a list"
+        raise PackageJsonError(msg)
+    if len(st) != rank:
+        msg = f"{what} has {len(st)} entries, the shape {rank}"
+        raise PackageJsonError(msg)
+    for d, s in enumerate(st):
+        _bounded(s, f"{what}[{d}]")
 
 
 def check_contract(data: bytes, where: str) -> tuple[int, int]:
@@ -229,12 +240,13 @@ def check_contract(data: bytes, where: str) -> tuple[int, int]:
         msg = f"{where}: the contract is not a JSON object"
         raise PackageJsonError(msg)
     schema = _ABI.package.contract_schema
-    if "schema" in doc and not (type(doc["schema"]) is int and 1 <= doc["schema"] <= schema):
-        msg = f"{where}: schema is not 1..{schema} (written by a newer aoti-toolchain?)"
+    key = _CON.schema
+    if key in doc and not (type(doc[key]) is int and 1 <= doc[key] <= schema):
+        msg = f"{where}: {key} is not 1..{schema} (written by a newer aoti-toolchain?)"
         raise PackageJsonError(msg)
-    symbols = _symbols(doc.get("symbols"), f"{where}: symbols")
-    return (_tensors(doc.get("inputs"), f"{where}: inputs", symbols),
-            _tensors(doc.get("outputs"), f"{where}: outputs", symbols))
+    symbols = _symbols(doc.get(_CON.symbols), f"{where}: {_CON.symbols}")
+    return (_tensors(doc.get(_CON.inputs), f"{where}: {_CON.inputs}", symbols),
+            _tensors(doc.get(_CON.outputs), f"{where}: {_CON.outputs}", symbols))
 
 
 # -- constant layouts (weights.cpp parse_constant_layouts) -----------------------------------------------
@@ -265,48 +277,54 @@ def check_constant_layouts(data: bytes, where: str, blob_size: int) -> int:
         msg = f"{where}: the constant layouts are not a JSON object"
         raise PackageJsonError(msg)
     schema = _ABI.package.constants_schema
-    if not (type(doc.get("schema")) is int and doc["schema"] == schema):
-        msg = f"{where}: schema is missing or not {schema} (written by a newer aoti-toolchain?)"
+    if not (type(doc.get(_LAYOUTS.schema)) is int and doc[_LAYOUTS.schema] == schema):
+        msg = f"{where}: {_LAYOUTS.schema} is missing or not {schema} (written by a newer aoti-toolchain?)"
         raise PackageJsonError(msg)
-    lst = doc.get("constants")
+    lst = doc.get(_LAYOUTS.constants)
     if not isinstance(lst, list):
-        msg = f"{where}: constants is missing or not a list"
+        msg = f"{where}: {_LAYOUTS.constants} is missing or not a list"
         raise PackageJsonError(msg)
     total = 0
     for i, c in enumerate(lst):
-        w = f"{where}: constants[{i}]"
-        if not isinstance(c, dict):
-            msg = f"{w} is not an object"
-            raise PackageJsonError(msg)
-        if not isinstance(c.get("name"), str) or not c["name"]:
-            msg = f"{w}.name is missing or not a non-empty string"
-            raise PackageJsonError(msg)
-        sizes, strides = _int_list(c.get("shape"), f"{w}.shape"), _int_list(c.get("stride"), f"{w}.stride")
-        if len(sizes) != len(strides):
-            msg = f"{w}: shape and stride differ in rank"
-            raise PackageJsonError(msg)
-        for key in ("offset", "data_size"):
-            if type(c.get(key)) is not int or not 0 <= c[key] <= MAX_INT:
-                msg = f"{w}.{key} is missing or not an integer in [0, 2^62]"
-                raise PackageJsonError(msg)
-        if "device" in c and not isinstance(c["device"], str):
-            msg = f"{w}.device is not a string"
-            raise PackageJsonError(msg)
-        itemsize = 1
-        if "dtype" in c:
-            if not isinstance(c["dtype"], str):
-                msg = f"{w}.dtype is not a string"
-                raise PackageJsonError(msg)
-            itemsize = DTYPES.get(c["dtype"].removeprefix("torch."), (0, 1))[1]
-        if storage_nbytes(sizes, strides, itemsize, c["offset"]) > c["data_size"]:
-            msg = (f"{w}: shape {sizes}, stride {strides} and offset {c['offset']} span more than its data_size "
-                   f"of {c['data_size']} bytes")
-            raise PackageJsonError(msg)
-        total += c["data_size"]
+        total += _constant_layout(c, f"{where}: {_LAYOUTS.constants}[{i}]")
         if total > blob_size:
-            msg = f"{w} ends beyond the weights blob ({blob_size} bytes)"
+            msg = f"{where}: {_LAYOUTS.constants}[{i}] ends beyond the weights blob ({blob_size} bytes)"
             raise PackageJsonError(msg)
     return len(lst)
+
+
+def _constant_layout(c: Any, w: str) -> int:
+    """One constant's layout checked (weights.cpp); its data_size."""
+    if not isinstance(c, dict):
+        msg = f"{w} is not an object"
+        raise PackageJsonError(msg)
+    if not isinstance(c.get(_CONST.name), str) or not c[_CONST.name]:
+        msg = f"{w}.{_CONST.name} is missing or not a non-empty string"
+        raise PackageJsonError(msg)
+    sizes = _int_list(c.get(_CONST.shape), f"{w}.{_CONST.shape}")
+    strides = _int_list(c.get(_CONST.stride), f"{w}.{_CONST.stride}")
+    if len(sizes) != len(strides):
+        msg = f"{w}: {_CONST.shape} and {_CONST.stride} differ in rank"
+        raise PackageJsonError(msg)
+    for key in (_CONST.offset, _CONST.data_size):
+        if type(c.get(key)) is not int or not 0 <= c[key] <= MAX_INT:
+            msg = f"{w}.{key} is missing or not an integer in [0, 2^62]"
+            raise PackageJsonError(msg)
+    if _CONST.device in c and not isinstance(c[_CONST.device], str):
+        msg = f"{w}.{_CONST.device} is not a string"
+        raise PackageJsonError(msg)
+    itemsize = 1
+    if _CONST.dtype in c:
+        if not isinstance(c[_CONST.dtype], str):
+            msg = f"{w}.{_CONST.dtype} is not a string"
+            raise PackageJsonError(msg)
+        itemsize = DTYPES.get(c[_CONST.dtype].removeprefix("torch."), (0, 1))[1]
+    offset, data_size = c[_CONST.offset], c[_CONST.data_size]
+    if storage_nbytes(sizes, strides, itemsize, offset) > data_size:
+        msg = (f"{w}: {_CONST.shape} {sizes}, {_CONST.stride} {strides} and {_CONST.offset} {offset} span more "
+               f"than its {_CONST.data_size} of {data_size} bytes")
+        raise PackageJsonError(msg)
+    return data_size
 
 
 # -- the package as the runtime reads it ----------------------------------------------------------------
@@ -329,42 +347,47 @@ _CUDA_VERSION = re.compile(r"^[1-9][0-9]?\.[0-9]$")
 def check_target(data: bytes, where: str) -> None:
     """The target record as the runtime's preflight reads it; PackageJsonError naming the field otherwise."""
     doc = parse_json(data, where)
-
-    def bad(what: str) -> PackageJsonError:
-        return PackageJsonError(f"{where}: {what}")
-
     if not isinstance(doc, dict):
-        raise bad("not a JSON object")
-    if not (type(doc.get("schema")) is int and doc["schema"] == _ABI.package.target_schema):
-        raise bad(f"schema is not {_ABI.package.target_schema}")
-    cpu, cuda = doc.get("cpu"), doc.get("cuda")
+        raise PackageJsonError(f"{where}: not a JSON object")
+    if not (type(doc.get(_TGT.schema)) is int and doc[_TGT.schema] == _ABI.package.target_schema):
+        raise PackageJsonError(f"{where}: {_TGT.schema} is not {_ABI.package.target_schema}")
+    cpu, cuda = doc.get(_TGT.cpu), doc.get(_TGT.cuda)
     if cpu is not None:
-        if not isinstance(cpu, dict):
-            raise bad("cpu is not an object")
-        for key in ("isa", "requested"):
-            if cpu.get(key) is not None and not isinstance(cpu[key], str):
-                raise bad(f"cpu.{key} is not a string")
-        exts = cpu.get("extensions", [])
-        if not isinstance(exts, list) or len(exts) > _MAX_LISTED:
-            raise bad("cpu.extensions is not a list of at most 256 names")
-        if any(not isinstance(e, str) or not 0 < len(e) <= 64 for e in exts):
-            raise bad("cpu.extensions holds a non-name")
+        _target_cpu(cpu, f"{where}: {_TGT.cpu}")
     if cuda is not None:
-        if not isinstance(cuda, dict):
-            raise bad("cuda is not an object")
-        for key in ("sass", "ptx"):
-            lst = cuda.get(key, [])
-            if not isinstance(lst, list) or len(lst) > _MAX_LISTED:
-                raise bad(f"cuda.{key} is not a list of architectures")
-            if any(type(a) is not int or not 10 <= a <= 999 for a in lst):
-                raise bad(f"cuda.{key} holds a non-architecture")
-        for key in ("cuda", "min_driver"):
-            if cuda.get(key) is not None and not isinstance(cuda[key], str):
-                raise bad(f"cuda.{key} is not a string")
-        if cuda.get("cuda") and not _CUDA_VERSION.match(cuda["cuda"]):
-            raise bad(f"cuda.cuda \"{cuda['cuda']}\" is not a CUDA version (13.0)")
-        if len(cuda.get("min_driver") or "") > 32:
-            raise bad("cuda.min_driver is not a driver version")
+        _target_cuda(cuda, f"{where}: {_TGT.cuda}")
+
+
+def _target_cpu(cpu: Any, w: str) -> None:
+    if not isinstance(cpu, dict):
+        raise PackageJsonError(f"{w} is not an object")
+    for key in (_CPU.isa, _CPU.requested):
+        if cpu.get(key) is not None and not isinstance(cpu[key], str):
+            raise PackageJsonError(f"{w}.{key} is not a string")
+    exts = cpu.get(_CPU.extensions, [])
+    if not isinstance(exts, list) or len(exts) > _MAX_LISTED:
+        raise PackageJsonError(f"{w}.{_CPU.extensions} is not a list of at most {_MAX_LISTED} names")
+    if any(not isinstance(e, str) or not 0 < len(e) <= 64 for e in exts):
+        raise PackageJsonError(f"{w}.{_CPU.extensions} holds a non-name")
+
+
+def _target_cuda(cuda: Any, w: str) -> None:
+    if not isinstance(cuda, dict):
+        raise PackageJsonError(f"{w} is not an object")
+    for key in (_CUDA.sass, _CUDA.ptx):
+        lst = cuda.get(key, [])
+        if not isinstance(lst, list) or len(lst) > _MAX_LISTED:
+            raise PackageJsonError(f"{w}.{key} is not a list of architectures")
+        if any(type(a) is not int or not 10 <= a <= 999 for a in lst):
+            raise PackageJsonError(f"{w}.{key} holds a non-architecture")
+    for key in (_CUDA.cuda, _CUDA.min_driver):
+        if cuda.get(key) is not None and not isinstance(cuda[key], str):
+            raise PackageJsonError(f"{w}.{key} is not a string")
+    version = cuda.get(_CUDA.cuda)
+    if version and not _CUDA_VERSION.match(version):
+        raise PackageJsonError(f"{w}.{_CUDA.cuda} \"{version}\" is not a CUDA version (13.0)")
+    if len(cuda.get(_CUDA.min_driver) or "") > 32:
+        raise PackageJsonError(f"{w}.{_CUDA.min_driver} is not a driver version")
 
 
 def check_package(path: Path, members: list[Member]) -> list[PackageFinding]:

@@ -3,6 +3,7 @@
 #include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
 #include "aoti_host/package_layout.h"
+#include "aoti_host/package_records.h"
 #include "aoti_host/status.h"
 #include "base/json.h"
 
@@ -11,6 +12,12 @@
 
 namespace aoti_host {
 namespace {
+
+// The record's keys (toolchain/spec/records.toml), as they appear in the JSON and in the messages.
+namespace con = records::contract;
+namespace sym = records::contract_symbol;
+namespace ten = records::contract_tensor;
+namespace dyn = records::contract_dim;
 
 [[noreturn]] void refuse(const std::string& what) { throw Error(what, AOTI_HOST_INVALID_PROGRAM); }
 
@@ -157,19 +164,19 @@ std::vector<SymbolRange> parse_symbols(const Json* list, const std::string& what
   for (size_t i = 0; i < list->array().size(); ++i) {
     const Json& s = list->array()[i];
     const std::string w = what + "[" + std::to_string(i) + "]";
-    const Json* n = s.get("name");
+    const Json* n = s.get(sym::kName);
     if (!s.is_object() || n == nullptr || !n->is_string() || n->string().empty() || n->string().size() > 128)
       refuse(w + " is not an object with a name");
     const std::string& name = n->string();
     if (!(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') ||
         !std::all_of(name.begin(), name.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }))
-      refuse(w + ".name \"" + name.substr(0, 80) + "\" is not a symbol name (a letter or _, then letters, digits, _)");
+      refuse(w + "." + sym::kName + " \"" + name.substr(0, 80) + "\" is not a symbol name (a letter or _, then letters, digits, _)");
     for (const auto& prev : out)
-      if (prev.name == name) refuse(w + ".name " + name + " is given twice");
+      if (prev.name == name) refuse(w + "." + sym::kName + " " + name + " is given twice");
     SymbolRange r;
     r.name = name;
-    if (const Json* lo = s.get("min")) r.min = bounded_int(*lo, w + ".min");
-    if (const Json* hi = s.get("max")) r.max = bounded_int(*hi, w + ".max");
+    if (const Json* lo = s.get(sym::kMin)) r.min = bounded_int(*lo, w + "." + sym::kMin);
+    if (const Json* hi = s.get(sym::kMax)) r.max = bounded_int(*hi, w + "." + sym::kMax);
     if (r.min > r.max) refuse(w + " has min " + std::to_string(r.min) + " > max " + std::to_string(r.max));
     out.push_back(std::move(r));
   }
@@ -191,32 +198,33 @@ std::vector<TensorContract> parse_tensors(const Json* list, const std::string& w
     const std::string w = what + "[" + std::to_string(i) + "]";
     if (!t.is_object()) refuse(w + " is not an object");
     TensorContract c;
-    if (const Json* n = t.get("name")) {
-      if (!n->is_string()) refuse(w + ".name is not a string");
+    if (const Json* n = t.get(ten::kName)) {
+      if (!n->is_string()) refuse(w + "." + ten::kName + " is not a string");
       c.name = n->string();
     }
-    const Json* dt = t.get("dtype");
+    const Json* dt = t.get(ten::kDtype);
     if (dt == nullptr || !dt->is_string() || (c.dtype = dtype_from_name(dt->string())) < 0)
-      refuse(w + ".dtype is missing or not a known dtype name");
-    const Json* shape = t.get("shape");
-    if (shape == nullptr || !shape->is_array()) refuse(w + ".shape is missing or not a list");
+      refuse(w + "." + ten::kDtype + " is missing or not a known dtype name");
+    const Json* shape = t.get(ten::kShape);
+    if (shape == nullptr || !shape->is_array()) refuse(w + "." + ten::kShape + " is missing or not a list");
     if (shape->array().size() > kMaxContractRank)
-      refuse(w + ".shape has " + std::to_string(shape->array().size()) + " dimensions, more than " +
+      refuse(w + "." + ten::kShape + " has " + std::to_string(shape->array().size()) + " dimensions, more than " +
              std::to_string(kMaxContractRank));
     for (size_t d = 0; d < shape->array().size(); ++d) {
       const Json& dim = shape->array()[d];
-      const std::string wd = w + ".shape[" + std::to_string(d) + "]";
+      const std::string wd = w + "." + ten::kShape + "[" + std::to_string(d) + "]";
       if (dim.is_object()) {  // {"min": 1, "max": 64}: a dynamic dimension
-        const Json* lo = dim.get("min");
-        const Json* hi = dim.get("max");
-        const int64_t min = lo != nullptr ? bounded_int(*lo, wd + ".min") : 0;
-        const int64_t max = hi != nullptr ? bounded_int(*hi, wd + ".max") : INT64_MAX;
+        const Json* lo = dim.get(dyn::kMin);
+        const Json* hi = dim.get(dyn::kMax);
+        const int64_t min = lo != nullptr ? bounded_int(*lo, wd + "." + dyn::kMin) : 0;
+        const int64_t max = hi != nullptr ? bounded_int(*hi, wd + "." + dyn::kMax) : INT64_MAX;
         if (min > max) refuse(wd + " has min " + std::to_string(min) + " > max " + std::to_string(max));
         c.sizes.push_back(-1), c.min_sizes.push_back(min), c.max_sizes.push_back(max);
         int expr = -1;
-        if (const Json* x = dim.get("expr")) {
-          if (!x->is_string()) refuse(wd + ".expr is not a string");
-          contract.exprs.push_back(ExprCompiler(x->string(), contract.symbols, wd + ".expr").compile());
+        if (const Json* x = dim.get(dyn::kExpr)) {
+          const std::string wx = wd + "." + dyn::kExpr;
+          if (!x->is_string()) refuse(wx + " is not a string");
+          contract.exprs.push_back(ExprCompiler(x->string(), contract.symbols, wx).compile());
           expr = static_cast<int>(contract.exprs.size() - 1);
         }
         c.exprs.push_back(expr);
@@ -225,13 +233,14 @@ std::vector<TensorContract> parse_tensors(const Json* list, const std::string& w
         c.sizes.push_back(v), c.min_sizes.push_back(v), c.max_sizes.push_back(v), c.exprs.push_back(-1);
       }
     }
-    if (const Json* st = t.get("strides")) {
-      if (!st->is_array()) refuse(w + ".strides is not a list");
+    if (const Json* st = t.get(ten::kStrides)) {
+      const std::string ws = w + "." + ten::kStrides;
+      if (!st->is_array()) refuse(ws + " is not a list");
       if (st->array().size() != c.sizes.size())
-        refuse(w + ".strides has " + std::to_string(st->array().size()) + " entries, the shape " +
+        refuse(ws + " has " + std::to_string(st->array().size()) + " entries, the shape " +
                std::to_string(c.sizes.size()));
       for (size_t d = 0; d < st->array().size(); ++d)
-        c.strides.push_back(bounded_int(st->array()[d], w + ".strides[" + std::to_string(d) + "]"));
+        c.strides.push_back(bounded_int(st->array()[d], ws + "[" + std::to_string(d) + "]"));
     }
     out.push_back(std::move(c));
   }
@@ -250,14 +259,14 @@ int32_t dtype_from_name(const std::string& name) {
 Contract parse_contract(const std::string& text, const std::string& where) {
   Json j = Json::parse(text, where);
   if (!j.is_object()) refuse(where + ": the contract is not a JSON object");
-  if (const Json* s = j.get("schema");
+  if (const Json* s = j.get(con::kSchema);
       s != nullptr && !(s->is_integer() && s->integer() >= 1 && s->integer() <= package_layout::kContractSchema))
-    refuse(where + ": schema is not 1.." + std::to_string(package_layout::kContractSchema) +
+    refuse(where + ": " + con::kSchema + " is not 1.." + std::to_string(package_layout::kContractSchema) +
            " (written by a newer aoti-toolchain?)");
   Contract c;
-  c.symbols = parse_symbols(j.get("symbols"), where + ": symbols");
-  c.inputs = parse_tensors(j.get("inputs"), where + ": inputs", c);
-  c.outputs = parse_tensors(j.get("outputs"), where + ": outputs", c);
+  c.symbols = parse_symbols(j.get(con::kSymbols), where + ": " + con::kSymbols);
+  c.inputs = parse_tensors(j.get(con::kInputs), where + ": " + con::kInputs, c);
+  c.outputs = parse_tensors(j.get(con::kOutputs), where + ": " + con::kOutputs, c);
   return c;
 }
 

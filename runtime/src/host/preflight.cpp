@@ -15,6 +15,7 @@
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "aoti_host/package_layout.h"
+#include "aoti_host/package_records.h"
 #include "aoti_host/status.h"
 #include "base/json.h"
 
@@ -182,29 +183,34 @@ void check_cuda(const TargetNeeds& needs, const std::string& shown, int device) 
 }  // namespace
 
 TargetNeeds parse_target(const std::string& text, const std::string& what) {
+  namespace target = records::target;
+  namespace rcpu = records::target_cpu;
+  namespace rcuda = records::target_cuda;
   const Json doc = Json::parse(text, what);
   if (!doc.is_object()) refuse(what + ": not a JSON object");
-  const Json* schema = doc.get("schema");
+  const Json* schema = doc.get(target::kSchema);
   if (schema == nullptr || !schema->is_integer() || schema->integer() != package_layout::kTargetSchema)
-    refuse(what + ": schema is not " + std::to_string(package_layout::kTargetSchema));
+    refuse(what + ": " + target::kSchema + " is not " + std::to_string(package_layout::kTargetSchema));
   TargetNeeds t;
   t.present = true;
-  if (const Json* cpu = doc.get("cpu"); cpu != nullptr && !cpu->is_null()) {
-    if (!cpu->is_object()) refuse(what + ": cpu is not an object");
-    t.cpu_isa = optional_string(*cpu, "isa", what + ": cpu");
-    t.requested = optional_string(*cpu, "requested", what + ": cpu");
-    t.extensions = strings(cpu->get("extensions"), what + ": cpu.extensions");
+  if (const Json* cpu = doc.get(target::kCpu); cpu != nullptr && !cpu->is_null()) {
+    const std::string w = what + ": " + target::kCpu;
+    if (!cpu->is_object()) refuse(w + " is not an object");
+    t.cpu_isa = optional_string(*cpu, rcpu::kIsa, w);
+    t.requested = optional_string(*cpu, rcpu::kRequested, w);
+    t.extensions = strings(cpu->get(rcpu::kExtensions), w + "." + rcpu::kExtensions);
   }
-  if (const Json* cuda = doc.get("cuda"); cuda != nullptr && !cuda->is_null()) {
-    if (!cuda->is_object()) refuse(what + ": cuda is not an object");
+  if (const Json* cuda = doc.get(target::kCuda); cuda != nullptr && !cuda->is_null()) {
+    const std::string w = what + ": " + target::kCuda;
+    if (!cuda->is_object()) refuse(w + " is not an object");
     t.cuda = true;
-    t.sass = archs(cuda->get("sass"), what + ": cuda.sass");
-    t.ptx = archs(cuda->get("ptx"), what + ": cuda.ptx");
-    const std::string version = optional_string(*cuda, "cuda", what + ": cuda");
+    t.sass = archs(cuda->get(rcuda::kSass), w + "." + rcuda::kSass);
+    t.ptx = archs(cuda->get(rcuda::kPtx), w + "." + rcuda::kPtx);
+    const std::string version = optional_string(*cuda, rcuda::kCuda, w);
     if (!version.empty() && (t.cuda_version = cuda_version(version)) < 0)
-      refuse(what + ": cuda.cuda \"" + version + "\" is not a CUDA version (13.0)");
-    t.min_driver = optional_string(*cuda, "min_driver", what + ": cuda");
-    if (t.min_driver.size() > 32) refuse(what + ": cuda.min_driver is not a driver version");
+      refuse(w + "." + rcuda::kCuda + " \"" + version + "\" is not a CUDA version (13.0)");
+    t.min_driver = optional_string(*cuda, rcuda::kMinDriver, w);
+    if (t.min_driver.size() > 32) refuse(w + "." + rcuda::kMinDriver + " is not a driver version");
   }
   return t;
 }

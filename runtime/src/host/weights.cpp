@@ -7,6 +7,7 @@
 
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
+#include "aoti_host/package_records.h"
 #include "aoti_host/status.h"
 #include "base/json.h"
 #include "host/contract.h"
@@ -65,38 +66,41 @@ std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, cons
                                                    uint64_t blob_size) {
   Json j = Json::parse(text, what);
   if (!j.is_object()) throw Error(what + ": the constant layouts are not a JSON object", AOTI_HOST_INVALID_PROGRAM);
-  const Json* schema = j.get("schema");
+  namespace rc = records::constant;
+  const Json* schema = j.get(records::constants::kSchema);
   if (schema == nullptr || !schema->is_integer() || schema->integer() != package_layout::kConstantsSchema)
-    throw Error(what + ": schema is missing or not " + std::to_string(package_layout::kConstantsSchema) +
+    throw Error(what + ": " + records::constants::kSchema + " is missing or not " + std::to_string(package_layout::kConstantsSchema) +
                     " (written by a newer aoti-toolchain?)",
                 AOTI_HOST_INVALID_PROGRAM);
-  const Json* list = j.get("constants");
-  if (list == nullptr || !list->is_array()) throw Error(what + ": constants is missing or not a list", AOTI_HOST_INVALID_PROGRAM);
+  const Json* list = j.get(records::constants::kConstants);
+  if (list == nullptr || !list->is_array())
+    throw Error(what + ": " + records::constants::kConstants + " is missing or not a list", AOTI_HOST_INVALID_PROGRAM);
   std::vector<ConstantLayout> out;
   uint64_t total = 0;  // each constant sits at the running sum of the data sizes before it
   for (size_t i = 0; i < list->array().size(); ++i) {
     const Json& c = list->array()[i];
-    const std::string w = what + ": constants[" + std::to_string(i) + "]";
+    const std::string w = what + ": " + records::constants::kConstants + "[" + std::to_string(i) + "]";
     if (!c.is_object()) throw Error(w + " is not an object", AOTI_HOST_INVALID_PROGRAM);
     ConstantLayout l;
-    const Json* name = c.get("name");
+    const Json* name = c.get(rc::kName);
     if (name == nullptr || !name->is_string() || name->string().empty())
-      throw Error(w + ".name is missing or not a non-empty string", AOTI_HOST_INVALID_PROGRAM);
+      throw Error(w + "." + rc::kName + " is missing or not a non-empty string", AOTI_HOST_INVALID_PROGRAM);
     l.name = name->string();
-    l.sizes = int_list(c.get("shape"), w + ".shape");
-    l.strides = int_list(c.get("stride"), w + ".stride");
-    if (l.sizes.size() != l.strides.size()) throw Error(w + ": shape and stride differ in rank", AOTI_HOST_INVALID_PROGRAM);
-    l.offset = non_negative(c.get("offset"), w + ".offset");
-    l.data_size = static_cast<uint64_t>(non_negative(c.get("data_size"), w + ".data_size"));
-    if (const Json* d = c.get("device")) {
-      if (!d->is_string()) throw Error(w + ".device is not a string", AOTI_HOST_INVALID_PROGRAM);
+    l.sizes = int_list(c.get(rc::kShape), w + "." + rc::kShape);
+    l.strides = int_list(c.get(rc::kStride), w + "." + rc::kStride);
+    if (l.sizes.size() != l.strides.size())
+      throw Error(w + ": " + rc::kShape + " and " + rc::kStride + " differ in rank", AOTI_HOST_INVALID_PROGRAM);
+    l.offset = non_negative(c.get(rc::kOffset), w + "." + rc::kOffset);
+    l.data_size = static_cast<uint64_t>(non_negative(c.get(rc::kDataSize), w + "." + rc::kDataSize));
+    if (const Json* d = c.get(rc::kDevice)) {
+      if (!d->is_string()) throw Error(w + "." + rc::kDevice + " is not a string", AOTI_HOST_INVALID_PROGRAM);
       l.device = d->string();
     }
     // The dtype, when recorded as a name this runtime knows, gives the bytes the layout spans; otherwise
     // at least one byte per element (plan_blob checks again with the plugin's own dtype).
     uint64_t itemsize = 1;
-    if (const Json* d = c.get("dtype")) {
-      if (!d->is_string()) throw Error(w + ".dtype is not a string", AOTI_HOST_INVALID_PROGRAM);
+    if (const Json* d = c.get(rc::kDtype)) {
+      if (!d->is_string()) throw Error(w + "." + rc::kDtype + " is not a string", AOTI_HOST_INVALID_PROGRAM);
       const int32_t code = dtype_from_name(d->string());
       if (code >= 0) itemsize = element_size(code);
     }
