@@ -34,13 +34,11 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import warnings
 import zipfile
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -264,92 +262,24 @@ def add_constant_layouts(package: Path) -> bool:
     return True
 
 
-def _gnu_stack_flags_at(data: bytes | bytearray) -> int | None:
-    """Offset of PT_GNU_STACK's p_flags in an ELF image, or None when it has none."""
-    from toolchain.elf.reader import PT_GNU_STACK
-
-    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
-        return None
-    e = "<" if data[5] == 1 else ">"
-    if data[4] == 2:
-        phoff, (phentsize, phnum), flags_at = struct.unpack_from(e + "Q", data, 32)[0], \
-            struct.unpack_from(e + "HH", data, 54), 4
-    else:
-        phoff, (phentsize, phnum), flags_at = struct.unpack_from(e + "I", data, 28)[0], \
-            struct.unpack_from(e + "HH", data, 42), 24
-    for i in range(phnum):
-        at = phoff + i * phentsize
-        if at + phentsize > len(data) or phentsize < flags_at + 4:
-            return None
-        if struct.unpack_from(e + "I", data, at)[0] == PT_GNU_STACK:
-            return at + flags_at
-    return None
-
-
 def clear_exec_stack(package: Path) -> list[str]:
     """Clears PF_X in the PT_GNU_STACK of every plugin in `package`, in place, and returns their names.
 
     inductor links the weights object without .note.GNU-stack, so every plugin asks for an executable stack
     (which glibc >= 2.41 refuses to dlopen), and no inductor config passes -Wl,-z,noexecstack to its link;
-    clearing the flag is safe (the plugin runs no code from its stack; verified on every exported plugin). The package keeps its layout byte for byte (torch aligns members
-    for mmap): only the flag and the member's CRC-32 (local header when set there, data descriptor, central
-    directory) change."""
-    from toolchain.elf.reader import PF_X
+    clearing the flag is safe (the plugin runs no code from its stack; verified on every exported plugin). The
+    package keeps its layout byte for byte (toolchain.elf.patcher.edit_plugins_in_package)."""
+    from toolchain.elf.base import ElfError
+    from toolchain.elf.patcher import clear_exec_stack_bytes, edit_plugins_in_package
 
-    with zipfile.ZipFile(package) as zf:
-        infos = [i for i in zf.infolist() if PLUGIN_DIR in i.filename and i.filename.endswith(".so")]
-        start_dir = zf.start_dir  # type: ignore[attr-defined]
-    fixed = []
-    with open(package, "r+b") as f:
-        for info in infos:
-            if info.compress_type != zipfile.ZIP_STORED:
-                continue  # torch stores plugins; a compressed one is left for verify to report
-            f.seek(info.header_offset)
-            local = f.read(30)
-            if len(local) != 30 or local[:4] != b"PK\x03\x04":
-                msg = f"{package}: {info.filename}: no local header where the central directory says"
-                raise ExportError(msg)
-            name_len, extra_len = struct.unpack_from("<HH", local, 26)
-            data_at = info.header_offset + 30 + name_len + extra_len
-            f.seek(data_at)
-            data = bytearray(f.read(info.file_size))
-            at = _gnu_stack_flags_at(data)
-            e = "<" if len(data) > 5 and data[5] == 1 else ">"
-            if at is None or not struct.unpack_from(e + "I", data, at)[0] & PF_X:
-                continue
-            flags = struct.unpack_from(e + "I", data, at)[0] & ~PF_X
-            struct.pack_into(e + "I", data, at, flags)
-            crc = zlib.crc32(data)
-            f.seek(data_at + at)
-            f.write(struct.pack(e + "I", flags))
-            if struct.unpack_from("<I", local, 14)[0] == info.CRC:
-                f.seek(info.header_offset + 14)
-                f.write(struct.pack("<I", crc))
-            if info.flag_bits & 0x08:  # data descriptor: [signature] crc sizes
-                f.seek(data_at + info.compress_size)
-                sig = f.read(4)
-                f.seek(data_at + info.compress_size + (4 if sig == b"PK\x07\x08" else 0))
-                f.write(struct.pack("<I", crc))
-            f.seek(start_dir)
-            central = f.read()
-            pos, want = 0, info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
-            while central[pos:pos + 4] == b"PK\x01\x02":
-                n, m, k = struct.unpack_from("<HHH", central, pos + 28)
-                if central[pos + 46:pos + 46 + n] == want:
-                    f.seek(start_dir + pos + 16)
-                    f.write(struct.pack("<I", crc))
-                    break
-                pos += 46 + n + m + k
-            else:
-                msg = f"{package}: {info.filename}: not found in the central directory"
-                raise ExportError(msg)
-            fixed.append(info.filename)
-    with zipfile.ZipFile(package) as zf:
-        bad = zf.testzip()
-    if bad is not None:
-        msg = f"{package}: {bad}: CRC-32 wrong after clearing the executable-stack flag"
-        raise ExportError(msg)
-    return fixed
+    def clear(data: bytearray, label: str) -> list[tuple[int, int]]:
+        try:
+            span = clear_exec_stack_bytes(data, label)
+        except ElfError:
+            return []  # not an ELF image: verify reports it
+        return [span] if span else []
+
+    return edit_plugins_in_package(package, clear, "clearing the executable-stack flag", ExportError)
 
 
 # torch's deprecation warnings every export would print, about torch's own internals (nothing the user can

@@ -17,8 +17,8 @@ import struct
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import NamedTuple
 
+from toolchain.elf.base import ElfError, Section, read_header, section_headers, symbol_entries
 from toolchain.errors import InputError
 from toolchain.spec.cpu_isa import IsaSpec, load_isa_spec
 
@@ -103,70 +103,54 @@ class IsaDecodeError(InputError):
     pass
 
 
-class _Section(NamedTuple):
-    """The fields of a section header the scan uses."""
-
-    name: str
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
-    link: int
-    entsize: int
-
-
-def _sections(data, label: str) -> list[_Section]:
-    """The section headers of a little-endian ELF64 (strict: every table lies inside the file)."""
-    if len(data) < 64 or bytes(data[:4]) != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+def _read(data, label: str):
+    """The header and view of a little-endian ELF64 (toolchain.elf's reader), IsaDecodeError otherwise."""
+    try:
+        h, v = read_header(data, label)
+    except ElfError as exc:
+        raise IsaDecodeError(str(exc).split("\n")[0], fix=exc.fix) from None
+    if not h.is64 or not h.little:
         msg = f"{label}: not a little-endian ELF64 file"
         raise IsaDecodeError(msg, fix="pass an x86-64 plugin .so")
-    shoff = struct.unpack_from("<Q", data, 40)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
-    if shnum == 0:
-        return []
-    if shentsize < 64 or shoff + shnum * shentsize > len(data) or shstrndx >= shnum:
-        msg = f"{label}: section header table lies outside the file ({shnum} x {shentsize} at {shoff})"
-        raise IsaDecodeError(msg, fix="the file is damaged: rebuild it or copy it again")
-    raw = []
-    for i in range(shnum):
-        name, typ, flags, addr, off, size, link, _info, _align, entsize = struct.unpack_from(
-            "<IIQQQQIIQQ", data, shoff + i * shentsize)
-        if typ != SHT_NOBITS and off + size > len(data):
-            msg = f"{label}: section {i} ({size} bytes at {off}) extends past the end of the file"
+    return h, v
+
+
+def _sections(data, label: str, read=None) -> list[Section]:
+    """The named section headers of a little-endian ELF64 (strict: every section lies inside the file)."""
+    h, v = read or _read(data, label)
+    try:
+        sections = section_headers(v, h)
+    except ElfError as exc:
+        raise IsaDecodeError(str(exc).split("\n")[0], fix=exc.fix) from None
+    for i, sec in enumerate(sections):
+        if sec.type != SHT_NOBITS and sec.offset + sec.size > len(data):
+            msg = f"{label}: section {i} ({sec.size} bytes at {sec.offset}) extends past the end of the file"
             raise IsaDecodeError(msg, fix="the file is truncated: rebuild it or copy it again")
-        raw.append((name, typ, flags, addr, off, size, link, entsize))
-    strtab = raw[shstrndx]
-    out = []
-    for name, typ, flags, addr, off, size, link, entsize in raw:
-        at = strtab[4] + name
-        end = data.find(b"\0", at, strtab[4] + strtab[5]) if name < strtab[5] else -1
-        sname = bytes(data[at:end]).decode("ascii", "replace") if end >= 0 else ""
-        out.append(_Section(sname, typ, flags, addr, off, size, link, entsize))
-    return out
+    return sections
 
 
-def _functions(data, sections: list[_Section]) -> list[tuple[int, int, str]]:
+def _functions(read, sections: list[Section]) -> list[tuple[int, int, str]]:
     """(address, size, name) of the sized functions in .symtab (else .dynsym), sorted, duplicates merged."""
+    h, v = read
     for want in (SHT_SYMTAB, SHT_DYNSYM):
         tab = next((s for s in sections if s.type == want and s.entsize == 24), None)
         if tab is None or tab.link >= len(sections):
             continue
-        strs = sections[tab.link]
         seen: dict[int, tuple[int, int, str]] = {}
-        for i in range(tab.size // 24):
-            st_name, st_info, _o, _shndx, value, size = struct.unpack_from("<IBBHQQ", data, tab.offset + i * 24)
-            if st_info & 0xF != STT_FUNC or size == 0 or value in seen or st_name >= strs.size:
-                continue
-            end = data.find(b"\0", strs.offset + st_name, strs.offset + strs.size)
-            name = bytes(data[strs.offset + st_name:end]).decode("utf-8", "replace") if end >= 0 else "?"
-            seen[value] = (value, size, name)
+        try:
+            entries, strs = symbol_entries(v, h, tab, sections)
+            for _at, st_name, st_info, _shndx, value, size in entries:
+                if st_info & 0xF != STT_FUNC or size == 0 or value in seen or st_name >= strs.size:
+                    continue
+                seen[value] = (value, size, v.cstr(strs.offset, strs.size, st_name, "a function's name"))
+        except ElfError as exc:
+            raise IsaDecodeError(str(exc).split("\n")[0], fix=exc.fix) from None
         if seen:
             return sorted(seen.values())
     return []
 
 
-def _regions(sections: list[_Section], funcs: list[tuple[int, int, str]]) -> list[tuple[int, int, int, str]]:
+def _regions(sections: list[Section], funcs: list[tuple[int, int, str]]) -> list[tuple[int, int, int, str]]:
     """(file offset, size, address, name) covering every executable byte once: functions where the symbol
     table names them, the rest of each section (PLT, stubs, a stripped file) as `<section>`."""
     out = []
@@ -501,8 +485,9 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
     """The extensions the executable code of an x86-64 ELF `data` (bytes, mmap or memoryview) uses.
 
     Raises IsaDecodeError for a file that is not a well-formed little-endian ELF64 x86-64 object."""
-    sections = _sections(data, label)
-    machine = struct.unpack_from("<H", data, 18)[0]
+    read = _read(data, label)
+    sections = _sections(data, label, read)
+    machine = read[0].machine
     if machine != EM_X86_64:
         msg = f"{label}: e_machine {machine} is not x86-64 ({EM_X86_64})"
         raise IsaDecodeError(msg, fix="the CPU ISA check reads x86-64 code only")
@@ -513,7 +498,7 @@ def scan_elf(data, label: str = "<plugin>") -> IsaScan:
     plain = classifier.plain
     skip: set = set()  # instruction ids (mnemonics through capstone's package) known to use no extension
     try:
-        for off, size, addr, name in _regions(sections, _functions(data, sections)):
+        for off, size, addr, name in _regions(sections, _functions(read, sections)):
             scan.text_bytes += size
             code = bytes(data[off:off + size])
             if _MAY_NEED.search(code) is None:

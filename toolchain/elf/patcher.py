@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
-from toolchain.elf.reader import PF_X, PT_GNU_STACK, read_elf
-from toolchain.errors import InputError
+from toolchain.elf.base import (
+    PF_X,
+    PT_GNU_STACK,
+    ST_INFO_AT,
+    ElfError,
+    read_header,
+    section_headers,
+    segment_flags_at,
+    symbol_entries,
+)
+from toolchain.errors import InputError, ToolchainError
 
 
 class PatchError(InputError):
@@ -54,31 +63,25 @@ def apply_lief(src: Path, dst: Path, add_needed: list[str], runpath: str | None)
 
 def clear_execstack(src: Path, dst: Path) -> None:
     """Copy src to dst with PF_X cleared in PT_GNU_STACK."""
-    elf = read_elf(src)
-    if elf.gnu_stack is None:
+    data = bytearray(Path(src).read_bytes())
+    if clear_exec_stack_bytes(data, str(src)) is None:
         msg = f"{src}: has no PT_GNU_STACK segment to clear"
         raise PatchError(msg, fix="relink with -Wl,-z,noexecstack")
-    if src != dst:
-        shutil.copyfile(src, dst)
-    e = "<" if elf.little_endian else ">"
-    with open(dst, "r+b") as f:
-        head = f.read(64)
-        if elf.elf_class == 64:
-            phoff = struct.unpack_from(e + "Q", head, 32)[0]
-            phentsize, phnum = struct.unpack_from(e + "HH", head, 54)
-            flags_at = 4
-        else:
-            phoff = struct.unpack_from(e + "I", head, 28)[0]
-            phentsize, phnum = struct.unpack_from(e + "HH", head, 42)
-            flags_at = 24
-        for i in range(phnum):
-            f.seek(phoff + i * phentsize)
-            ptype = struct.unpack(e + "I", f.read(4))[0]
-            if ptype == PT_GNU_STACK:
-                f.seek(phoff + i * phentsize + flags_at)
-                flags = struct.unpack(e + "I", f.read(4))[0]
-                f.seek(phoff + i * phentsize + flags_at)
-                f.write(struct.pack(e + "I", flags & ~PF_X))
+    Path(dst).write_bytes(data)
+
+
+def clear_exec_stack_bytes(data: bytearray, name: str) -> tuple[int, int] | None:
+    """Clears PF_X in the PT_GNU_STACK of the ELF image `data`, in place: the (offset, length) of the bytes it
+    changed ((at, 0) when the flag was already clear), None when the image has no PT_GNU_STACK."""
+    h, v = read_header(data, name)
+    at = segment_flags_at(v, h, PT_GNU_STACK)
+    if at is None:
+        return None
+    flags = v.unpack("I", at, "PT_GNU_STACK's flags")[0]
+    if not flags & PF_X:
+        return at, 0
+    struct.pack_into(v.e + "I", data, at, flags & ~PF_X)
+    return at, 4
 
 
 def remove_needed(src: Path, dst: Path, lib: str) -> None:
@@ -120,41 +123,20 @@ _FACET_ID = re.compile(r"^_ZN.*2idE$")  # std::locale::id static members (Facet:
 
 def _unique_entries(data: bytes | bytearray, name: str) -> dict[str, list[int]]:
     """Defined GNU_UNIQUE symbols: name -> file offsets of their st_info bytes in .dynsym and .symtab."""
-    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
-        raise PatchError(f"{name}: not an ELF file", fix="pass a plugin .so")
-    is64, e = data[4] == 2, "<" if data[5] == 1 else ">"
-    if is64:
-        shoff = struct.unpack_from(e + "Q", data, 40)[0]
-        shentsize, shnum = struct.unpack_from(e + "HH", data, 58)
-        sh_fmt, sym_size, info_at = e + "IIQQQQIIQQ", 24, 4
-    else:
-        shoff = struct.unpack_from(e + "I", data, 32)[0]
-        shentsize, shnum = struct.unpack_from(e + "HH", data, 46)
-        sh_fmt, sym_size, info_at = e + "IIIIIIIIII", 16, 12
-    if shoff == 0 or shnum == 0:
-        return {}
-    if shentsize < struct.calcsize(sh_fmt) or shoff + shnum * shentsize > len(data):
-        raise PatchError(f"{name}: section headers out of bounds", fix="the file is damaged: rebuild it")
-    sections = [struct.unpack_from(sh_fmt, data, shoff + i * shentsize) for i in range(shnum)]
-    out: dict[str, list[int]] = {}
-    for _name, stype, _flags, _addr, off, size, link, _info, _align, _entsize in sections:
-        if stype not in (_SHT_SYMTAB, _SHT_DYNSYM):
-            continue
-        if link >= len(sections) or off + size > len(data):
-            raise PatchError(f"{name}: a symbol table is out of bounds", fix="the file is damaged: rebuild it")
-        str_off, str_size = sections[link][4], sections[link][5]
-        if str_off + str_size > len(data):
-            raise PatchError(f"{name}: a string table is out of bounds", fix="the file is damaged: rebuild it")
-        for at in range(off, off + size - sym_size + 1, sym_size):
-            st_info = data[at + info_at]
-            shndx = struct.unpack_from(e + "H", data, at + (6 if is64 else 14))[0]
-            if st_info >> 4 != STB_GNU_UNIQUE or shndx == 0:
+    try:
+        h, v = read_header(data, name)
+        sections = section_headers(v, h)
+        out: dict[str, list[int]] = {}
+        for tab in sections:
+            if tab.type not in (_SHT_SYMTAB, _SHT_DYNSYM):
                 continue
-            st_name = struct.unpack_from(e + "I", data, at)[0]
-            end = data.find(b"\0", str_off + st_name, str_off + str_size)
-            if st_name >= str_size or end < 0:
-                raise PatchError(f"{name}: a symbol name is out of bounds", fix="the file is damaged: rebuild it")
-            out.setdefault(bytes(data[str_off + st_name:end]).decode("utf-8", "replace"), []).append(at + info_at)
+            entries, strs = symbol_entries(v, h, tab, sections)
+            for at, st_name, st_info, shndx, _value, _size in entries:
+                if st_info >> 4 == STB_GNU_UNIQUE and shndx != 0:
+                    sym = v.cstr(strs.offset, strs.size, st_name, "a symbol name")
+                    out.setdefault(sym, []).append(at + ST_INFO_AT[h.is64])
+    except ElfError as exc:
+        raise PatchError(str(exc).split("\n")[0], fix=exc.fix) from None
     return out
 
 
@@ -217,8 +199,27 @@ def rebind_unique(src: Path, dst: Path) -> list[str]:
 
 def rebind_unique_in_package(package: Path) -> list[str]:
     """Rebinds the safe GNU_UNIQUE symbols (see above) of every plugin in a `.pt2`, in place, and returns their
-    names. Only st_info bytes and the member's CRC-32 (local header when set there, data descriptor, central
-    directory) change: the package keeps its layout byte for byte (torch aligns members for mmap)."""
+    names (edit_plugins_in_package: the package keeps its layout byte for byte)."""
+    done: list[str] = []
+
+    def rebind(data: bytearray, label: str) -> list[tuple[int, int]]:
+        entries = _unique_entries(data, label)
+        names = rebind_unique_bytes(data, label)
+        done.extend(names)
+        return [(at, 1) for n in names for at in entries[n]]
+
+    edit_plugins_in_package(package, rebind, "rebinding GNU_UNIQUE symbols")
+    return done
+
+
+def edit_plugins_in_package(package: Path, edit: Callable[[bytearray, str], list[tuple[int, int]]], what: str,
+                            error: type[ToolchainError] = PatchError) -> list[str]:
+    """Byte edits of every plugin of a `.pt2`, in place; the names of the members changed.
+
+    `edit(data, label)` changes a plugin's bytes in place and returns the (offset, length) spans it changed.
+    Only those bytes and the member's CRC-32 (local header when set there, data descriptor, central
+    directory) are written: the package keeps its layout byte for byte (torch aligns members for mmap).
+    Compressed plugins are left as they are (torch stores plugins; verify reports a compressed one)."""
     import zipfile
     import zlib
 
@@ -226,54 +227,56 @@ def rebind_unique_in_package(package: Path) -> list[str]:
 
     plugin_dir = load_abi().package.plugin_dir
     with zipfile.ZipFile(package) as zf:
-        # torch stores plugins; a compressed one is left as it is (verify reports it)
         infos = [i for i in zf.infolist() if plugin_dir in i.filename and i.filename.endswith(".so")
                  and i.compress_type == zipfile.ZIP_STORED]
         start_dir = zf.start_dir  # type: ignore[attr-defined]
-    done: list[str] = []
+    changed: list[str] = []
     with open(package, "r+b") as f:
         for info in infos:
             f.seek(info.header_offset)
             local = f.read(30)
             if len(local) != 30 or local[:4] != b"PK\x03\x04":
-                raise PatchError(f"{package}: {info.filename}: no local header where the central directory says")
+                raise error(f"{package}: {info.filename}: no local header where the central directory says")
             name_len, extra_len = struct.unpack_from("<HH", local, 26)
             data_at = info.header_offset + 30 + name_len + extra_len
             f.seek(data_at)
             data = bytearray(f.read(info.file_size))
-            entries = _unique_entries(data, f"{package}:{info.filename}")
-            names = rebind_unique_bytes(data, f"{package}:{info.filename}")
-            if not names:
+            spans = [(at, n) for at, n in edit(data, f"{package}:{info.filename}") if n]
+            if not spans:
                 continue
-            for n in names:
-                for at in entries[n]:
-                    f.seek(data_at + at)
-                    f.write(data[at:at + 1])
-            crc = struct.pack("<I", zlib.crc32(data))
-            if struct.unpack_from("<I", local, 14)[0] == info.CRC:
-                f.seek(info.header_offset + 14)
-                f.write(crc)
-            if info.flag_bits & 0x08:  # data descriptor: [signature] crc sizes
-                f.seek(data_at + info.compress_size)
-                sig = f.read(4)
-                f.seek(data_at + info.compress_size + (4 if sig == b"PK\x07\x08" else 0))
-                f.write(crc)
-            f.seek(start_dir)
-            central = f.read()
-            pos, want = 0, info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
-            while central[pos:pos + 4] == b"PK\x01\x02":
-                n_len, x_len, c_len = struct.unpack_from("<HHH", central, pos + 28)
-                if central[pos + 46:pos + 46 + n_len] == want:
-                    f.seek(start_dir + pos + 16)
-                    f.write(crc)
-                    break
-                pos += 46 + n_len + x_len + c_len
-            else:
-                raise PatchError(f"{package}: {info.filename}: not found in the central directory")
-            done.extend(names)
-    if done:
+            for at, n in spans:
+                f.seek(data_at + at)
+                f.write(data[at:at + n])
+            _write_crc(f, package, info, local, data_at, start_dir, struct.pack("<I", zlib.crc32(data)), error)
+            changed.append(info.filename)
+    if changed:
         with zipfile.ZipFile(package) as zf:
             bad = zf.testzip()
         if bad is not None:
-            raise PatchError(f"{package}: {bad}: CRC-32 wrong after rebinding GNU_UNIQUE symbols")
-    return done
+            raise error(f"{package}: {bad}: CRC-32 wrong after {what}")
+    return changed
+
+
+def _write_crc(f, package: Path, info, local: bytes, data_at: int, start_dir: int, crc: bytes,
+               error: type[ToolchainError]) -> None:
+    """A stored member's new CRC-32 wherever its zip records one: the local header (when set there), the data
+    descriptor, the central directory."""
+    if struct.unpack_from("<I", local, 14)[0] == info.CRC:
+        f.seek(info.header_offset + 14)
+        f.write(crc)
+    if info.flag_bits & 0x08:  # data descriptor: [signature] crc sizes
+        f.seek(data_at + info.compress_size)
+        sig = f.read(4)
+        f.seek(data_at + info.compress_size + (4 if sig == b"PK\x07\x08" else 0))
+        f.write(crc)
+    f.seek(start_dir)
+    central = f.read()
+    pos, want = 0, info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+    while central[pos:pos + 4] == b"PK\x01\x02":
+        n_len, x_len, c_len = struct.unpack_from("<HHH", central, pos + 28)
+        if central[pos + 46:pos + 46 + n_len] == want:
+            f.seek(start_dir + pos + 16)
+            f.write(crc)
+            return
+        pos += 46 + n_len + x_len + c_len
+    raise error(f"{package}: {info.filename}: not found in the central directory")

@@ -53,11 +53,14 @@ from toolchain.elf.base import (
     MalformedError,
     Note,
     NotElfError,
+    Section,
     Segment,
     Symbol,
     TruncatedError,
-    _Section,
     _View,
+    program_headers,
+    read_header,
+    section_headers,
 )
 from toolchain.elf.symtab import DynSymTable
 from toolchain.errors import InputError
@@ -149,43 +152,15 @@ def parse_elf(buf, name: str, with_symbols: bool = True, _tables: list | None = 
     then searched by name with `DynSymTable.lookup`; `_tables` receives that table)."""
     PARSES[name] += 1
     n = len(buf)
-    if n < 4 or bytes(buf[:4]) != b"\x7fELF":
-        if n < 4 and bytes(buf[:n]) == b"\x7fELF"[:n] and n > 0:
-            raise TruncatedError(f"{name}: {n} bytes, cut inside the ELF magic", fix="copy or rebuild the file")
-        raise NotElfError(f"{name}: not an ELF file (no \\x7fELF magic)",
-                          fix="pass a plugin .so, a .pt2, a host program or a shared library")
-    if n < 16:
-        raise TruncatedError(f"{name}: {n} bytes, cut inside the ELF identification", fix="copy or rebuild the file")
-    ei_class, ei_data = buf[4], buf[5]
-    if ei_class not in (1, 2) or ei_data not in (1, 2):
-        raise NotElfError(f"{name}: ELF identification has class {ei_class} / data {ei_data}, neither valid",
-                          fix="the header is corrupt: rebuild the file")
-    is64, little = ei_class == 2, ei_data == 1
-    v = _View(buf, name, little)
-    if is64:
-        (etype, machine, _ver, _entry, phoff, shoff, _fl, _ehsize, phentsize, phnum, shentsize, shnum,
-         shstrndx) = v.unpack("HHIQQQIHHHHHH", 16, "the ELF header")
-    else:
-        (etype, machine, _ver, _entry, phoff, shoff, _fl, _ehsize, phentsize, phnum, shentsize, shnum,
-         shstrndx) = v.unpack("HHIIIIIHHHHHH", 16, "the ELF header")
-    ph_fmt = "IIQQQQQQ" if is64 else "IIIIIIII"
-    ph_size = struct.calcsize("<" + ph_fmt)
-    if phnum and phentsize < ph_size:
-        raise MalformedError(f"{name}: program header entry size {phentsize} < {ph_size}", fix="rebuild the file")
-    segments = []
-    for i in range(phnum):
-        f = v.unpack(ph_fmt, phoff + i * phentsize, f"program header {i}")
-        if is64:
-            ptype, pflags, poff, pvaddr, _pa, pfilesz, pmemsz, _al = f
-        else:
-            ptype, poff, pvaddr, _pa, pfilesz, pmemsz, pflags, _al = f
-        segments.append(Segment(ptype, pflags, poff, pvaddr, pfilesz, pmemsz))
+    h, v = read_header(buf, name)
+    is64, little, etype, machine = h.is64, h.little, h.etype, h.machine
+    segments = [seg for _at, seg in program_headers(v, h)]
     interp = None
     for s in segments:
         if s.type == PT_INTERP:
             v.need(s.offset, s.filesz, "PT_INTERP")
             interp = bytes(buf[s.offset:s.offset + s.filesz]).split(b"\0", 1)[0].decode("utf-8", "replace")
-    sections = _sections(v, is64, shoff, shnum, shentsize)
+    sections = section_headers(v, h)
     dyn = _dynamic(v, is64, segments)
     strtab = _strtab(v, segments, sections, dyn)
 
@@ -230,20 +205,6 @@ def parse_elf(buf, name: str, with_symbols: bool = True, _tables: list | None = 
                    notes=_notes(v, segments, sections))
 
 
-def _sections(v: _View, is64: bool, shoff: int, shnum: int, shentsize: int) -> list[_Section]:
-    if shoff == 0 or shnum == 0:
-        return []
-    fmt = "IIQQQQIIQQ" if is64 else "IIIIIIIIII"
-    if shentsize < struct.calcsize("<" + fmt):
-        raise MalformedError(f"{v.name}: section header entry size {shentsize} is too small", fix="rebuild the file")
-    out = []
-    for i in range(shnum):
-        _nm, stype, _fl, _addr, off, size, link, info, _al, entsize = v.unpack(fmt, shoff + i * shentsize,
-                                                                               f"section header {i}")
-        out.append(_Section(stype, off, size, link, info, entsize))
-    return out
-
-
 def _dynamic(v: _View, is64: bool, segments: list[Segment]) -> list[tuple[int, int]]:
     seg = next((s for s in segments if s.type == PT_DYNAMIC), None)
     if seg is None:
@@ -286,7 +247,7 @@ def _strtab(v: _View, segments, sections, dyn) -> tuple[int, int] | None:
     return None
 
 
-def _notes(v: _View, segments: list[Segment], sections: list[_Section]) -> tuple[Note, ...]:
+def _notes(v: _View, segments: list[Segment], sections: list[Section]) -> tuple[Note, ...]:
     """Every note: from the SHT_NOTE sections, or from the PT_NOTE segments of a file whose section headers
     were stripped (sstrip). The same notes are in both when both exist, so only one source is read."""
     regions = [(s.offset, s.size) for s in sections if s.type == SHT_NOTE]
