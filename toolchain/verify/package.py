@@ -127,6 +127,19 @@ def parse_json(data: bytes, what: str) -> Any:
 
 # -- the contract (contract.cpp) -----------------------------------------------------------------------
 
+def _list(v: Any, what: str, *, missing: bool = False, limit: int | None = None, items: str = "entries") -> list:
+    """`v` when it is a list of at most `limit` entries; PackageJsonError in the runtime's words otherwise
+    (`missing`: the field is required, so a missing one is named so)."""
+    if not isinstance(v, list):
+        msg = f"{what} is {'missing or ' if missing else ''}not a list"
+        raise PackageJsonError(msg)
+    if limit is not None and len(v) > limit:
+        msg = (f"{what} has {len(v)} dimensions, more than {limit}" if items == "dimensions"
+               else f"{what} has more than {limit} {items}")
+        raise PackageJsonError(msg)
+    return v
+
+
 def _bounded(v: Any, what: str) -> int:
     if type(v) is not int or not 0 <= v <= MAX_INT:
         msg = f"{what} is not an integer in [0, 2^62]"
@@ -137,12 +150,7 @@ def _bounded(v: Any, what: str) -> int:
 def _symbols(lst: Any, what: str) -> set[str]:
     if lst is None:
         return set()
-    if not isinstance(lst, list):
-        msg = f"{what} is not a list"
-        raise PackageJsonError(msg)
-    if len(lst) > MAX_SYMBOLS:
-        msg = f"{what} has more than {MAX_SYMBOLS} entries"
-        raise PackageJsonError(msg)
+    _list(lst, what, limit=MAX_SYMBOLS)
     names: set[str] = set()
     for i, s in enumerate(lst):
         w = f"{what}[{i}]"
@@ -177,10 +185,7 @@ def _expr(text: Any, what: str, symbols: set[str]) -> None:
 
 
 def _tensors(lst: Any, what: str, symbols: set[str] = frozenset()) -> int:
-    if not isinstance(lst, list):
-        msg = f"{what} is missing or not a list"
-        raise PackageJsonError(msg)
-    for i, t in enumerate(lst):
+    for i, t in enumerate(_list(lst, what, missing=True)):
         w = f"{what}[{i}]"
         if not isinstance(t, dict):
             msg = f"{w} is not an object"
@@ -192,13 +197,7 @@ def _tensors(lst: Any, what: str, symbols: set[str] = frozenset()) -> int:
         if not isinstance(dt, str) or dt.removeprefix("torch.") not in DTYPES:
             msg = f"{w}.{_TEN.dtype} is missing or not a known dtype name"
             raise PackageJsonError(msg)
-        shape = t.get(_TEN.shape)
-        if not isinstance(shape, list):
-            msg = f"{w}.{_TEN.shape} is missing or not a list"
-            raise PackageJsonError(msg)
-        if len(shape) > MAX_RANK:
-            msg = f"{w}.{_TEN.shape} has {len(shape)} dimensions, more than {MAX_RANK}"
-            raise PackageJsonError(msg)
+        shape = _list(t.get(_TEN.shape), f"{w}.{_TEN.shape}", missing=True, limit=MAX_RANK, items="dimensions")
         for d, dim in enumerate(shape):
             wd = f"{w}.{_TEN.shape}[{d}]"
             if isinstance(dim, dict):
@@ -223,9 +222,7 @@ def _range(obj: dict[str, Any], keys: Any, what: str) -> tuple[int, int]:
 
 
 def _strides(st: Any, what: str, rank: int) -> None:
-    if not isinstance(st, list):
-        msg = f"{what} is not a list"
-        raise PackageJsonError(msg)
+    _list(st, what)
     if len(st) != rank:
         msg = f"{what} has {len(st)} entries, the shape {rank}"
         raise PackageJsonError(msg)
@@ -258,12 +255,7 @@ def storage_nbytes(sizes: list[int], strides: list[int], itemsize: int, offset: 
 
 
 def _int_list(v: Any, what: str) -> list[int]:
-    if not isinstance(v, list):
-        msg = f"{what} is missing or not a list"
-        raise PackageJsonError(msg)
-    if len(v) > MAX_RANK:
-        msg = f"{what} has more than {MAX_RANK} entries"
-        raise PackageJsonError(msg)
+    _list(v, what, missing=True, limit=MAX_RANK)
     if any(type(x) is not int or not 0 <= x <= MAX_INT for x in v):
         msg = f"{what} has an entry that is not an integer in [0, 2^62]"
         raise PackageJsonError(msg)
@@ -280,10 +272,7 @@ def check_constant_layouts(data: bytes, where: str, blob_size: int) -> int:
     if not (type(doc.get(_LAYOUTS.schema)) is int and doc[_LAYOUTS.schema] == schema):
         msg = f"{where}: {_LAYOUTS.schema} is missing or not {schema} (written by a newer aoti-toolchain?)"
         raise PackageJsonError(msg)
-    lst = doc.get(_LAYOUTS.constants)
-    if not isinstance(lst, list):
-        msg = f"{where}: {_LAYOUTS.constants} is missing or not a list"
-        raise PackageJsonError(msg)
+    lst = _list(doc.get(_LAYOUTS.constants), f"{where}: {_LAYOUTS.constants}", missing=True)
     total = 0
     for i, c in enumerate(lst):
         total += _constant_layout(c, f"{where}: {_LAYOUTS.constants}[{i}]")
@@ -406,22 +395,15 @@ def check_package(path: Path, members: list[Member]) -> list[PackageFinding]:
         return out
     prefix = plugins[0].name[:plugins[0].name.find("/") + 1]
     by_name = {m.name: m for m in members}
-    contract = by_name.get(prefix + CONTRACT_ENTRY)
-    if contract is not None:
+    checks: list[tuple[str, Callable[[bytes, str], Any]]] = [(CONTRACT_ENTRY, check_contract), (TARGET_ENTRY, check_target)]
+    if blobs:
+        checks.insert(1, (CONSTANTS_ENTRY, partial(check_constant_layouts, blob_size=blobs[-1].size)))
+    for entry, check in checks:
+        member = by_name.get(prefix + entry)
+        if member is None:
+            continue
         try:
-            check_contract(contract.read(), f"{path}:{contract.name}")
-        except PackageJsonError as exc:
-            out.append(PackageFinding("bad-package-json", str(exc)))
-    constants = by_name.get(prefix + CONSTANTS_ENTRY) if blobs else None
-    if constants is not None:
-        try:
-            check_constant_layouts(constants.read(), f"{path}:{constants.name}", blobs[-1].size)
-        except PackageJsonError as exc:
-            out.append(PackageFinding("bad-package-json", str(exc)))
-    target = by_name.get(prefix + TARGET_ENTRY)
-    if target is not None:
-        try:
-            check_target(target.read(), f"{path}:{target.name}")
+            check(member.read(), f"{path}:{member.name}")
         except PackageJsonError as exc:
             out.append(PackageFinding("bad-package-json", str(exc)))
     return out
