@@ -41,7 +41,7 @@ import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from toolchain import progress
 from toolchain.atomic import current_umask, replacing, write_text
@@ -437,9 +437,63 @@ def export(
     if device != "cpu" and not device.startswith("cuda"):
         msg = f"device={device!r}: use cpu, cuda or cuda:N"
         raise InputError(msg)
-    cfg = inductor_configs(weights)
     cpu_isa = cpu_isa or target.DEFAULT_CPU_ISA
-    vector = vectorize and device == "cpu"
+    cfg, march = _cpu_configs(weights, cpu_isa, vectorize and device == "cpu", build_dir)
+    cfg.update(extra_configs or {})
+    if device.startswith("cuda"):
+        base, archs = _cuda_configs(device, triton_only, cuda_arch, cuda_ptx)
+        cfg = {**base, **cfg, **archs}
+        module = module.to(device)
+        example_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    out = Path(out)
+    if out.suffix != ".pt2":
+        msg = f"{out}: the package name must end in .pt2"
+        raise InputError(msg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    module = module.eval() if hasattr(module, "eval") else module
+    with quiet_torch_warnings():
+        guards: list[str] = []  # the 0/1 guards torch adds while tracing and compiling: why a range narrows
+        traced = _traced(module, example_inputs, dynamic_shapes, size_oblivious, guards)
+        contract = _read_contract(traced.ep, example_inputs)
+        k = RECORDS.contract_tensor
+        asked = asked_ranges(dynamic_shapes, [e[k.name] for e in contract[RECORDS.contract.inputs]])
+        # inductor caches its list of working ISAs per process, computed with the configs of the first
+        # compile that asked: start from a fresh list and leave one for the next build to compute anew.
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        try:
+            with _package_beside(out) as tmp:
+                with progress.step("compiling with AOTInductor"), _oblivious(traced.oblivious), _guards_added(guards):
+                    torch._inductor.aoti_compile_and_package(traced.ep, package_path=str(tmp),
+                                                             inductor_configs=dict(cfg))
+                with progress.step("packaging (contract, target record, constants, executable-stack flag)"):
+                    narrower = _fill_package(tmp, contract, asked)
+                    if narrower and not allow_narrower:
+                        raise _narrower_error(narrower, traced.why, guards)
+                    for line in narrower:
+                        progress.note(f"note: {line} (accepted: allow_narrower)")
+                    add_contract(tmp, contract)
+                    bits = int(cfg.get("cpp.simdlen") or 0) if cfg.get("cpp.vec_isa_ok") is not False else 0
+                    target.add_record(tmp, target.describe(tmp, cpu_isa, march, bits))
+                    if weights == "blob":
+                        add_constant_layouts(tmp)
+        except ToolchainError:
+            raise
+        except Exception as exc:
+            msg = f"AOTInductor compilation failed: {type(exc).__name__}: {exc}"
+            raise ExportError(msg) from exc
+        finally:
+            cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    return out
+
+
+def _cpu_configs(weights: str, cpu_isa: str, vector: bool, build_dir: Path) -> tuple[dict[str, Any], str]:
+    """Inductor's configs for `weights` and the CPU code (`--cpu-isa`, vector kernels when the probe finds an
+    ISA that builds here) and the -march they compile with."""
+    import torch
+
+    from toolchain import target
+
+    cfg = inductor_configs(weights)
     isa = None
     if vector:
         with progress.step("probing the vector ISA kernels can use"):
@@ -457,83 +511,79 @@ def export(
         isa_cfg.pop("cpp.march")
         march = "native"
     cfg.update(isa_cfg)
-    cfg.update(extra_configs or {})
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            msg = f"device={device!r}: this torch ({torch.__version__}) sees no CUDA device; export on a GPU machine"
-            raise InputError(msg)
-        cfg = {**cuda_configs(triton_only), **cfg}
-        major, minor = torch.cuda.get_device_capability(torch.device(device))
-        if cuda_arch is not None or cuda_ptx:  # else torch's default: SASS for this GPU only
-            archs = target.parse_cuda_arch(cuda_arch) or [major * 10 + minor]
-            cfg.update(target.cuda_arch_configs(archs, major * 10 + minor, cuda_ptx))
-        module = module.to(device)
-        example_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    out = Path(out)
-    if out.suffix != ".pt2":
-        msg = f"{out}: the package name must end in .pt2"
+    return cfg, march
+
+
+def _cuda_configs(device: str, triton_only: bool, cuda_arch: Any, cuda_ptx: bool
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Inductor's configs for a CUDA plugin on `device`, and those of the architectures asked for
+    (toolchain.target.cuda_arch_configs; they override the caller's extra configs)."""
+    import torch
+
+    from toolchain import target
+
+    if not torch.cuda.is_available():
+        msg = f"device={device!r}: this torch ({torch.__version__}) sees no CUDA device; export on a GPU machine"
         raise InputError(msg)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    module = module.eval() if hasattr(module, "eval") else module
-    with quiet_torch_warnings():
-        oblivious = dynamic_shapes is not None and (
-            asks_small_sizes(dynamic_shapes) if size_oblivious is None else size_oblivious)
-        guards: list[str] = []  # the 0/1 guards torch adds while tracing and compiling: why a range narrows
-        why = ""
-        try:
-            with progress.step("tracing the module (torch.export)"), _guards_added(guards):
-                try:
-                    ep = _trace(module, example_inputs, dynamic_shapes, oblivious)
-                except Exception as exc:
-                    if not oblivious or size_oblivious:
-                        raise
-                    # the model branches on a size being 0 or 1 where size-oblivious reasoning can't decide:
-                    # trace with torch's specialisation; the range check below says what that costs
-                    oblivious = False
-                    why = _first_line(exc)
-                    ep = _trace(module, example_inputs, dynamic_shapes, False)
-        except Exception as exc:  # torch raises many types; the message is what the user needs
-            msg = f"torch.export failed: {type(exc).__name__}: {exc}"
-            raise ExportError(msg) from exc
-        # read before compiling: inductor may specialise symbols of the program's shape environment
-        try:
-            contract = contract_of(ep, example_inputs, torch.__version__, CONTRACT_SCHEMA)
-        except ToolchainError:
-            raise
-        except Exception as exc:  # an exported program of a shape this reader does not know
-            msg = f"reading the exported program's inputs and outputs failed: {type(exc).__name__}: {exc}"
-            raise ExportError(msg) from exc
-        k = RECORDS.contract_tensor
-        asked = asked_ranges(dynamic_shapes, [e[k.name] for e in contract[RECORDS.contract.inputs]])
-        # inductor caches its list of working ISAs per process, computed with the configs of the first
-        # compile that asked: start from a fresh list and leave one for the next build to compute anew.
-        cpu_vec_isa.valid_vec_isa_list.cache_clear()
-        try:
-            with _package_beside(out) as tmp:
-                with progress.step("compiling with AOTInductor"), _oblivious(oblivious), _guards_added(guards):
-                    torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs=dict(cfg))
-                with progress.step("packaging (contract, target record, constants, executable-stack flag)"):
-                    clear_exec_stack(tmp)
-                    rebind_unique_in_package(tmp)  # unloadable: docs/verify.md, "Unloading"
-                    narrow_to_compiled(contract, compiled_input_ranges(_wrapper_source(tmp)))
-                    narrower = narrower_than_asked(contract, asked)
-                    if narrower and not allow_narrower:
-                        raise _narrower_error(narrower, why, guards)
-                    for line in narrower:
-                        progress.note(f"note: {line} (accepted: allow_narrower)")
-                    add_contract(tmp, contract)
-                    bits = int(cfg.get("cpp.simdlen") or 0) if cfg.get("cpp.vec_isa_ok") is not False else 0
-                    target.add_record(tmp, target.describe(tmp, cpu_isa, march, bits))
-                    if weights == "blob":
-                        add_constant_layouts(tmp)
-        except ToolchainError:
-            raise
-        except Exception as exc:
-            msg = f"AOTInductor compilation failed: {type(exc).__name__}: {exc}"
-            raise ExportError(msg) from exc
-        finally:
-            cpu_vec_isa.valid_vec_isa_list.cache_clear()
-    return out
+    major, minor = torch.cuda.get_device_capability(torch.device(device))
+    if cuda_arch is None and not cuda_ptx:  # torch's default: SASS for this GPU only
+        return cuda_configs(triton_only), {}
+    archs = target.parse_cuda_arch(cuda_arch) or [major * 10 + minor]
+    return cuda_configs(triton_only), target.cuda_arch_configs(archs, major * 10 + minor, cuda_ptx)
+
+
+class _Traced(NamedTuple):
+    ep: Any  # torch.export.ExportedProgram
+    oblivious: bool  # traced (and to be compiled) with size-oblivious reasoning
+    why: str  # why size-oblivious tracing was given up, "" when it was not
+
+
+def _traced(module: Any, example_inputs: Sequence[Any], dynamic_shapes: Any, size_oblivious: bool | None,
+            guards: list[str]) -> _Traced:
+    """torch.export of the module; `guards` collects the 0/1 guards torch adds."""
+    oblivious = dynamic_shapes is not None and (
+        asks_small_sizes(dynamic_shapes) if size_oblivious is None else size_oblivious)
+    why = ""
+    try:
+        with progress.step("tracing the module (torch.export)"), _guards_added(guards):
+            try:
+                ep = _trace(module, example_inputs, dynamic_shapes, oblivious)
+            except Exception as exc:
+                if not oblivious or size_oblivious:
+                    raise
+                # the model branches on a size being 0 or 1 where size-oblivious reasoning can't decide:
+                # trace with torch's specialisation; the range check after the compile says what that costs
+                oblivious = False
+                why = _first_line(exc)
+                ep = _trace(module, example_inputs, dynamic_shapes, False)
+    except Exception as exc:  # torch raises many types; the message is what the user needs
+        msg = f"torch.export failed: {type(exc).__name__}: {exc}"
+        raise ExportError(msg) from exc
+    return _Traced(ep, oblivious, why)
+
+
+def _read_contract(ep: Any, example_inputs: Sequence[Any]) -> dict[str, Any]:
+    """The exported program's contract, read before compiling: inductor may specialise symbols of the
+    program's shape environment."""
+    import torch
+
+    try:
+        return contract_of(ep, example_inputs, torch.__version__, CONTRACT_SCHEMA)
+    except ToolchainError:
+        raise
+    except Exception as exc:  # an exported program of a shape this reader does not know
+        msg = f"reading the exported program's inputs and outputs failed: {type(exc).__name__}: {exc}"
+        raise ExportError(msg) from exc
+
+
+def _fill_package(tmp: Path, contract: dict[str, Any], asked: dict) -> list[str]:
+    """The compiled package's plugin made loadable and unloadable (no executable stack, no GNU_UNIQUE
+    symbols), `contract` narrowed to the sizes it was compiled for; the lines of each range narrower than
+    asked for."""
+    clear_exec_stack(tmp)
+    rebind_unique_in_package(tmp)  # unloadable: docs/verify.md, "Unloading"
+    narrow_to_compiled(contract, compiled_input_ranges(_wrapper_source(tmp)))
+    return narrower_than_asked(contract, asked)
 
 
 def _oblivious(on: bool) -> Any:

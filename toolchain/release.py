@@ -311,154 +311,184 @@ def installed_library(venv: Path) -> Path:
     return libs[0]
 
 
+class _Run:
+    """One release run: its steps (timed), the verify reports and the verdict, all recorded in the report."""
+
+    def __init__(self, out: Path, work: Path, profile: str) -> None:
+        self.out, self.work, self.profile = out, work, profile
+        self.steps: list[dict] = []
+        self.report: dict = {"schema_version": 2, "profile": profile, "steps": self.steps, "artifacts": [],
+                             "verify": [], "auditwheel": []}
+        self.verdict_ok = True
+
+    def step(self, name: str, fn):
+        t0 = time.time()
+        print(f"[release] {name} ...", flush=True)
+        result = fn()
+        self.steps.append({"step": name, "seconds": round(time.time() - t0, 1)})
+        return result
+
+    def check(self, label: str, paths: list[Path], host: Path | None, prof: str | None = None) -> None:
+        from toolchain.report.formats import to_json, to_text
+        from toolchain.verify import verify_paths
+
+        prof = prof or self.profile
+        rep = verify_paths(paths, host=host, profile=prof)
+        sys.stdout.write(to_text(rep))
+        self.report["verify"].append({"what": label, "profile": prof, "report": to_json(rep)})
+        if rep.exit_code != 0:
+            self.verdict_ok = False
+            raise VerifyFailed(f"{label}: verify {rep.verdict}: {rep.count('error')} error(s)")
+
+    def check_archive(self, archive: Path) -> None:
+        from toolchain.distpack import check_tree, safe_extract
+
+        root = safe_extract(archive, self.work / "unpacked-archives" / archive.name)
+        manifest, problems = check_tree(root)
+        self.report["verify"].append({"what": f"manifest of {archive.name}",
+                                      "problems": [f"{p.path}: {p.message}" for p in problems]})
+        if manifest is None or problems:
+            self.verdict_ok = False
+            raise VerifyFailed(f"{archive.name}: its files differ from its manifest: "
+                               + "; ".join(p.message for p in problems[:3]))
+        elves = sorted(p for p in root.rglob("*") if p.is_file() and is_elf(p))
+        self.check(f"runtime archive {archive.name}", elves, None)
+
+    def build(self, cuda: bool, jobs: int) -> tuple[list[Path], dict[str, Path]]:
+        """The sdist from a clean export of HEAD, a wheel per kind built from it, and the runtime archives
+        (each checked against its manifest and verified): (artifacts, kind -> wheel)."""
+        src = self.work / "src"
+        shutil.rmtree(src, ignore_errors=True)
+        self.report["commit"] = self.step("clean export of HEAD (git archive)", lambda: export_head(REPO_ROOT, src))
+        raw = self.work / "raw"
+        shutil.rmtree(raw, ignore_errors=True)
+        sdist = self.step("sdist (build_backend/aoti_build.py)", lambda: _backend(src, "build_sdist", self.out))
+        artifacts = [sdist]
+        tree = self.step("unpack the sdist", lambda: unpack_sdist(sdist, self.work / "sdist"))
+        build_dir = self.work / "build"
+        wheels = {}
+        for kind, variant in [("cpu", VARIANT), *([("cuda", CUDA_VARIANT)] if cuda else [])]:
+            wheels[kind] = self.step(f"{kind} wheel from the sdist (SCons build of {variant})",
+                                     lambda k=kind: _backend(tree, "build_wheel", raw, {
+                                         "dist": k, "build-dir": str(build_dir), "jobs": str(jobs)}))
+            archive = self.step(f"runtime archive of {variant} (scons dist)",
+                                lambda v=variant: build_runtime_archive(tree, build_dir, v, jobs))
+            dest = self.out / archive.name
+            shutil.copyfile(archive, dest)
+            artifacts.append(dest)
+            self.step(f"check {archive.name} against its manifest, verify its ELF files",
+                      lambda a=dest: self.check_archive(a))
+        return artifacts, wheels
+
+    def repair(self, kind: str, wheel: Path) -> Path:
+        """auditwheel repair of one wheel, its tag proved by auditwheel show and a profile of ours; the CPU
+        wheel's ELF files verified against that profile."""
+        from toolchain.verify.profiles import available as profile_names
+
+        # The CUDA libraries come from the nvidia-* wheels through the RUNPATH the backend set.
+        exclude = CUDA_EXCLUDE if kind == "cuda" else ()
+        fixed = self.step(f"auditwheel repair {wheel.name}", lambda: auditwheel_repair(wheel, self.out, exclude))
+        if kind == "cuda":
+            self.step(f"RUNPATH {CUDA_RUNPATH} in {fixed.name}", lambda: add_cuda_runpath(fixed))
+        shown, text = self.step(f"auditwheel show {fixed.name}", lambda: auditwheel_show(fixed))
+        tag = fixed.name[:-len(".whl")].rsplit("-", 1)[1]  # what repair proved (with the CUDA libraries excluded)
+        plat = re.sub(r"_(x86_64|aarch64)$", "", tag)
+        self.report["auditwheel"].append({"wheel": fixed.name, "tag": tag, "show_tag": shown, "profile": plat,
+                                          "show": text})
+        if plat not in profile_names():
+            raise StepError(f"auditwheel proves {tag} for {fixed.name}, and toolchain/verify/profiles has no "
+                            f"{plat}.toml to check it with", fix=f"add the {plat} profile (auditwheel's policy)")
+        # auditwheel show has no --exclude: for the CUDA wheel it names linux_x86_64 for the nvidia
+        # libraries it needs from other wheels (as for torch's CUDA wheels); the CPU wheel must match.
+        if kind == "cpu" and shown != tag:
+            raise StepError(f"{fixed.name}: its tag is not the one auditwheel show proves ({shown})",
+                            fix="repair it with auditwheel repair (no --plat)")
+        # The Triton backend (_host/triton/aoti_toolchain/libtriton_*.so) is a plugin of tritonserver: its
+        # TRITON* symbols are the server's, so verify against our runtime would call them unresolved; it is
+        # checked against the real server (tests/integration/test_triton_server.py).
+        elves = [e for e in wheel_elves(fixed, self.work / "unpacked-wheels" / fixed.name)
+                 if not (e.parent.name == "aoti_toolchain" and e.name.startswith("libtriton_"))]
+        if kind == "cpu":
+            self.step(f"verify every ELF file of {fixed.name} but the Triton backend (profile {plat}, as auditwheel)",
+                      lambda: self.check(f"wheel {fixed.name}", elves, None, plat))
+        return fixed
+
+    def smoke_cpu(self, wheel: Path, examples: list[str]) -> None:
+        """The CPU wheel installed into a fresh venv: the examples exported and run with it, then verified in
+        the installed runtime."""
+        venv = self.work / "venv"
+        self.step("install the wheel into a fresh venv",
+                  lambda: make_venv(venv, [str(wheel), *([TORCH_REQUIREMENT] if examples else [])]))
+        self.report["venv"] = str(venv)
+        pt2s = self.step("export and run the examples with the installed wheel (outside any checkout)",
+                         lambda: smoke_test(venv, examples, self.work / "outside"))
+        self.report["plugins"] = [str(p) for p in pt2s]
+        if pt2s:
+            self.step("verify the example plugins in the installed runtime",
+                      lambda: self.check("example plugins", pt2s, installed_library(venv)))
+
+    def smoke_cuda(self, cpu_wheel: Path, cuda_wheel: Path) -> None:
+        """Both wheels installed: cudart and cuBLAS resolve only where the nvidia wheels are, so the
+        installed files are verified, and the CUDA runtime loads without a GPU driver."""
+        cvenv = self.work / "venv-cuda"
+        self.step("install the CPU and CUDA wheels into a fresh venv",
+                  lambda: make_venv(cvenv, [str(cpu_wheel), str(cuda_wheel)]))
+        plat = self.report["auditwheel"][-1]["profile"]
+        site = next(cvenv.glob("lib/python3*/site-packages"))
+        elves = sorted(p for d in ("aoti_toolchain_cuda", "aoti_toolchain_cuda.libs") for p in (site / d).rglob("*")
+                       if p.is_file() and is_elf(p))
+        self.step(f"verify every ELF file of the installed CUDA wheel (profile {plat})",
+                  lambda: self.check(f"wheel {cuda_wheel.name}", elves, None, plat))
+        self.step("the CUDA runtime loads without a GPU driver (installed module)", lambda: cuda_load_check(cvenv))
+
+    def failed(self, exc: BaseException) -> None:
+        self.report["error"] = str(exc)
+        self.verdict_ok = False
+        print(f"[release] error: {exc}", file=sys.stderr)
+
+    def finish(self, started: float) -> int:
+        """The report written; SHA256SUMS only for a run that passed. The exit code."""
+        report, out = self.report, self.out
+        report["verdict"] = "pass" if self.verdict_ok else "fail"
+        report["seconds"] = round(time.time() - started, 1)
+        write_text(out / "release-report.json", json.dumps(report, indent=2) + "\n")
+        if not self.verdict_ok:
+            print(f"[release] FAILED; report: {out / 'release-report.json'} (no SHA256SUMS written)", file=sys.stderr)
+            return exit_code("bad_input") if "error" in report else exit_code("failed")
+        sums = "".join(f"{a['sha256']}  {a['file']}\n" for a in report["artifacts"])
+        write_text(out / "SHA256SUMS", sums)
+        print(f"[release] OK: {len(report['artifacts'])} artifacts, {out / 'SHA256SUMS'}, {out / 'release-report.json'}")
+        return exit_code("ok")
+
+
 def release(out: Path, *, examples: list[str], plugins: list[Path], profile: str, jobs: int,
             work: Path | None = None, cuda: bool = False) -> int:
-    from toolchain.distpack import check_tree, safe_extract
-    from toolchain.report.formats import to_json, to_text
-    from toolchain.verify import verify_paths
-    from toolchain.verify.profiles import available as profile_names
+    from toolchain.distpack import ManifestError
 
     started = time.time()
-    steps: list[dict] = []
-    report: dict = {"schema_version": 2, "profile": profile, "steps": steps, "artifacts": [], "verify": [],
-                    "auditwheel": []}
     out.mkdir(parents=True, exist_ok=True)
     (out / "SHA256SUMS").unlink(missing_ok=True)  # a stale one must never vouch for this run
     work = work or Path(tempfile.mkdtemp(prefix="aoti-release-"))
     work.mkdir(parents=True, exist_ok=True)
-    verdict_ok = True
-
-    def step(name: str, fn):
-        t0 = time.time()
-        print(f"[release] {name} ...", flush=True)
-        result = fn()
-        steps.append({"step": name, "seconds": round(time.time() - t0, 1)})
-        return result
-
-    def check(label: str, paths: list[Path], host: Path | None, prof: str = profile) -> None:
-        nonlocal verdict_ok
-        rep = verify_paths(paths, host=host, profile=prof)
-        sys.stdout.write(to_text(rep))
-        report["verify"].append({"what": label, "profile": prof, "report": to_json(rep)})
-        if rep.exit_code != 0:
-            verdict_ok = False
-            raise VerifyFailed(f"{label}: verify {rep.verdict}: {rep.count('error')} error(s)")
-
-    def check_archive(archive: Path) -> None:
-        nonlocal verdict_ok
-        root = safe_extract(archive, work / "unpacked-archives" / archive.name)
-        manifest, problems = check_tree(root)
-        report["verify"].append({"what": f"manifest of {archive.name}",
-                                 "problems": [f"{p.path}: {p.message}" for p in problems]})
-        if manifest is None or problems:
-            verdict_ok = False
-            raise VerifyFailed(f"{archive.name}: its files differ from its manifest: "
-                               + "; ".join(p.message for p in problems[:3]))
-        elves = sorted(p for p in root.rglob("*") if p.is_file() and is_elf(p))
-        check(f"runtime archive {archive.name}", elves, None)
-
+    run = _Run(out, work, profile)
     try:
         if plugins:
-            step("verify the given plugins", lambda: check("given plugins", plugins, None))
-        src = work / "src"
-        shutil.rmtree(src, ignore_errors=True)
-        report["commit"] = step("clean export of HEAD (git archive)", lambda: export_head(REPO_ROOT, src))
-        raw = work / "raw"
-        shutil.rmtree(raw, ignore_errors=True)
-        sdist = step("sdist (build_backend/aoti_build.py)", lambda: _backend(src, "build_sdist", out))
-        artifacts = [sdist]
-        tree = step("unpack the sdist", lambda: unpack_sdist(sdist, work / "sdist"))
-        build_dir = work / "build"
-        kinds = [("cpu", VARIANT), *([("cuda", CUDA_VARIANT)] if cuda else [])]
-        wheels = {}
-        for kind, variant in kinds:
-            wheels[kind] = step(f"{kind} wheel from the sdist (SCons build of {variant})",
-                                lambda k=kind: _backend(tree, "build_wheel", raw,
-                                                        {"dist": k, "build-dir": str(build_dir), "jobs": str(jobs)}))
-            archive = step(f"runtime archive of {variant} (scons dist)",
-                           lambda v=variant: build_runtime_archive(tree, build_dir, v, jobs))
-            dest = out / archive.name
-            shutil.copyfile(archive, dest)
-            artifacts.append(dest)
-            step(f"check {archive.name} against its manifest, verify its ELF files", lambda a=dest: check_archive(a))
-        repaired = {}
-        for kind, wheel in wheels.items():
-            # The CUDA libraries come from the nvidia-* wheels through the RUNPATH the backend set.
-            exclude = CUDA_EXCLUDE if kind == "cuda" else ()
-            fixed = step(f"auditwheel repair {wheel.name}", lambda w=wheel, e=exclude: auditwheel_repair(w, out, e))
-            if kind == "cuda":
-                step(f"RUNPATH {CUDA_RUNPATH} in {fixed.name}", lambda f=fixed: add_cuda_runpath(f))
-            repaired[kind] = fixed
-            artifacts.append(fixed)
-            shown, text = step(f"auditwheel show {fixed.name}", lambda f=fixed: auditwheel_show(f))
-            tag = fixed.name[:-len(".whl")].rsplit("-", 1)[1]  # what repair proved (with the CUDA libraries excluded)
-            plat = re.sub(r"_(x86_64|aarch64)$", "", tag)
-            report["auditwheel"].append({"wheel": fixed.name, "tag": tag, "show_tag": shown, "profile": plat,
-                                         "show": text})
-            if plat not in profile_names():
-                raise StepError(f"auditwheel proves {tag} for {fixed.name}, and toolchain/verify/profiles has no "
-                                f"{plat}.toml to check it with", fix=f"add the {plat} profile (auditwheel's policy)")
-            # auditwheel show has no --exclude: for the CUDA wheel it names linux_x86_64 for the nvidia
-            # libraries it needs from other wheels (as for torch's CUDA wheels); the CPU wheel must match.
-            if kind == "cpu" and shown != tag:
-                raise StepError(f"{fixed.name}: its tag is not the one auditwheel show proves ({shown})",
-                                fix="repair it with auditwheel repair (no --plat)")
-            # The Triton backend (_host/triton/aoti_toolchain/libtriton_*.so) is a plugin of tritonserver: its
-            # TRITON* symbols are the server's, so verify against our runtime would call them unresolved; it is
-            # checked against the real server (tests/integration/test_triton_server.py).
-            elves = [e for e in wheel_elves(fixed, work / "unpacked-wheels" / fixed.name)
-                     if not (e.parent.name == "aoti_toolchain" and e.name.startswith("libtriton_"))]
-            if kind == "cpu":
-                step(f"verify every ELF file of {fixed.name} but the Triton backend (profile {plat}, as auditwheel)",
-                     lambda e=elves, p=plat, f=fixed: check(f"wheel {f.name}", e, None, p))
+            run.step("verify the given plugins", lambda: run.check("given plugins", plugins, None))
+        artifacts, wheels = run.build(cuda, jobs)
+        repaired = {kind: run.repair(kind, wheel) for kind, wheel in wheels.items()}
+        artifacts += repaired.values()
         if "cpu" in repaired:
-            reqs = [str(repaired["cpu"]), *([TORCH_REQUIREMENT] if examples else [])]
-            venv = work / "venv"
-            step("install the wheel into a fresh venv", lambda: make_venv(venv, reqs))
-            report["venv"] = str(venv)
-            pt2s = step("export and run the examples with the installed wheel (outside any checkout)",
-                        lambda: smoke_test(venv, examples, work / "outside"))
-            report["plugins"] = [str(p) for p in pt2s]
-            if pt2s:
-                step("verify the example plugins in the installed runtime",
-                     lambda: check("example plugins", pt2s, installed_library(venv)))
+            run.smoke_cpu(repaired["cpu"], examples)
         if "cuda" in repaired:
-            # cudart and cuBLAS resolve only where the nvidia wheels are installed: verify the installed files
-            cvenv = work / "venv-cuda"
-            step("install the CPU and CUDA wheels into a fresh venv",
-                 lambda: make_venv(cvenv, [str(repaired["cpu"]), str(repaired["cuda"])]))
-            plat = report["auditwheel"][-1]["profile"]
-            site = next(cvenv.glob("lib/python3*/site-packages"))
-            elves = sorted(p for d in ("aoti_toolchain_cuda", "aoti_toolchain_cuda.libs") for p in (site / d).rglob("*")
-                           if p.is_file() and is_elf(p))
-            step(f"verify every ELF file of the installed CUDA wheel (profile {plat})",
-                 lambda: check(f"wheel {repaired['cuda'].name}", elves, None, plat))
-            step("the CUDA runtime loads without a GPU driver (installed module)", lambda: cuda_load_check(cvenv))
-        report["artifacts"] = [{"file": a.name, "sha256": sha256(a), "bytes": a.stat().st_size} for a in artifacts]
+            run.smoke_cuda(repaired["cpu"], repaired["cuda"])
+        run.report["artifacts"] = [{"file": a.name, "sha256": sha256(a), "bytes": a.stat().st_size}
+                                   for a in artifacts]
     except VerifyFailed as exc:
-        report["failed"] = str(exc)
-    except (ToolchainError, OSError, subprocess.SubprocessError, tarfile.TarError, zipfile.BadZipFile) as exc:
-        report["error"] = str(exc)
-        verdict_ok = False
-        print(f"[release] error: {exc}", file=sys.stderr)
-    except Exception as exc:  # a ManifestError from an archive: same as a failed step
-        from toolchain.distpack import ManifestError
-
-        if not isinstance(exc, ManifestError):
-            raise
-        report["error"] = str(exc)
-        verdict_ok = False
-        print(f"[release] error: {exc}", file=sys.stderr)
-    report["verdict"] = "pass" if verdict_ok else "fail"
-    report["seconds"] = round(time.time() - started, 1)
-    write_text(out / "release-report.json", json.dumps(report, indent=2) + "\n")
-    if not verdict_ok:
-        print(f"[release] FAILED; report: {out / 'release-report.json'} (no SHA256SUMS written)", file=sys.stderr)
-        return exit_code("bad_input") if "error" in report else exit_code("failed")
-    sums = "".join(f"{a['sha256']}  {a['file']}\n" for a in report["artifacts"])
-    write_text(out / "SHA256SUMS", sums)
-    print(f"[release] OK: {len(report['artifacts'])} artifacts, {out / 'SHA256SUMS'}, {out / 'release-report.json'}")
-    return exit_code("ok")
+        run.report["failed"] = str(exc)
+    except (ToolchainError, OSError, subprocess.SubprocessError, tarfile.TarError, zipfile.BadZipFile,
+            ManifestError) as exc:  # a ManifestError from an archive: same as a failed step
+        run.failed(exc)
+    return run.finish(started)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -437,6 +437,12 @@ class Program(_Owned):
                 return res
             if res is not NotImplemented:
                 self._lib.check(res, "run")
+        return self._run_fast(inputs, method, session, device_outputs, output_type)
+
+    def _run_fast(self, inputs: Sequence[Any], method: str | None, session: Session | None, device_outputs: bool,
+                  output_type: str) -> list[Any]:
+        """run()'s second tier: the C fast path with a method, a session or torch outputs; what it can't take
+        (NotImplemented) goes through ctypes (`_run_ctypes`)."""
         fast = self._fast
         if fast is not None and device_outputs == self._on_cuda:
             index = 0 if method is None else self._method_index(method)
@@ -456,6 +462,11 @@ class Program(_Owned):
                     return [to_torch(a) for a in res]
                 if res is not NotImplemented:
                     self._lib.check(res, "run")
+        return self._run_ctypes(inputs, method, session, device_outputs, output_type)
+
+    def _run_ctypes(self, inputs: Sequence[Any], method: str | None, session: Session | None, device_outputs: bool,
+                    output_type: str) -> list[Any]:
+        """run()'s last tier, through ctypes: every check with its message, every kind of input."""
         handle = self._live()
         index = self._method_index(method)
         num_inputs, num_outputs = self._arity[index]
@@ -476,37 +487,7 @@ class Program(_Owned):
             msg = f"{self.path}: device_outputs=True needs a program loaded with device='cuda'"
             raise InputError(msg)
         for i, arr in enumerate(inputs):
-            if not isinstance(arr, np.ndarray) and _dlpack.is_producer(arr):
-                views[i] = self._dlpack_view(arr, i, on_cuda, keep)
-                continue
-            if hasattr(arr, "__cuda_array_interface__"):
-                if not on_cuda:
-                    msg = f"input {i}: a device buffer, but {self.path} was loaded on the CPU; load(..., device='cuda')"
-                    raise InputError(msg)
-                from toolchain.runtime import cuda as _cuda
-
-                ptr, dt, shape, st, dev = _cuda.device_view(arr, i)
-                code = _TO_CODE.get(dt)
-                if code is None:
-                    msg = f"input {i}: dtype {dt} is not supported"
-                    raise InputError(msg, fix="pass a torch tensor or another DLPack producer (bfloat16 included)")
-                sizes = (ctypes.c_int64 * max(1, len(shape)))(*shape)
-                strides = (ctypes.c_int64 * max(1, len(shape)))(*st)
-                keep.append((arr, sizes, strides))
-                views[i] = _View(ptr, code, len(shape), sizes, strides, _cuda.CUDA_DEVICE_TYPE, dev)
-                continue
-            a = np.asarray(arr)
-            code = _TO_CODE.get(a.dtype)
-            if code is None or not a.dtype.isnative:
-                msg = (f"input {i}: dtype {a.dtype} is not supported (use float16/32/64, bfloat16 (ml_dtypes), "
-                       "int8-64, uint8 or bool)")
-                raise InputError(msg)
-            if any(s % a.itemsize for s in a.strides):
-                a = np.ascontiguousarray(a)
-            sizes = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
-            strides = (ctypes.c_int64 * max(1, a.ndim))(*[s // a.itemsize for s in a.strides])
-            keep.append((a, sizes, strides))
-            views[i] = _View(a.ctypes.data, code, a.ndim, sizes, strides, 0, 0)
+            views[i] = self._input_view(arr, i, on_cuda, keep)
         outs = (ctypes.c_void_p * max(1, num_outputs))()
         rc = self._lib.lib.aoti_host_program_run_method(handle, index, session._handle if session else None, views,
                                                         len(inputs), outs, num_outputs)
@@ -519,6 +500,39 @@ class Program(_Owned):
             return [_cuda.to_torch(w) for w in wrapped] if output_type == "torch" else wrapped
         host = [self._lib.take_output(h) for h in handles]
         return [to_torch(a) for a in host] if output_type == "torch" else host
+
+    def _input_view(self, arr: Any, i: int, on_cuda: bool, keep: list[Any]) -> Any:
+        """The TensorView of input `i`: a DLPack producer, a device buffer (`__cuda_array_interface__`) or
+        anything numpy takes; what it points into is appended to `keep`."""
+        if not isinstance(arr, np.ndarray) and _dlpack.is_producer(arr):
+            return self._dlpack_view(arr, i, on_cuda, keep)
+        if hasattr(arr, "__cuda_array_interface__"):
+            if not on_cuda:
+                msg = f"input {i}: a device buffer, but {self.path} was loaded on the CPU; load(..., device='cuda')"
+                raise InputError(msg)
+            from toolchain.runtime import cuda as _cuda
+
+            ptr, dt, shape, st, dev = _cuda.device_view(arr, i)
+            code = _TO_CODE.get(dt)
+            if code is None:
+                msg = f"input {i}: dtype {dt} is not supported"
+                raise InputError(msg, fix="pass a torch tensor or another DLPack producer (bfloat16 included)")
+            sizes = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+            strides = (ctypes.c_int64 * max(1, len(shape)))(*st)
+            keep.append((arr, sizes, strides))
+            return _View(ptr, code, len(shape), sizes, strides, _cuda.CUDA_DEVICE_TYPE, dev)
+        a = np.asarray(arr)
+        code = _TO_CODE.get(a.dtype)
+        if code is None or not a.dtype.isnative:
+            msg = (f"input {i}: dtype {a.dtype} is not supported (use float16/32/64, bfloat16 (ml_dtypes), "
+                   "int8-64, uint8 or bool)")
+            raise InputError(msg)
+        if any(s % a.itemsize for s in a.strides):
+            a = np.ascontiguousarray(a)
+        sizes = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
+        strides = (ctypes.c_int64 * max(1, a.ndim))(*[s // a.itemsize for s in a.strides])
+        keep.append((a, sizes, strides))
+        return _View(a.ctypes.data, code, a.ndim, sizes, strides, 0, 0)
 
     def _dlpack_view(self, arr: Any, i: int, on_cuda: bool, keep: list[Any]) -> Any:
         """The TensorView of a DLPack producer (torch, JAX, cupy, ...): host memory for any program, device
