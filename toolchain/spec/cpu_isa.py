@@ -75,8 +75,9 @@ def load_isa_spec(path: str | os.PathLike[str] = SPEC) -> IsaSpec:
 
 def _isa_from(stored: tuple) -> IsaSpec:
     """An IsaSpec from the parsed cache's plain copy of one."""
-    levels, exports, vec_bits, extensions = stored
-    return IsaSpec(levels, exports, vec_bits, {name: Extension._make(e) for name, e in extensions.items()})
+    levels, exports, vec_bits, extensions, default_export = stored
+    return IsaSpec(levels, exports, vec_bits, {name: Extension._make(e) for name, e in extensions.items()},
+                   default_export)
 
 
 def _load(path: str | os.PathLike[str]) -> IsaSpec:

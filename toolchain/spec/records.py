@@ -17,8 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import tomllib
-
+from toolchain import parsed_cache
 from toolchain.errors import SpecError
 
 SPEC = Path(__file__).resolve().parent / "records.toml"
@@ -61,6 +60,24 @@ def _bad(path: Path, where: str, why: str, fix: str) -> SpecError:
 
 @cache
 def load_records(path: str | os.PathLike[str] = SPEC) -> Records:
+    """The records of `path`; the packaged table through the user's parsed cache (toolchain.parsed_cache)."""
+    if Path(path) == SPEC:
+        return parsed_cache.load("records", (SPEC, __file__), lambda: _load(SPEC), _records_from, _plain)
+    return _load(path)
+
+
+def _plain(records: Records) -> dict:
+    return {o.name: (dict(o.keys), tuple(o.required)) for o in records.objects.values()}
+
+
+def _records_from(stored: dict) -> Records:
+    return Records({name: RecordObject(name, dict(keys), tuple(required)) for name, (keys, required) in stored.items()},
+                   SPEC)
+
+
+def _load(path: str | os.PathLike[str]) -> Records:
+    import tomllib  # only when the file is parsed (not for an entry of the parsed cache)
+
     p = Path(path)
     data = tomllib.loads(p.read_text(encoding="utf-8"))
     if data.get("schema") != 1:
