@@ -1,6 +1,7 @@
 // aoti_torch_cuda_* fallback ops: mm/addmm/bmm through cuBLAS (cublasGemmEx, no TF32: float32 results
-// match eager torch with its default allow_tf32=False), a direct convolution kernel, plain and
-// transposed (no cuDNN), and the cuBLAS path of attention (attention_gemm).
+// match eager torch with its default allow_tf32=False), convolution through cuDNN (cudnn_conv.cpp) with a
+// direct convolution kernel, plain and transposed, where cuDNN is missing or refuses a shape, and the cuBLAS
+// path of attention (attention_gemm).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -19,6 +20,7 @@
 #include "aoti_host/shims.h"
 #include "shims/cpu_kernels.h"
 #include "shims/cuda/cuda_util.h"
+#include "shims/cuda/cudnn_conv.h"
 #include "shims/cuda/op_kernels.h"
 #include "shims/shim_util.h"
 
@@ -562,9 +564,11 @@ AOTI_HOST_API AOTITorchError aoti_torch_cuda_convolution(AtenTensorHandle input,
     fill(s.in_strides, in), fill(s.w_strides, w), fill(s.out_strides, *out);
     s.has_bias = b != nullptr;
     s.bias_stride = b != nullptr && b->dim() == 1 ? b->strides()[0] : 1;
-    aoti_host::cuda::launch_convolution(in.dtype(), out->data_ptr(), in.data_ptr(), w.data_ptr(),
-                                        b != nullptr ? b->data_ptr() : nullptr, s,
-                                        aoti_host::cuda::stream_of(device));
+    // cuDNN where it is loaded and takes the shape; else (logged once) the direct kernel, which takes any strides
+    if (!aoti_host::cuda::cudnn_convolution(in, w, b, *out, s, aoti_host::cuda::stream_of(device)))
+      aoti_host::cuda::launch_convolution(in.dtype(), out->data_ptr(), in.data_ptr(), w.data_ptr(),
+                                          b != nullptr ? b->data_ptr() : nullptr, s,
+                                          aoti_host::cuda::stream_of(device));
     *ret0 = to_handle(out.release());
   });
 }

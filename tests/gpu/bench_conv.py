@@ -1,0 +1,133 @@
+"""Times the runtime's CUDA convolution (aoti_torch_cuda_convolution: cuDNN, else the direct kernel) against
+torch's own (aten.convolution, cuDNN) on the same inputs, layer by layer.
+
+    AOTI_HOST_LIBRARY=.../libaoti_host.so python tests/gpu/bench_conv.py [--quick]
+Prints one line per shape and dtype: milliseconds per call (CUDA events around 20 calls after 3 warm-up
+calls) of ours through cuDNN, of ours on the direct kernel (a child process with AOTI_HOST_CUDNN=off; --quick
+skips it), and of torch's, with the ratios to torch. Both sides run with torch's defaults (float32 may use
+TF32, torch.backends.cudnn.allow_tf32=True, benchmark=False); the float32-ieee rows turn TF32 off on both
+(allow_tf32=False, AOTI_HOST_CUDNN_ALLOW_TF32=0). Every row checks ours against torch's output first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from tests.gpu.test_cuda_ops import Host  # noqa: E402
+
+# name: (input sizes, c_out, kernel, stride, padding, groups, transposed, output_padding)
+SHAPES = {
+    "resnet18 stem 7x7/2": ((8, 3, 224, 224), 64, 7, 2, 3, 1, False, 0),
+    "resnet18 3x3 64": ((8, 64, 56, 56), 64, 3, 1, 1, 1, False, 0),
+    "resnet18 3x3/2 128": ((8, 64, 56, 56), 128, 3, 2, 1, 1, False, 0),
+    "resnet18 3x3 256": ((8, 256, 14, 14), 256, 3, 1, 1, 1, False, 0),
+    "resnet18 1x1/2 512": ((8, 256, 14, 14), 512, 1, 2, 0, 1, False, 0),
+    "mobilenet dw 3x3 96": ((8, 96, 56, 56), 96, 3, 1, 1, 96, False, 0),
+    "mobilenet dw 5x5/2 240": ((8, 240, 28, 28), 240, 5, 2, 2, 240, False, 0),
+    "resnext grouped 3x3 g32": ((8, 256, 28, 28), 256, 3, 1, 1, 32, False, 0),
+    "decoder transposed 4x4/2": ((8, 128, 28, 28), 64, 4, 2, 1, 1, True, 0),
+    "conv1d k5 (audio)": ((8, 256, 4000), 256, 5, 1, 2, 1, False, 0),
+}
+ROWS = [("float32", torch.float32, True), ("float32-ieee", torch.float32, False), ("float16", torch.float16, True),
+        ("bfloat16", torch.bfloat16, True)]
+LAYOUTS = ("nchw", "channels_last")
+
+
+def timed(fn, iters: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def operands(shape, dtype, layout):
+    sizes, c_out, k, stride, pad, groups, transposed, out_pad = shape
+    g = torch.Generator(device="cuda").manual_seed(0)
+    nd = len(sizes) - 2
+    x = torch.randn(sizes, generator=g, device="cuda").to(dtype)
+    w_sizes = (sizes[1], c_out // groups, *[k] * nd) if transposed else (c_out, sizes[1] // groups, *[k] * nd)
+    w = (torch.randn(w_sizes, generator=g, device="cuda") / (w_sizes[1] * k**nd) ** 0.5).to(dtype)
+    if layout == "channels_last" and nd == 2:
+        x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
+    b = torch.randn(c_out, generator=g, device="cuda").to(dtype)
+    args = ([stride] * nd, [pad] * nd, [1] * nd, int(transposed), [out_pad] * nd, groups)
+    return x, w, b, args
+
+
+def measure(names, rows, layouts, check: bool) -> dict:
+    host = Host()
+    out = {}
+    for name in names:
+        for row, dtype, tf32 in rows:
+            for layout in layouts:
+                if layout == "channels_last" and len(SHAPES[name][0]) != 4:
+                    continue
+                torch.backends.cudnn.allow_tf32 = tf32
+                os.environ["AOTI_HOST_CUDNN_ALLOW_TF32"] = "1" if tf32 else "0"
+                x, w, b, args = operands(SHAPES[name], dtype, layout)
+                stride, pad, dil, transposed, out_pad, groups = args
+
+                def theirs(x=x, w=w, b=b, a=args):
+                    return torch.ops.aten.convolution(x, w, b, a[0], a[1], a[2], bool(a[3]), a[4], a[5])
+
+                def ours(x=x, w=w, b=b, a=args):
+                    host.launch("convolution", x, w, b, *a)
+                    host.release()
+
+                err = None
+                if check:
+                    want = theirs()
+                    got = host("convolution", x, w, b, *args)
+                    host.release()
+                    err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+                out[f"{name}|{row}|{layout}"] = {"ours": timed(ours, 20 if check else 5),
+                                                 "torch": timed(theirs) if check else None, "err": err}
+    return out
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    if "--child" in sys.argv:  # the direct kernel's timings (AOTI_HOST_CUDNN=off in this process)
+        print("CHILD " + json.dumps(measure(list(SHAPES), ROWS, LAYOUTS, check=False)))
+        return 0
+    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+          f"torch.backends.cudnn.allow_tf32 default {torch.backends.cudnn.allow_tf32}, "
+          f"benchmark {torch.backends.cudnn.benchmark}", flush=True)
+    res = measure(list(SHAPES), ROWS, LAYOUTS, check=True)
+    direct = {}
+    if not quick:
+        env = {**os.environ, "AOTI_HOST_CUDNN": "off"}
+        proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
+                              timeout=400)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("CHILD ")), None)
+        direct = json.loads(line[6:]) if line else {}
+        if not line:
+            print("direct-kernel child failed:", proc.stderr[-2000:])
+    worst = 0.0
+    for key, r in res.items():
+        name, row, layout = key.split("|")
+        d = direct.get(key, {}).get("ours")
+        dtxt = f"direct {d:8.3f} ms ({d / r['torch']:6.1f}x)" if d else ""
+        worst = max(worst, r["ours"] / r["torch"])
+        print(f"{name:26s} {row:13s} {layout:13s}: cudnn {r['ours']:7.3f} ms ({r['ours'] / r['torch']:5.2f}x)  "
+              f"torch {r['torch']:7.3f} ms  {dtxt}  max rel err {r['err']:.1e}", flush=True)
+    print(f"worst ours/torch (cuDNN path): {worst:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
