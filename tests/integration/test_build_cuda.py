@@ -162,6 +162,10 @@ def test_cuda_variant_compiles_and_links_here(tmp_path):
     lib = variant / "dist" / "lib" / "libaoti_host.so"
     needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
     assert "libcudart.so" in needed and "libcublas.so" in needed, needed
+    # cuDNN is opened at run time (runtime/src/shims/cuda/cudnn_api.h), never linked: no build dependency
+    assert "libcudnn" not in needed, needed
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(lib)], capture_output=True, text=True).stdout
+    assert "cudnn" not in undefined, [ln for ln in undefined.splitlines() if "cudnn" in ln]
     assert {r.defines["CUDA_AVAILABLE"] for r in read_config_records(lib)} == {"1"}
     recorded = {Path(r.object_name).name for r in read_config_records(lib)}
     assert {s.name for s in cuda_sources} <= recorded, recorded
