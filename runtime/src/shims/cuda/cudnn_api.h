@@ -101,6 +101,10 @@ struct AlgoPerf {
     (::aoti_host::cudnn::Handle, const ::aoti_host::cudnn::TensorDesc, const ::aoti_host::cudnn::FilterDesc,       \
      const ::aoti_host::cudnn::ConvDesc, const ::aoti_host::cudnn::TensorDesc, const int, int*,                    \
      ::aoti_host::cudnn::AlgoPerf*))                                                                               \
+  X(cudnnFindConvolutionForwardAlgorithmEx, ::aoti_host::cudnn::Status,                                            \
+    (::aoti_host::cudnn::Handle, const ::aoti_host::cudnn::TensorDesc, const void*,                                \
+     const ::aoti_host::cudnn::FilterDesc, const void*, const ::aoti_host::cudnn::ConvDesc,                        \
+     const ::aoti_host::cudnn::TensorDesc, void*, const int, int*, ::aoti_host::cudnn::AlgoPerf*, void*, size_t))  \
   X(cudnnGetConvolutionForwardWorkspaceSize, ::aoti_host::cudnn::Status,                                           \
     (::aoti_host::cudnn::Handle, const ::aoti_host::cudnn::TensorDesc, const ::aoti_host::cudnn::FilterDesc,       \
      const ::aoti_host::cudnn::ConvDesc, const ::aoti_host::cudnn::TensorDesc, ::aoti_host::cudnn::FwdAlgo,        \
@@ -113,6 +117,10 @@ struct AlgoPerf {
     (::aoti_host::cudnn::Handle, const ::aoti_host::cudnn::FilterDesc, const ::aoti_host::cudnn::TensorDesc,       \
      const ::aoti_host::cudnn::ConvDesc, const ::aoti_host::cudnn::TensorDesc, const int, int*,                    \
      ::aoti_host::cudnn::AlgoPerf*))                                                                               \
+  X(cudnnFindConvolutionBackwardDataAlgorithmEx, ::aoti_host::cudnn::Status,                                       \
+    (::aoti_host::cudnn::Handle, const ::aoti_host::cudnn::FilterDesc, const void*,                                \
+     const ::aoti_host::cudnn::TensorDesc, const void*, const ::aoti_host::cudnn::ConvDesc,                        \
+     const ::aoti_host::cudnn::TensorDesc, void*, const int, int*, ::aoti_host::cudnn::AlgoPerf*, void*, size_t))  \
   X(cudnnGetConvolutionBackwardDataWorkspaceSize, ::aoti_host::cudnn::Status,                                      \
     (::aoti_host::cudnn::Handle, const ::aoti_host::cudnn::FilterDesc, const ::aoti_host::cudnn::TensorDesc,       \
      const ::aoti_host::cudnn::ConvDesc, const ::aoti_host::cudnn::TensorDesc, ::aoti_host::cudnn::BwdDataAlgo,    \

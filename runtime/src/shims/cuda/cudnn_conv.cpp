@@ -42,8 +42,8 @@ using cudnn::Api;
 
 constexpr int kCudnnMajor = 9;
 constexpr int kCudaMajor = CUDART_VERSION / 1000;
-// The largest workspace a plan may take; algorithms ranked first that want more are passed over.
-constexpr size_t kMaxWorkspace = size_t{1} << 30;
+// The largest workspace a plan may take; algorithms that want more are passed over.
+constexpr size_t kMaxWorkspace = size_t{256} << 20;
 
 std::string package_name() { return "nvidia-cudnn-cu" + std::to_string(kCudaMajor); }
 
@@ -185,6 +185,15 @@ bool allow_tf32() {
   return v == nullptr || *v == '\0' || std::strcmp(v, "0") != 0;
 }
 
+// AOTI_HOST_CUDNN_BENCHMARK: unset or 1, each shape's algorithm is the fastest cudnnFind measures on its first
+// call (outside graph capture); 0, the one cuDNN's heuristics rank first (torch's cudnn.benchmark=False). The
+// legacy API's heuristics pick algorithms many times slower than torch's for some shapes (bfloat16 transposed
+// convolutions: 62x, tests/gpu/bench_conv.py), which measuring avoids.
+bool benchmark() {
+  const char* v = std::getenv("AOTI_HOST_CUDNN_BENCHMARK");
+  return v == nullptr || *v == '\0' || std::strcmp(v, "0") != 0;
+}
+
 std::string status_str(const Api& api, cudnn::Status s) {
   const char* name = api.cudnnGetErrorString(s);
   return name != nullptr ? name : "CUDNN_STATUS_" + std::to_string(s);
@@ -250,8 +259,10 @@ struct Plan {
   cudnn::TensorDesc x = nullptr, y = nullptr, b = nullptr;
   cudnn::FilterDesc w = nullptr;
   cudnn::ConvDesc conv = nullptr;
+  bool transposed = false;
   int algo = 0;
   size_t workspace = 0;
+  const char* chosen_by = "heuristics";
   std::string why_not;
   ~Plan() {
     if (api == nullptr) return;
@@ -278,6 +289,7 @@ void build_plan(Plan& p, const Api& api, cudnn::Handle h, int32_t dtype, const C
                 const std::vector<int64_t>& out_sizes, bool cl, bool has_bias) {
   p.api = &api;
   p.channels_last = cl;
+  p.transposed = s.transposed;
   cudnn::DataType data = cudnn::kDataFloat, compute = cudnn::kDataFloat;
   cudnn::MathType math = cudnn::kDefaultMath;
   switch (dtype) {
@@ -350,6 +362,47 @@ void build_plan(Plan& p, const Api& api, cudnn::Handle h, int32_t dtype, const C
   p.why_not = "no algorithm (of " + std::to_string(returned) + " ranked) accepts it";
 }
 
+size_t workspace_size(const Api& api, cudnn::Handle h, const Plan& p, int algo) {
+  size_t bytes = 0;
+  const cudnn::Status st =
+      p.transposed ? api.cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.x, p.conv, p.y, algo, &bytes)
+                   : api.cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, algo, &bytes);
+  return st == cudnn::kStatusSuccess ? bytes : SIZE_MAX;
+}
+
+// Replaces the heuristics' choice by the fastest algorithm cudnnFind measures on these operands (it runs each
+// one, writing `y`, and synchronizes: never while capturing). Keeps the heuristics' choice where it fails.
+void choose_by_find(Plan& p, const Api& api, cudnn::Handle h, const void* x, const void* w, void* y, int device) {
+  const int count = p.transposed ? cudnn::kBwdDataAlgoCount : cudnn::kFwdAlgoCount;
+  size_t ws_max = 0;
+  for (int a = 0; a < count; ++a) {
+    const size_t bytes = workspace_size(api, h, p, a);
+    if (bytes != SIZE_MAX && bytes <= kMaxWorkspace) ws_max = std::max(ws_max, bytes);
+  }
+  std::unique_ptr<Tensor> ws;
+  try {
+    if (ws_max > 0) ws.reset(new_cuda(dtype_code::kUInt8, {static_cast<int64_t>(ws_max)}, device));
+  } catch (const Error&) {
+    return;  // no memory for the largest workspace: the heuristics' choice stands
+  }
+  void* wsp = ws ? ws->data_ptr() : nullptr;
+  std::array<cudnn::AlgoPerf, 16> perf{};
+  int returned = 0;
+  const cudnn::Status st =
+      p.transposed ? api.cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, w, p.x, x, p.conv, p.y, y, count, &returned,
+                                                                     perf.data(), wsp, ws_max)
+                   : api.cudnnFindConvolutionForwardAlgorithmEx(h, p.x, x, p.w, w, p.conv, p.y, y, count, &returned,
+                                                                perf.data(), wsp, ws_max);
+  if (st != cudnn::kStatusSuccess) return;
+  for (int i = 0; i < returned; ++i) {  // fastest first
+    if (perf[i].status != cudnn::kStatusSuccess) continue;
+    const size_t bytes = workspace_size(api, h, p, perf[i].algo);
+    if (bytes > ws_max) continue;
+    p.algo = perf[i].algo, p.workspace = bytes, p.chosen_by = "cudnnFind";
+    return;
+  }
+}
+
 std::string plan_key(int device, int32_t dtype, const ConvSpec& s, const std::vector<int64_t>& in_sizes,
                      const std::vector<int64_t>& w_sizes, bool cl, bool has_bias) {
   std::vector<int64_t> k{device, dtype, s.transposed, s.groups, cl, has_bias, allow_tf32(),
@@ -407,17 +460,20 @@ bool cudnn_convolution(const Tensor& in, const Tensor& weight, const Tensor* bia
     if (it != plans.end()) plan = it->second;
   }
   cudnn::Handle h = handle_for(api, device, stream);
+  std::shared_ptr<Plan> fresh;
   if (plan == nullptr) {
-    auto fresh = std::make_shared<Plan>();
+    fresh = std::make_shared<Plan>();
     build_plan(*fresh, api, h, in.dtype(), s, spatial, in.sizes(), weight.sizes(), out.sizes(), cl, has_bias);
-    std::lock_guard<std::mutex> lock(mu);
-    plan = plans.emplace(key, std::move(fresh)).first->second;
-    if (!plan->ok) {
+    if (!fresh->ok) {
+      std::lock_guard<std::mutex> lock(mu);
+      plans.emplace(key, fresh);
       log(refused_logged ? LogLevel::Info : LogLevel::Warning,
           "cuDNN refuses the %s (%s): it runs on the runtime's own direct kernel",
-          describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), plan->why_not.c_str());
+          describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), fresh->why_not.c_str());
       refused_logged = true;
+      return false;
     }
+    plan = fresh;
   }
   if (!plan->ok) return false;
   // Operands in the plan's layout (ATen likewise makes input and weight contiguous in the suggested format).
@@ -429,6 +485,14 @@ bool cudnn_convolution(const Tensor& in, const Tensor& weight, const Tensor* bia
   }
   const Tensor& x = in_c ? *in_c : in;
   const Tensor& w = w_c ? *w_c : weight;
+  if (fresh != nullptr) {  // a new shape: measure its algorithms once where allowed, then share the plan
+    if (benchmark() && !capturing(stream)) choose_by_find(*fresh, api, h, x.data_ptr(), w.data_ptr(), out.data_ptr(), device);
+    log(LogLevel::Debug, "cuDNN plan for the %s: algorithm %d (%s), workspace %zu bytes",
+        describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), fresh->algo, fresh->chosen_by,
+        fresh->workspace);
+    std::lock_guard<std::mutex> lock(mu);
+    plan = plans.emplace(key, fresh).first->second;
+  }
   std::unique_ptr<Tensor> ws;
   if (plan->workspace > 0)
     ws.reset(new_cuda(dc::kUInt8, {static_cast<int64_t>(plan->workspace)}, device));
