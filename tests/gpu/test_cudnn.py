@@ -198,9 +198,9 @@ def test_every_case_runs_through_cudnn():
     assert not bad, bad
 
 
-def test_algorithms_measured_by_default_and_ranked_with_benchmark_off():
-    """Each new shape's algorithm is the fastest cudnnFind measures; AOTI_HOST_CUDNN_BENCHMARK=0 takes the
-    heuristics' first instead. Both match eager."""
+def test_algorithms_ranked_by_default_and_measured_with_benchmark_on():
+    """Each new shape's algorithm is the heuristics' first; AOTI_HOST_CUDNN_BENCHMARK=1 takes the fastest
+    cudnnFind measures instead. Both match eager."""
     names = ["conv2d", "depthwise", "transposed2d", "conv1d"]
     for bench, want, other in (("1", "(cudnnFind)", "(heuristics)"), ("0", "(heuristics)", "(cudnnFind)")):
         results, log = run_child(names, AOTI_HOST_LOG="debug", AOTI_HOST_CUDNN_BENCHMARK=bench)
