@@ -90,7 +90,7 @@ def prepare_build_dirs(build_dir: Path | None = None) -> Path:
 
 # Triton-only GEMM/conv backends: the plugin then needs no aoti_torch_cuda_mm_out/addmm_out/convolution
 # fallbacks (the upstream CUDA backend does the same). Our runtime implements those fallbacks
-# (cuBLAS, a direct convolution, plain and transposed), so this is optional.
+# (cuBLAS; cuDNN, else a direct convolution, plain and transposed), so this is optional.
 TRITON_ONLY = {
     "max_autotune": True,
     "max_autotune_gemm_backends": "TRITON",
