@@ -398,7 +398,8 @@ def test_both_read_the_keys_of_one_schema(mlp_blob, host_build):
         if not verify_ok:
             refused += 1
             assert key in verify_says and key in run_says, f"{name}: {verify_says} / {run_says}"
-    assert refused >= 25  # what the runtime checks of the three records (a check lost on both sides shows here)
+    # 45 of the 100 cases are refused today: a check lost on both sides at once shows here
+    assert refused >= 45
 
 
 def _decide(pkg: Path, d: Path, host_build, name: str, replace: dict[str, bytes] | None = None
