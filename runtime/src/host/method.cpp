@@ -470,8 +470,13 @@ void Method::CudaStateDeleter::operator()(cuda::MethodState* s) const {
 #endif
 }
 
-void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs,
-                  size_t num_outputs) {
+std::string Method::input_name(size_t i) const {
+  const std::string& name = contract_.inputs[i].name;
+  return path_ + ": input " + std::to_string(i) + (name.empty() ? "" : " (" + name + ")");
+}
+
+void Method::check_run_arguments(const aoti_host_tensor_view* inputs, size_t num_inputs,
+                                 const AtenTensorHandle* outputs, size_t num_outputs) const {
   if (weights_pending_) throw Error(path_ + ": its weights are not loaded yet", AOTI_HOST_INVALID_PROGRAM);
   if (num_inputs != num_inputs_)
     throw Error(path_ + ": the model takes " + std::to_string(num_inputs_) + " input(s), got " +
@@ -480,7 +485,98 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
     throw Error(path_ + ": room for " + std::to_string(num_outputs) + " output(s), the model produces " +
                     std::to_string(num_outputs_), AOTI_HOST_INVALID_ARGUMENT);
   if (num_inputs > 0 && inputs == nullptr) throw Error("inputs is NULL", AOTI_HOST_INVALID_ARGUMENT);
+}
 
+void Method::check_contract(size_t i, int32_t dtype, const std::vector<int64_t>& sizes) const {
+  const TensorContract& c = contract_.inputs[i];
+  if (dtype != c.dtype)
+    throw Error(input_name(i) + ": dtype " + dtype_name(dtype) + ", the model was exported for " + dtype_name(c.dtype),
+                AOTI_HOST_INVALID_ARGUMENT);
+  if (sizes.size() != c.sizes.size())
+    throw Error(input_name(i) + ": shape " + dims(sizes) + " has rank " + std::to_string(sizes.size()) +
+                    ", the model was exported for shape " + dims(c.sizes), AOTI_HOST_INVALID_ARGUMENT);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] >= c.min_sizes[d] && sizes[d] <= c.max_sizes[d]) continue;
+    std::string range = c.sizes[d] >= 0 ? std::to_string(c.sizes[d])
+                                        : std::to_string(c.min_sizes[d]) + ".." + std::to_string(c.max_sizes[d]);
+    // A contract narrowed to >= 2 records torch's 0/1 specialisation: say how to get the small sizes.
+    const std::string why =
+        sizes[d] <= 1 && c.min_sizes[d] == 2
+            ? "; torch compiled it for sizes >= 2 there (it specialises sizes 0 and 1 while tracing): "
+              "re-export with aoti-toolchain export and a minimum of 0 or 1, which compiles size-obliviously"
+            : "";
+    throw Error(input_name(i) + ": shape " + dims(sizes) + ", dimension " + std::to_string(d) + " must be " + range +
+                    " (the model was exported for shape " + dims(c.sizes) + why + ")",
+                AOTI_HOST_INVALID_ARGUMENT);
+  }
+}
+
+std::vector<int64_t> Method::plugin_strides(size_t i, const std::vector<int64_t>& sizes) const {
+  std::vector<int64_t> want = expected_strides(contract_.inputs[i].strides, sizes);
+  if (layouts_[i].empty()) return want;
+  if (layouts_[i].size() != sizes.size())
+    throw Error(input_name(i) + ": the layout given for it has " + std::to_string(layouts_[i].size()) +
+                    " strides, the input has shape " + dims(sizes), AOTI_HOST_INVALID_ARGUMENT);
+  std::vector<int64_t> given = expected_strides(layouts_[i], sizes);
+  if (has_contract_ && !same_layout(sizes, given, want))
+    throw Error(input_name(i) + ": the layout given for it (" + layout_name(sizes, given) + ") is not the one the "
+                    "package's contract records for the plugin (" + layout_name(sizes, want) +
+                    "); drop the layout: with a contract the runtime knows it", AOTI_HOST_INVALID_ARGUMENT);
+  return given;
+}
+
+Tensor* Method::input_tensor(size_t i, const aoti_host_tensor_view& v, std::vector<char>* caller_memory) const {
+  if (v.ndim < 0 || (v.ndim > 0 && v.sizes == nullptr))
+    throw Error(input_name(i) + ": ndim/sizes invalid", AOTI_HOST_INVALID_ARGUMENT);
+  if (v.device_type != 0 && !(cuda_ && v.device_type == device_code::kCUDA))
+    throw Error(input_name(i) + ": on device type " + std::to_string(v.device_type) + "; this program runs on " +
+                    (cuda_ ? "cuda (give host or cuda memory)" : "the CPU"), AOTI_HOST_INVALID_ARGUMENT);
+  if (!dtype_is_supported(v.dtype))
+    throw Error(input_name(i) + ": dtype " + dtype_name(v.dtype) + " is not supported", AOTI_HOST_INVALID_ARGUMENT);
+  std::vector<int64_t> sizes(v.sizes, v.sizes + v.ndim);
+  std::vector<int64_t> strides =
+      v.strides != nullptr ? std::vector<int64_t>(v.strides, v.strides + v.ndim) : Tensor::contiguous_strides(sizes);
+  int64_t numel = 1;
+  for (auto s : sizes) {
+    if (s < 0) throw Error(input_name(i) + ": negative size", AOTI_HOST_INVALID_ARGUMENT);
+    numel *= s;
+  }
+  if (numel > 0 && v.data == nullptr) throw Error(input_name(i) + ": data is NULL", AOTI_HOST_INVALID_ARGUMENT);
+  if (has_contract_) check_contract(i, v.dtype, sizes);
+  std::vector<int64_t> want = plugin_strides(i, sizes);
+  const bool convert = !same_layout(sizes, strides, want);
+  if (convert && strict_)
+    throw Error(input_name(i) + ": " + layout_name(sizes, strides) + ", the plugin was built for " +
+                    layout_name(sizes, want) + "; strict mode refuses to convert: pass the array in that layout "
+                    "or drop --strict", AOTI_HOST_INVALID_ARGUMENT);
+  if (convert)  // the plugin indexes inputs with the strides it was built for and never checks them
+    log(LogLevel::Debug, "%s: %s converted to the plugin's %s", input_name(i).c_str(),
+        layout_name(sizes, strides).c_str(), layout_name(sizes, want).c_str());
+  Tensor* t = Tensor::from_blob(v.data, v.dtype, std::move(sizes), std::move(strides), 0, v.device_type,
+                                v.device_type ? v.device_index : 0);
+  if (convert) {
+    std::unique_ptr<Tensor> borrowed(t);
+    t = Tensor::empty_strided(v.dtype, borrowed->sizes(), std::move(want), t->device_type(), t->device_index());
+    AtenTensorHandle dst = to_handle(t);
+    if (aoti_torch_copy_(dst, to_handle(borrowed.get()), 0) != AOTI_TORCH_SUCCESS) {
+      delete t;
+      throw Error(input_name(i) + ": layout conversion failed: " + last_error(), AOTI_HOST_INTERNAL);
+    }
+  }
+#if CUDA_AVAILABLE
+  if (cuda_) {  // host inputs are copied to the device; device inputs are used as they are
+    caller_memory->push_back(!convert && v.device_type == device_code::kCUDA);
+    t = cuda_->to_device(t);
+  }
+#else
+  (void)caller_memory;
+#endif
+  return t;
+}
+
+void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs,
+                 size_t num_outputs) {
+  check_run_arguments(inputs, num_inputs, outputs, num_outputs);
   std::vector<AtenTensorHandle> handles;
   handles.reserve(num_inputs);
   std::vector<char> caller_memory;  // CUDA: input i is the caller's device memory, used in place
@@ -488,89 +584,7 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
     for (auto h : handles) delete from_handle(h);
   };
   try {
-    for (size_t i = 0; i < num_inputs; ++i) {
-      const aoti_host_tensor_view& v = inputs[i];
-      const TensorContract& c = contract_.inputs[i];
-      // The input's name for messages, built only when one is raised (not on every call).
-      auto what = [&]() { return path_ + ": input " + std::to_string(i) + (c.name.empty() ? "" : " (" + c.name + ")"); };
-      if (v.ndim < 0 || (v.ndim > 0 && v.sizes == nullptr))
-        throw Error(what() + ": ndim/sizes invalid", AOTI_HOST_INVALID_ARGUMENT);
-      if (v.device_type != 0 && !(cuda_ && v.device_type == device_code::kCUDA))
-        throw Error(what() + ": on device type " + std::to_string(v.device_type) + "; this program runs on " +
-                        (cuda_ ? "cuda (give host or cuda memory)" : "the CPU"), AOTI_HOST_INVALID_ARGUMENT);
-      if (!dtype_is_supported(v.dtype))
-        throw Error(what() + ": dtype " + dtype_name(v.dtype) + " is not supported", AOTI_HOST_INVALID_ARGUMENT);
-      std::vector<int64_t> sizes(v.sizes, v.sizes + v.ndim);
-      std::vector<int64_t> strides =
-          v.strides != nullptr ? std::vector<int64_t>(v.strides, v.strides + v.ndim) : Tensor::contiguous_strides(sizes);
-      int64_t numel = 1;
-      for (auto s : sizes) {
-        if (s < 0) throw Error(what() + ": negative size", AOTI_HOST_INVALID_ARGUMENT);
-        numel *= s;
-      }
-      if (numel > 0 && v.data == nullptr) throw Error(what() + ": data is NULL", AOTI_HOST_INVALID_ARGUMENT);
-      if (has_contract_) {
-        if (v.dtype != c.dtype)
-          throw Error(what() + ": dtype " + dtype_name(v.dtype) + ", the model was exported for " + dtype_name(c.dtype),
-                      AOTI_HOST_INVALID_ARGUMENT);
-        if (sizes.size() != c.sizes.size())
-          throw Error(what() + ": shape " + dims(sizes) + " has rank " + std::to_string(sizes.size()) +
-                          ", the model was exported for shape " + dims(c.sizes), AOTI_HOST_INVALID_ARGUMENT);
-        for (size_t d = 0; d < sizes.size(); ++d) {
-          if (sizes[d] < c.min_sizes[d] || sizes[d] > c.max_sizes[d]) {
-            std::string range = c.sizes[d] >= 0 ? std::to_string(c.sizes[d])
-                                                : std::to_string(c.min_sizes[d]) + ".." + std::to_string(c.max_sizes[d]);
-            // A contract narrowed to >= 2 records torch's 0/1 specialisation: say how to get the small sizes.
-            const std::string why =
-                sizes[d] <= 1 && c.min_sizes[d] == 2
-                    ? "; torch compiled it for sizes >= 2 there (it specialises sizes 0 and 1 while tracing): "
-                      "re-export with aoti-toolchain export and a minimum of 0 or 1, which compiles size-obliviously"
-                    : "";
-            throw Error(what() + ": shape " + dims(sizes) + ", dimension " + std::to_string(d) + " must be " + range +
-                            " (the model was exported for shape " + dims(c.sizes) + why + ")",
-                        AOTI_HOST_INVALID_ARGUMENT);
-          }
-        }
-      }
-      std::vector<int64_t> want = expected_strides(c.strides, sizes);
-      if (!layouts_[i].empty()) {
-        if (layouts_[i].size() != sizes.size())
-          throw Error(what() + ": the layout given for it has " + std::to_string(layouts_[i].size()) +
-                          " strides, the input has shape " + dims(sizes), AOTI_HOST_INVALID_ARGUMENT);
-        std::vector<int64_t> given = expected_strides(layouts_[i], sizes);
-        if (has_contract_ && !same_layout(sizes, given, want))
-          throw Error(what() + ": the layout given for it (" + layout_name(sizes, given) + ") is not the one the "
-                          "package's contract records for the plugin (" + layout_name(sizes, want) +
-                          "); drop the layout: with a contract the runtime knows it", AOTI_HOST_INVALID_ARGUMENT);
-        want = std::move(given);
-      }
-      const bool convert = !same_layout(sizes, strides, want);
-      if (convert && strict_)
-        throw Error(what() + ": " + layout_name(sizes, strides) + ", the plugin was built for " +
-                        layout_name(sizes, want) + "; strict mode refuses to convert: pass the array in that layout "
-                        "or drop --strict", AOTI_HOST_INVALID_ARGUMENT);
-      if (convert)  // the plugin indexes inputs with the strides it was built for and never checks them
-        log(LogLevel::Debug, "%s: %s converted to the plugin's %s", what().c_str(), layout_name(sizes, strides).c_str(),
-            layout_name(sizes, want).c_str());
-      Tensor* t = Tensor::from_blob(v.data, v.dtype, std::move(sizes), std::move(strides), 0, v.device_type,
-                                    v.device_type ? v.device_index : 0);
-      if (convert) {
-        std::unique_ptr<Tensor> borrowed(t);
-        t = Tensor::empty_strided(v.dtype, borrowed->sizes(), std::move(want), t->device_type(), t->device_index());
-        AtenTensorHandle dst = to_handle(t);
-        if (aoti_torch_copy_(dst, to_handle(borrowed.get()), 0) != AOTI_TORCH_SUCCESS) {
-          delete t;
-          throw Error(what() + ": layout conversion failed: " + last_error(), AOTI_HOST_INTERNAL);
-        }
-      }
-#if CUDA_AVAILABLE
-      if (cuda_) {  // host inputs are copied to the device; device inputs are used as they are
-        caller_memory.push_back(!convert && v.device_type == device_code::kCUDA);
-        t = cuda_->to_device(t);
-      }
-#endif
-      handles.push_back(to_handle(t));
-    }
+    for (size_t i = 0; i < num_inputs; ++i) handles.push_back(to_handle(input_tensor(i, inputs[i], &caller_memory)));
     if (has_contract_ && contract_.has_shared_sizes()) {
       // Inputs that share a size must agree before the plugin reads one by the other's extent.
       std::vector<const int64_t*> sizes(num_inputs);
@@ -583,6 +597,12 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
     throw;
   }
   for (size_t i = 0; i < num_outputs_; ++i) outputs[i] = nullptr;
+  auto free_outputs = [&]() {
+    for (size_t i = 0; i < num_outputs_; ++i) {
+      if (outputs[i] != nullptr) aoti_torch_delete_tensor_object(outputs[i]);
+      outputs[i] = nullptr;
+    }
+  };
   clear_last_error();
 #if CUDA_AVAILABLE
   if (cuda_) {
@@ -591,10 +611,7 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
                  [this](const char* call) { return path_ + ": " + plugin_error(call); });
     } catch (...) {
       release();
-      for (size_t i = 0; i < num_outputs_; ++i) {
-        if (outputs[i] != nullptr) aoti_torch_delete_tensor_object(outputs[i]);
-        outputs[i] = nullptr;
-      }
+      free_outputs();
       throw;
     }
     return;
@@ -609,35 +626,35 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
                                                    nullptr, nullptr);
   }
   if (rc != AOTI_RUNTIME_SUCCESS) {
-    for (size_t i = 0; i < num_outputs_; ++i) {
-      if (outputs[i] != nullptr) aoti_torch_delete_tensor_object(outputs[i]);
-      outputs[i] = nullptr;
-    }
-    std::string msg = plugin_error("AOTInductorModelContainerRun");
-    if (!has_contract_ && plugin_checks_inputs_ && msg.find("input_handles[") != std::string::npos) {
-      // The plugin's own input check refused the inputs (only on when there's no contract).
-      std::string why = " (the package has no contract, so the plugin checked them itself: give inputs of the "
-                        "shape and dtype it was built for, and its layout with -i FILE.npy:channels_last or "
-                        ":strides=...)";
-      if (msg.find("dim value is too small") != std::string::npos)
-        // torch specialises sizes 0 and 1 while tracing, so Dim(min=1) compiles a check for >= 2
-        why = " (torch compiled this plugin for the sizes its own check names: while tracing it specialises "
-              "sizes 0 and 1, so a dynamic dimension declared with min=1 is compiled for >= 2. To run smaller "
-              "sizes, re-export with aoti-toolchain export (it compiles size-obliviously when a minimum is 0 "
-              "or 1 and records the range that holds in the package), or with torch's "
-              "torch.fx.experimental._config.backed_size_oblivious=True around torch.export and the compile)";
-      throw Error(path_ + ": the plugin refused its inputs: " + msg + why, AOTI_HOST_INVALID_ARGUMENT);
-    }
-    if (!has_contract_ && plugin_checks_inputs_ && plugin_->fns.AOTInductorGetLastError == nullptr) {
-      // Plugins of torch < 2.13 print their reason on stderr and have no call to read it back: a failed input
-      // check can't be told from a failed kernel, so the message points at both.
-      throw Error(path_ + ": " + msg + " (this plugin has no AOTInductorGetLastError: its reason is on stderr "
-                      "above; if it says input_handles[...], the plugin refused its inputs: give inputs of the "
-                      "shape, dtype and layout it was built for, or re-export it with aoti-toolchain export so "
-                      "the host checks them against the package's contract)", AOTI_HOST_RUN_FAILED);
-    }
-    throw Error(path_ + ": " + msg, AOTI_HOST_RUN_FAILED);
+    free_outputs();
+    throw run_error(plugin_error("AOTInductorModelContainerRun"));
   }
+}
+
+Error Method::run_error(const std::string& msg) const {
+  if (!has_contract_ && plugin_checks_inputs_ && msg.find("input_handles[") != std::string::npos) {
+    // The plugin's own input check refused the inputs (only on when there's no contract).
+    std::string why = " (the package has no contract, so the plugin checked them itself: give inputs of the "
+                      "shape and dtype it was built for, and its layout with -i FILE.npy:channels_last or "
+                      ":strides=...)";
+    if (msg.find("dim value is too small") != std::string::npos)
+      // torch specialises sizes 0 and 1 while tracing, so Dim(min=1) compiles a check for >= 2
+      why = " (torch compiled this plugin for the sizes its own check names: while tracing it specialises "
+            "sizes 0 and 1, so a dynamic dimension declared with min=1 is compiled for >= 2. To run smaller "
+            "sizes, re-export with aoti-toolchain export (it compiles size-obliviously when a minimum is 0 "
+            "or 1 and records the range that holds in the package), or with torch's "
+            "torch.fx.experimental._config.backed_size_oblivious=True around torch.export and the compile)";
+    return Error(path_ + ": the plugin refused its inputs: " + msg + why, AOTI_HOST_INVALID_ARGUMENT);
+  }
+  if (!has_contract_ && plugin_checks_inputs_ && plugin_->fns.AOTInductorGetLastError == nullptr) {
+    // Plugins of torch < 2.13 print their reason on stderr and have no call to read it back: a failed input
+    // check can't be told from a failed kernel, so the message points at both.
+    return Error(path_ + ": " + msg + " (this plugin has no AOTInductorGetLastError: its reason is on stderr "
+                     "above; if it says input_handles[...], the plugin refused its inputs: give inputs of the "
+                     "shape, dtype and layout it was built for, or re-export it with aoti-toolchain export so "
+                     "the host checks them against the package's contract)", AOTI_HOST_RUN_FAILED);
+  }
+  return Error(path_ + ": " + msg, AOTI_HOST_RUN_FAILED);
 }
 
 void Method::set_input_layout(size_t i, std::vector<int64_t> strides) {

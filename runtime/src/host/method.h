@@ -21,7 +21,9 @@ class WeightPrefetch;  // aoti_host/cuda/cuda.h; likewise
 namespace cpu {
 class PackCache;  // shims/packed_gemm.h
 }
+class Error;
 class Package;
+class Tensor;
 struct Device;
 class Method;
 
@@ -128,6 +130,16 @@ class Method {
   std::unique_ptr<PlacedWeights> placed_weights_;
   std::shared_ptr<cpu::PackCache> pack_cache_;  // this method's (or its program's) packed weights
   bool place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check);
+
+  // The steps of run(), in order. input_tensor: input i checked (and converted to the plugin's layout, copied to
+  // the device on CUDA) as a new tensor the caller owns.
+  std::string input_name(size_t i) const;  // "<path>: input i (name)", for messages
+  void check_run_arguments(const aoti_host_tensor_view* inputs, size_t num_inputs, const AtenTensorHandle* outputs,
+                           size_t num_outputs) const;
+  Tensor* input_tensor(size_t i, const aoti_host_tensor_view& v, std::vector<char>* caller_memory) const;
+  void check_contract(size_t i, int32_t dtype, const std::vector<int64_t>& sizes) const;
+  std::vector<int64_t> plugin_strides(size_t i, const std::vector<int64_t>& sizes) const;
+  Error run_error(const std::string& msg) const;  // what a failed Run means, with the fix
 };
 
 }  // namespace aoti_host
