@@ -470,14 +470,14 @@ std::vector<int64_t> layout_strides(const std::string& layout, const std::string
   return st;
 }
 
-int run(const Args& args) {
+// The model and weights exist, the inputs read (a bad .npy is found before a possibly slow load), the output
+// directory made.
+std::vector<aoti_host::NpyArray> read_inputs(const Args& args) {
   // A directory is a program of several methods; anything else must be a regular file.
   struct stat model_st {};
   if (::stat(args.model.c_str(), &model_st) != 0 || !S_ISDIR(model_st.st_mode))
     require_file(args.model, "model (.pt2 package, plugin .so or methods.json)");
   if (args.has_weights) require_file(args.weights, "weights blob (--weights)");
-
-  // Inputs first: a bad .npy is found before a possibly slow load.
   std::vector<aoti_host::NpyArray> arrays;
   arrays.reserve(args.inputs.size());
   for (const auto& path : args.inputs) {
@@ -488,7 +488,10 @@ int run(const Args& args) {
     }
   }
   make_outdir(args.outdir);
+  return arrays;
+}
 
+ProgramPtr load_program(const Args& args) {
   aoti_host_load_options options{};
   options.weights_path = args.has_weights ? args.weights.c_str() : nullptr;
   options.device = args.device.c_str();
@@ -501,25 +504,36 @@ int run(const Args& args) {
     if (why.rfind(args.model + ": ", 0) == 0) why.erase(0, args.model.size() + 2);
     throw Failure{exit_code_for_status(load_status), "cannot load " + args.model + ": " + why};
   }
-  if (!program) throw Failure{exit_code_for_status(AOTI_HOST_INVALID_PROGRAM), "cannot load " + args.model + ": the runtime returned no program"};
+  if (!program)
+    throw Failure{exit_code_for_status(AOTI_HOST_INVALID_PROGRAM),
+                  "cannot load " + args.model + ": the runtime returned no program"};
   if (args.cuda_graphs) {
     int st = aoti_host_program_set_cuda_graphs(program.get(), true);
     // Every output is written (or freed) before the next run: the graph's own output memory serves.
     if (st == AOTI_HOST_OK) st = aoti_host_program_set_borrowed_graph_outputs(program.get(), true);
     if (st != AOTI_HOST_OK) throw Failure{exit_code_for_status(st), args.model + ": --cuda-graphs: " + last_error_or(st)};
   }
+  return program;
+}
 
+struct Selected {
   size_t method = 0;
+  size_t num_outputs = 0;
+};
+
+// The method --method names (else method 0), checked to take the inputs given, with --strict and the inputs'
+// layouts set on it.
+Selected select_method(aoti_host_program* program, const Args& args, const std::vector<aoti_host::NpyArray>& arrays) {
+  Selected sel;
   if (!args.method.empty()) {
-    const int found = aoti_host_program_find_method(program.get(), args.method.c_str(), &method);
+    const int found = aoti_host_program_find_method(program, args.method.c_str(), &sel.method);
     if (found != AOTI_HOST_OK) throw Failure{kExitUsage, last_error_or(found) + "; choose one with --method"};
   }
-  size_t num_inputs = 0, num_outputs = 0;
-  int status = aoti_host_program_method_num_inputs(program.get(), method, &num_inputs);
+  size_t num_inputs = 0;
+  int status = aoti_host_program_method_num_inputs(program, sel.method, &num_inputs);
   if (status != AOTI_HOST_OK) throw Failure{kExitFailed, args.model + ": cannot count inputs: " + last_error_or(status)};
-  status = aoti_host_program_method_num_outputs(program.get(), method, &num_outputs);
+  status = aoti_host_program_method_num_outputs(program, sel.method, &sel.num_outputs);
   if (status != AOTI_HOST_OK) throw Failure{kExitFailed, args.model + ": cannot count outputs: " + last_error_or(status)};
-
   if (num_inputs != arrays.size()) {
     std::string given;
     for (const auto& p : args.inputs) given += (given.empty() ? "-i " : " -i ") + p;
@@ -528,18 +542,22 @@ int run(const Args& args) {
                                  (num_inputs == 1 ? " input" : " inputs") + ", got " + std::to_string(arrays.size()) +
                                  " (" + given + "); give one -i FILE.npy per input, in order"};
   }
-
   if (args.strict) {
-    status = aoti_host_program_set_strict(program.get(), true);
+    status = aoti_host_program_set_strict(program, true);
     if (status != AOTI_HOST_OK) throw Failure{exit_code_for_status(status), "--strict: " + last_error_or(status)};
   }
   for (size_t k = 0; k < arrays.size(); ++k) {
     if (args.layouts[k].empty()) continue;
     const std::vector<int64_t> st = layout_strides(args.layouts[k], args.inputs[k], arrays[k].sizes);
-    status = aoti_host_program_set_input_layout(program.get(), method, k, st.data(), static_cast<int32_t>(st.size()));
+    status = aoti_host_program_set_input_layout(program, sel.method, k, st.data(), static_cast<int32_t>(st.size()));
     if (status != AOTI_HOST_OK) throw Failure{exit_code_for_status(status), last_error_or(status)};
   }
+  return sel;
+}
 
+// Views of the arrays; with --device-inputs, of their device copies (kept in device_copies).
+std::vector<aoti_host_tensor_view> input_views(const Args& args, std::vector<aoti_host::NpyArray>& arrays,
+                                               Outputs& device_copies) {
   std::vector<aoti_host_tensor_view> views(arrays.size());
   for (size_t k = 0; k < arrays.size(); ++k) {
     auto& a = arrays[k];
@@ -551,30 +569,74 @@ int run(const Args& args) {
     views[k].device_type = 0;
     views[k].device_index = 0;
   }
-  Outputs device_copies(args.device_inputs ? views.size() : 0);
-  if (args.device_inputs) {
-    const int32_t index = args.device.size() > 5 ? std::atoi(args.device.c_str() + 5) : 0;
-    for (size_t k = 0; k < views.size(); ++k) {
-      AtenTensorHandle host = nullptr;
-      if (aoti_torch_create_tensor_from_blob(views[k].data, views[k].ndim, views[k].sizes, views[k].strides, 0,
-                                             views[k].dtype, 0, 0, &host) != 0)
-        throw Failure{kExitBadInput, "input " + std::to_string(k) + ": " + last_error_or(AOTI_HOST_INVALID_ARGUMENT)};
-      Outputs host_keep(1);
-      host_keep.data()[0] = host;
-      const int st = aoti_host_tensor_to_cuda(host, index, &device_copies.data()[k]);
-      if (st != AOTI_HOST_OK) throw Failure{exit_code_for_status(st), "--device-inputs: " + last_error_or(st)};
-      void* dptr = nullptr;
-      check_shim(aoti_torch_get_data_ptr(device_copies[k], &dptr), "aoti_torch_get_data_ptr", k);
-      views[k].data = dptr;
-      views[k].device_type = 1;
-      views[k].device_index = index;
-    }
+  if (!args.device_inputs) return views;
+  const int32_t index = args.device.size() > 5 ? std::atoi(args.device.c_str() + 5) : 0;
+  for (size_t k = 0; k < views.size(); ++k) {
+    AtenTensorHandle host = nullptr;
+    if (aoti_torch_create_tensor_from_blob(views[k].data, views[k].ndim, views[k].sizes, views[k].strides, 0,
+                                           views[k].dtype, 0, 0, &host) != 0)
+      throw Failure{kExitBadInput, "input " + std::to_string(k) + ": " + last_error_or(AOTI_HOST_INVALID_ARGUMENT)};
+    Outputs host_keep(1);
+    host_keep.data()[0] = host;
+    const int st = aoti_host_tensor_to_cuda(host, index, &device_copies.data()[k]);
+    if (st != AOTI_HOST_OK) throw Failure{exit_code_for_status(st), "--device-inputs: " + last_error_or(st)};
+    void* dptr = nullptr;
+    check_shim(aoti_torch_get_data_ptr(device_copies[k], &dptr), "aoti_torch_get_data_ptr", k);
+    views[k].data = dptr;
+    views[k].device_type = 1;
+    views[k].device_index = index;
   }
+  return views;
+}
 
+// --warmup untimed runs, then --repeat timed ones (each until the device is done); prints their latency.
+void time_runs(aoti_host_program* program, const Args& args, const Selected& sel,
+               const std::vector<aoti_host_tensor_view>& views) {
+  for (long long r = 0; args.repeat > 0 && r < args.warmup; ++r) {
+    Outputs outputs(sel.num_outputs);
+    run_once(program, sel.method, args.model, views, outputs);
+    outputs.reset();
+    aoti_host_program_synchronize(program);
+  }
+  if (args.repeat <= 0) return;
+  std::vector<double> us;
+  us.reserve(static_cast<size_t>(args.repeat));
+  for (long long r = 0; r < args.repeat; ++r) {
+    Outputs outputs(sel.num_outputs);
+    const auto t0 = std::chrono::steady_clock::now();
+    run_once(program, sel.method, args.model, views, outputs);
+    outputs.reset();
+    aoti_host_program_synchronize(program);  // per call: until the device is done
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("latency_us: median=%.1f p10=%.1f p90=%.1f n=%lld\n", percentile(us, 0.5), percentile(us, 0.1),
+              percentile(us, 0.9), args.repeat);
+  std::fflush(stdout);
+}
+
+void print_cuda_stats(const aoti_host_program* program) {
+  aoti_host_cuda_stats st{};
+  if (aoti_host_program_cuda_stats(program, &st) != AOTI_HOST_OK) return;
+  std::printf("cuda_graphs: captures=%llu replays=%llu eager_runs=%llu input_copies=%llu output_copies=%llu%s%s\n",
+              static_cast<unsigned long long>(st.graph_captures), static_cast<unsigned long long>(st.graph_replays),
+              static_cast<unsigned long long>(st.eager_runs), static_cast<unsigned long long>(st.graph_input_copies),
+              static_cast<unsigned long long>(st.graph_output_copies), *st.graphs_disabled_reason ? " off: " : "",
+              st.graphs_disabled_reason);
+  std::fflush(stdout);
+}
+
+int run(const Args& args) {
+  std::vector<aoti_host::NpyArray> arrays = read_inputs(args);
+  ProgramPtr program = load_program(args);
+  const Selected sel = select_method(program.get(), args, arrays);
+  Outputs device_copies(args.device_inputs ? arrays.size() : 0);
+  const std::vector<aoti_host_tensor_view> views = input_views(args, arrays, device_copies);
   {
-    Outputs outputs(num_outputs);
-    run_once(program.get(), method, args.model, views, outputs);
-    const std::vector<std::string> stems = output_stems(program.get(), method, outputs.size());
+    Outputs outputs(sel.num_outputs);
+    run_once(program.get(), sel.method, args.model, views, outputs);
+    const std::vector<std::string> stems = output_stems(program.get(), sel.method, outputs.size());
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (outputs[k] == nullptr) {
         throw Failure{kExitRunFailed, args.model + ": the run returned no tensor for output_" + stems[k]};
@@ -583,41 +645,8 @@ int run(const Args& args) {
     }
   }
   std::fflush(stdout);
-
-  for (long long r = 0; args.repeat > 0 && r < args.warmup; ++r) {
-    Outputs outputs(num_outputs);
-    run_once(program.get(), method, args.model, views, outputs);
-    outputs.reset();
-    aoti_host_program_synchronize(program.get());
-  }
-  if (args.repeat > 0) {
-    std::vector<double> us;
-    us.reserve(static_cast<size_t>(args.repeat));
-    for (long long r = 0; r < args.repeat; ++r) {
-      Outputs outputs(num_outputs);
-      const auto t0 = std::chrono::steady_clock::now();
-      run_once(program.get(), method, args.model, views, outputs);
-      outputs.reset();
-      aoti_host_program_synchronize(program.get());  // per call: until the device is done
-      const auto t1 = std::chrono::steady_clock::now();
-      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    }
-    std::sort(us.begin(), us.end());
-    std::printf("latency_us: median=%.1f p10=%.1f p90=%.1f n=%lld\n", percentile(us, 0.5), percentile(us, 0.1),
-                percentile(us, 0.9), args.repeat);
-    std::fflush(stdout);
-  }
-  if (args.cuda_graphs) {
-    aoti_host_cuda_stats st{};
-    if (aoti_host_program_cuda_stats(program.get(), &st) == AOTI_HOST_OK) {
-      std::printf("cuda_graphs: captures=%llu replays=%llu eager_runs=%llu input_copies=%llu output_copies=%llu%s%s\n",
-                  static_cast<unsigned long long>(st.graph_captures), static_cast<unsigned long long>(st.graph_replays),
-                  static_cast<unsigned long long>(st.eager_runs), static_cast<unsigned long long>(st.graph_input_copies),
-                  static_cast<unsigned long long>(st.graph_output_copies), *st.graphs_disabled_reason ? " off: " : "",
-                  st.graphs_disabled_reason);
-      std::fflush(stdout);
-    }
-  }
+  time_runs(program.get(), args, sel, views);
+  if (args.cuda_graphs) print_cuda_stats(program.get());
   return kExitOk;
 }
 
