@@ -49,13 +49,22 @@ void require(const void* p, const char* what) {
   if (p == nullptr) throw aoti_host::Error(std::string(what) + " is NULL", AOTI_HOST_INVALID_ARGUMENT);
 }
 
-void fill_spec(const aoti_host::TensorContract& c, aoti_host_tensor_spec* out) {
-  out->name = c.name.c_str();
-  out->dtype = c.dtype;
-  out->ndim = c.dtype < 0 ? -1 : static_cast<int32_t>(c.sizes.size());
-  out->sizes = c.sizes.data();
-  out->min_sizes = c.min_sizes.data();
-  out->max_sizes = c.max_sizes.data();
+// What method 0's contract says about input or output `index`.
+int tensor_spec(const aoti_host_program* program, bool output, size_t index, aoti_host_tensor_spec* out) {
+  return guarded([&] {
+    require(program, "program"), require(out, "out");
+    const aoti_host::Method& m = *program->impl;
+    if (index >= (output ? m.num_outputs() : m.num_inputs()))
+      throw aoti_host::Error(std::string(output ? "output" : "input") + " index " + std::to_string(index) +
+                                 " out of range", AOTI_HOST_INVALID_ARGUMENT);
+    const aoti_host::TensorContract& c = output ? m.output(index) : m.input(index);
+    out->name = c.name.c_str();
+    out->dtype = c.dtype;
+    out->ndim = c.dtype < 0 ? -1 : static_cast<int32_t>(c.sizes.size());
+    out->sizes = c.sizes.data();
+    out->min_sizes = c.min_sizes.data();
+    out->max_sizes = c.max_sizes.data();
+  });
 }
 
 }  // namespace
@@ -115,21 +124,11 @@ int aoti_host_program_has_contract(const aoti_host_program* program, bool* out) 
 }
 
 int aoti_host_program_input_spec(const aoti_host_program* program, size_t index, aoti_host_tensor_spec* out) {
-  return guarded([&] {
-    require(program, "program"), require(out, "out");
-    if (index >= program->impl->num_inputs())
-      throw aoti_host::Error("input index " + std::to_string(index) + " out of range", AOTI_HOST_INVALID_ARGUMENT);
-    fill_spec(program->impl->input(index), out);
-  });
+  return tensor_spec(program, false, index, out);
 }
 
 int aoti_host_program_output_spec(const aoti_host_program* program, size_t index, aoti_host_tensor_spec* out) {
-  return guarded([&] {
-    require(program, "program"), require(out, "out");
-    if (index >= program->impl->num_outputs())
-      throw aoti_host::Error("output index " + std::to_string(index) + " out of range", AOTI_HOST_INVALID_ARGUMENT);
-    fill_spec(program->impl->output(index), out);
-  });
+  return tensor_spec(program, true, index, out);
 }
 
 int aoti_host_program_run(aoti_host_program* program, const aoti_host_tensor_view* inputs, size_t num_inputs,
