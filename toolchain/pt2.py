@@ -102,6 +102,20 @@ def _zip64_field(data: Any, start: int, length: int) -> tuple[bool, int, int] | 
     return found
 
 
+def _apply_zip64(data: Any, z64: tuple[bool, int, int], fields: list[int]) -> list[int] | None:
+    """`fields` with the saturated ones (0xffffffff) replaced by the zip64 field's values, 8 bytes each in order;
+    None when the field holds more, fewer or none where one is needed."""
+    want = 8 * sum(f == _SAT32 for f in fields)
+    if z64[0] != (want != 0) or (z64[0] and z64[2] != want):
+        return None
+    at, out = z64[1], []
+    for f in fields:
+        if f == _SAT32:
+            f, at = _u64(data, at)[0], at + 8
+        out.append(f)
+    return out
+
+
 class _Directory(NamedTuple):
     """Where the central directory is, from the end record (and the zip64 end record when there is one)."""
 
@@ -230,16 +244,10 @@ class _Reader:
         z64 = _zip64_field(data, p + 46 + name_len, extra_len)
         if z64 is None:
             raise self.bad(f"{member} has a malformed central extra field")
-        want = 8 * ((usize == _SAT32) + (csize == _SAT32) + (local == _SAT32))
-        if z64[0] != (want != 0) or (z64[0] and z64[2] != want):
+        values = _apply_zip64(data, z64, [usize, csize, local])
+        if values is None:
             raise self.bad(f"{member}: its central zip64 field does not match the saturated header fields")
-        at = z64[1]
-        if usize == _SAT32:
-            usize, at = _u64(data, at)[0], at + 8
-        if csize == _SAT32:
-            csize, at = _u64(data, at)[0], at + 8
-        if local == _SAT32:
-            local = _u64(data, at)[0]
+        usize, csize, local = values
         if csize != usize:
             raise self.bad(f"{member} is stored but its compressed and uncompressed sizes differ")
         return _Central(name, raw, flags, method, crc, csize, usize, local, entry_end)
@@ -262,14 +270,10 @@ class _Reader:
         lz64 = _zip64_field(data, c.local + 30 + lname_len, lextra_len)
         if lz64 is None:
             raise self.bad(f"{member} has a malformed local extra field")
-        lwant = 8 * ((lusize == _SAT32) + (lcsize == _SAT32))
-        if lz64[0] != (lwant != 0) or (lz64[0] and lz64[2] != lwant):
+        values = _apply_zip64(data, lz64, [lusize, lcsize])
+        if values is None:
             raise self.bad(f"{member}: its local zip64 field does not match the saturated header fields")
-        at = lz64[1]
-        if lusize == _SAT32:
-            lusize, at = _u64(data, at)[0], at + 8
-        if lcsize == _SAT32:
-            lcsize = _u64(data, at)[0]
+        lusize, lcsize = values
         data_end = data_offset + c.usize
         if data_end > d.offset:
             raise self.bad(f"{member}: its data runs past the members")

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <unordered_set>
 
 #include "aoti_host/error.h"
@@ -84,6 +85,19 @@ bool parse_extra(const unsigned char* x, uint16_t len, Zip64Extra* z64) {
       z64->size = size;
     }
     i += 4u + size;
+  }
+  return true;
+}
+
+// A zip64 field holds exactly the header fields that are saturated (0xffffffff), 8 bytes each in the order
+// given, and replaces them; false when it holds more, fewer or none where one is needed.
+bool apply_zip64(const Zip64Extra& z64, std::initializer_list<uint64_t*> fields) {
+  uint16_t want = 0;
+  for (const uint64_t* f : fields) want = static_cast<uint16_t>(want + (*f == kSat32 ? 8 : 0));
+  if (z64.present != (want != 0) || (z64.present && z64.size != want)) return false;
+  uint16_t used = 0;
+  for (uint64_t* f : fields) {
+    if (*f == kSat32) *f = u64(z64.data + used), used += 8;
   }
   return true;
 }
@@ -241,13 +255,8 @@ Central Reader::central_entry(uint64_t k, uint64_t p, const Directory& dir,
   if (u16(c + 34) != 0) throw bad(member + " starts on another disk (a multi-disk archive)");
   Zip64Extra z64;
   if (!parse_extra(c + 46 + name_len, extra_len, &z64)) throw bad(member + " has a malformed central extra field");
-  uint16_t want = static_cast<uint16_t>(8 * ((usize == kSat32) + (csize == kSat32) + (local == kSat32)));
-  if (z64.present != (want != 0) || (z64.present && z64.size != want))
+  if (!apply_zip64(z64, {&usize, &csize, &local}))
     throw bad(member + ": its central zip64 field does not match the saturated header fields");
-  uint16_t used = 0;
-  if (usize == kSat32) usize = u64(z64.data + used), used += 8;
-  if (csize == kSat32) csize = u64(z64.data + used), used += 8;
-  if (local == kSat32) local = u64(z64.data + used);
   if (csize != usize) throw bad(member + " is stored but its compressed and uncompressed sizes differ");
   e.size = usize;
   e.crc32 = crc;
@@ -278,12 +287,8 @@ uint64_t Reader::local_header(const Central& c, const Directory& dir, uint64_t* 
   if (!parse_extra(l + 30 + lname_len, lextra_len, &lz64)) throw bad(member + " has a malformed local extra field");
   uint32_t lcrc = u32(l + 14);
   uint64_t lcsize = u32(l + 18), lusize = u32(l + 22);
-  uint16_t lwant = static_cast<uint16_t>(8 * ((lusize == kSat32) + (lcsize == kSat32)));
-  if (lz64.present != (lwant != 0) || (lz64.present && lz64.size != lwant))
+  if (!apply_zip64(lz64, {&lusize, &lcsize}))
     throw bad(member + ": its local zip64 field does not match the saturated header fields");
-  uint16_t used = 0;
-  if (lusize == kSat32) lusize = u64(lz64.data + used), used += 8;
-  if (lcsize == kSat32) lcsize = u64(lz64.data + used);
   uint64_t data_end = 0;
   if (!end_of(data_offset, e.size, dir.offset, &data_end)) throw bad(member + ": its data runs past the members");
   *member_end = data_end;
