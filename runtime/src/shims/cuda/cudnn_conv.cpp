@@ -434,8 +434,6 @@ std::unique_ptr<Tensor> repacked(const Tensor& t, bool cl) {
 
 }  // namespace
 
-std::string cudnn_status() { return loaded().description; }
-
 bool cudnn_convolution(const Tensor& in, const Tensor& weight, const Tensor* bias, Tensor& out, const ConvSpec& s,
                        cudaStream_t stream) {
   const Loaded& lib = loaded();

@@ -4,7 +4,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <string>
 
 #include "aoti_host/tensor.h"
 #include "shims/cuda/cuda_util.h"
@@ -19,9 +18,6 @@ namespace cuda {
 // kernel. Throws where cuDNN fails after accepting the shape, or where AOTI_HOST_CUDNN=on and it is missing.
 bool cudnn_convolution(const Tensor& in, const Tensor& weight, const Tensor* bias, Tensor& out, const ConvSpec& spec,
                        cudaStream_t stream);
-
-// What the loader found: "cuDNN <version> (<path>)", or why it is not used. Loads it on the first call.
-std::string cudnn_status();
 
 }  // namespace cuda
 }  // namespace aoti_host
