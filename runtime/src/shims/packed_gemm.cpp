@@ -18,12 +18,7 @@
 #include <omp.h>
 #endif
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define AOTI_HAVE_AVX512_KERNEL 1
-#include <immintrin.h>
-#else
-#define AOTI_HAVE_AVX512_KERNEL 0
-#endif
+#include "shims/cpu/simd.h"
 
 namespace aoti_host {
 namespace cpu {
@@ -50,15 +45,6 @@ size_t pack_cache_limit() {
     return static_cast<size_t>(mb) << 20;
   }();
   return limit;
-}
-
-bool cpu_has_avx512f() {
-#if AOTI_HAVE_AVX512_KERNEL
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
 }
 
 // ---- the packed-copy cache of one owner ----
@@ -89,7 +75,7 @@ std::string key_bytes(const std::vector<int64_t>& key) {
 
 constexpr int kMR = 8;  // rows per micro-tile: 8 x 32 uses 16 zmm accumulators
 
-#if AOTI_HAVE_AVX512_KERNEL
+#if AOTI_X86_SIMD
 struct Tile {
   int64_t K;
   const float* a;  // row r, column k at a[r * lda + k]
@@ -110,18 +96,20 @@ template <int MR, int NV>
 __attribute__((target("avx512f"))) inline void store_tile(__m512 (&acc)[MR][NV], const Tile& t);
 
 template <int MR, int NV>
-__attribute__((target("avx512f"))) void micro(const Tile& t) {
-  constexpr int NR = 16 * NV;
-  __m512 acc[MR][NV];
+__attribute__((target("avx512f"), always_inline)) inline void zero_tile(__m512 (&acc)[MR][NV]) {
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  const float* ap[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) ap[r] = t.a + r * t.lda;
-  const float* b = t.b;
-  for (int64_t k = 0; k < t.K; ++k, b += NR) {
+}
+
+// acc[r] += ap[r][k] * (row k of the panel b) for k < n; returns b past those n rows.
+template <int MR, int NV>
+__attribute__((target("avx512f"), always_inline)) inline const float* accumulate(__m512 (&acc)[MR][NV],
+                                                                                const float* const (&ap)[MR],
+                                                                                const float* b, int64_t n) {
+  constexpr int NR = 16 * NV;
+  for (int64_t k = 0; k < n; ++k, b += NR) {
     __m512 bv[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
@@ -132,6 +120,17 @@ __attribute__((target("avx512f"))) void micro(const Tile& t) {
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
+  return b;
+}
+
+template <int MR, int NV>
+__attribute__((target("avx512f"))) void micro(const Tile& t) {
+  __m512 acc[MR][NV];
+  zero_tile<MR, NV>(acc);
+  const float* ap[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) ap[r] = t.a + r * t.lda;
+  accumulate<MR, NV>(acc, ap, t.b, t.K);
   store_tile<MR, NV>(acc, t);
 }
 
@@ -139,12 +138,8 @@ __attribute__((target("avx512f"))) void micro(const Tile& t) {
 // (offs < 0: a padding position, zeros), matching B's (tap, channel) row order.
 template <int MR, int NV>
 __attribute__((target("avx512f"))) void micro_ind(const Tile& t) {
-  constexpr int NR = 16 * NV;
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  zero_tile<MR, NV>(acc);
   const float* b = t.b;
   for (int64_t tap = 0; tap < t.taps; ++tap) {
     const float* ap[MR];
@@ -153,17 +148,7 @@ __attribute__((target("avx512f"))) void micro_ind(const Tile& t) {
       const int64_t off = t.offs[r * t.taps + tap];
       ap[r] = off >= 0 ? t.a + off : t.zero;
     }
-    for (int64_t k = 0; k < t.cin; ++k, b += NR) {
-      __m512 bv[NV];
-#pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const __m512 av = _mm512_set1_ps(ap[r][k]);
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
-      }
-    }
+    b = accumulate<MR, NV>(acc, ap, b, t.cin);
   }
   store_tile<MR, NV>(acc, t);
 }
@@ -198,7 +183,7 @@ constexpr MicroFn kMicroInd[kMR] = {micro_ind<1, NV>, micro_ind<2, NV>, micro_in
                                     micro_ind<5, NV>, micro_ind<6, NV>, micro_ind<7, NV>, micro_ind<8, NV>};
 #endif
 
-#if AOTI_HAVE_AVX512_KERNEL
+#if AOTI_X86_SIMD
 __attribute__((target("avx512f"))) void copy_floats_avx512(float* dst, const float* src, int64_t n) {
   for (; n >= 16; n -= 16, dst += 16, src += 16) _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
   if (n > 0) {
@@ -400,7 +385,7 @@ std::shared_ptr<const PackedB> constant_packed(const MatView<const float>& B) {
 
 bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t cin, const PackedB& packed,
                     const MatView<float>& C, float beta, const float* bias) {
-#if AOTI_HAVE_AVX512_KERNEL
+#if AOTI_X86_SIMD
   const int64_t M = C.rows, N = C.cols;
   if (!fast_gemm_available() || packed.K() != taps * cin || packed.N() != N || cin == 0) return false;
   if (!(N == 1 || C.cs == 1) || !(M == 1 || C.rs >= N)) return false;
@@ -455,9 +440,8 @@ bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t c
 }
 
 void copy_floats(float* dst, const float* src, int64_t n) {
-#if AOTI_HAVE_AVX512_KERNEL
-  static const bool avx512 = cpu_has_avx512f();
-  if (avx512) return copy_floats_avx512(dst, src, n);
+#if AOTI_X86_SIMD
+  if (cpu_has_avx512f()) return copy_floats_avx512(dst, src, n);
 #endif
   std::copy_n(src, n, dst);
 }
@@ -478,7 +462,7 @@ bool try_fast_gemm(const MatView<const float>& A, const MatView<const float>& B,
 
 bool fast_gemm(const MatView<const float>& A, const MatView<const float>& B, const PackedB* packed,
                const MatView<float>& C, float alpha, float beta, const float* bias, int64_t bias_stride) {
-#if AOTI_HAVE_AVX512_KERNEL
+#if AOTI_X86_SIMD
   const int64_t M = C.rows, N = C.cols, K = A.cols;
   if (!fast_gemm_available() || K == 0) return false;
   if (M == 0 || N == 0) return true;

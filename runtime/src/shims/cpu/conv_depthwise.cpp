@@ -4,14 +4,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "shims/cpu/simd.h"
 #include "shims/cpu/strided.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define AOTI_HAVE_AVX2_KERNEL 1
-#include <immintrin.h>
-#else
-#define AOTI_HAVE_AVX2_KERNEL 0
-#endif
 
 namespace aoti_host {
 namespace cpu {
@@ -53,7 +47,7 @@ void row_generic(const Row<T>& r) {
   }
 }
 
-#if AOTI_HAVE_AVX2_KERNEL
+#if AOTI_X86_SIMD
 // 8 channels at c; Full: all 8 exist, else the masked tail (masked stores are slow on some CPUs: only
 // the last block of a row takes them).
 template <bool Full>
@@ -137,19 +131,13 @@ __attribute__((target("avx2,fma"))) void row_avx2(const Row<float>& r) {
   for (; c + 8 <= r.C; c += 8) block8<true>(r, c);
   if (c < r.C) block8<false>(r, c);
 }
-
-bool cpu_has_avx2_fma() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 #endif
 
 template <typename T>
 void run_row(const Row<T>& r) {
-#if AOTI_HAVE_AVX2_KERNEL
+#if AOTI_X86_SIMD
   if constexpr (std::is_same<T, float>::value) {
-    static const bool avx2 = cpu_has_avx2_fma();
-    if (avx2) return row_avx2(r);
+    if (cpu_has_avx2_fma()) return row_avx2(r);
   }
 #endif
   row_generic(r);

@@ -4,18 +4,13 @@
 #include <cmath>
 #include <limits>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define AOTI_HAVE_AVX512_KERNEL 1
-#include <immintrin.h>
-#else
-#define AOTI_HAVE_AVX512_KERNEL 0
-#endif
+#include "shims/cpu/simd.h"
 
 namespace aoti_host {
 namespace cpu {
 namespace {
 
-#if AOTI_HAVE_AVX512_KERNEL
+#if AOTI_X86_SIMD
 // gcc 12 reports its own headers' _mm512_undefined_ps() (behind roundscale/scalef/max/reduce) as
 // "may be used uninitialized" once inlined here: a false positive.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -75,12 +70,8 @@ __attribute__((target("avx512f"))) float softmax_row_avx512(float* row, int64_t 
 }  // namespace
 
 float softmax_row(float* row, int64_t n) {
-#if AOTI_HAVE_AVX512_KERNEL
-  static const bool avx512 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-  }();
-  if (avx512) return softmax_row_avx512(row, n);
+#if AOTI_X86_SIMD
+  if (cpu_has_avx512f()) return softmax_row_avx512(row, n);
 #endif
   const float ninf = -std::numeric_limits<float>::infinity();
   float mx = ninf;

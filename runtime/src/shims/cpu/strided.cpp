@@ -1,6 +1,7 @@
 // ATen's memory-format predicates on strides.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "shims/cpu/strided.h"
@@ -11,11 +12,16 @@ namespace cpu {
 
 using namespace detail;
 
-bool is_channels_last_strides_2d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  if (sizes.size() != 4 || strides.size() != 4) return false;
+namespace {
+
+// c10's is_channels_last_strides_2d/3d: strides non-decreasing along `order` (C, W, [D,] H... N, innermost
+// first), the tensor non-empty, N111-like ambiguous tensors not channels-last.
+bool channels_last_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, size_t rank,
+                           std::initializer_list<int> order) {
+  if (sizes.size() != rank || strides.size() != rank) return false;
   int64_t min = 0;
   if (strides[1] == 0) return false;
-  for (int d : {1, 3, 2, 0}) {
+  for (int d : order) {
     if (sizes[d] == 0) return false;
     if (strides[d] < min) return false;
     // N111 and N11W-sliced tensors are ambiguous; ATen calls them contiguous.
@@ -26,18 +32,14 @@ bool is_channels_last_strides_2d(const std::vector<int64_t>& sizes, const std::v
   return true;
 }
 
+}  // namespace
+
+bool is_channels_last_strides_2d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  return channels_last_strides(sizes, strides, 4, {1, 3, 2, 0});
+}
+
 bool is_channels_last_strides_3d(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  if (sizes.size() != 5 || strides.size() != 5) return false;
-  int64_t min = 0;
-  if (strides[1] == 0) return false;
-  for (int d : {1, 4, 3, 2, 0}) {
-    if (sizes[d] == 0) return false;
-    if (strides[d] < min) return false;
-    if (d == 0 && min == strides[1]) return false;
-    min = strides[d];
-    if (sizes[d] > 1) min *= sizes[d];
-  }
-  return true;
+  return channels_last_strides(sizes, strides, 5, {1, 4, 3, 2, 0});
 }
 
 namespace detail {
