@@ -32,37 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import AOTI_RUN, REPO, aoti_run_command, build_runtime, parse_median, torch_runner_command  # noqa: E402
+
 WORK = REPO / "build" / "bench-models"
 RTOL = 1e-4
-
-TORCH_RUNNER = r"""
-import ctypes, os, sys, time
-import numpy as np
-import torch
-ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"), mode=os.RTLD_GLOBAL)
-import torch._inductor
-pt2, xs, calls, warmup, outdir = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-runner = torch._inductor.aoti_load_package(pt2)
-inputs = [torch.from_numpy(np.load(x)) for x in xs]
-with torch.no_grad():
-    ys = runner(*inputs)
-    ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
-    for i, y in enumerate(ys):
-        np.save(os.path.join(outdir, "output_%d.npy" % i), y.contiguous().numpy())
-    for _ in range(warmup):
-        runner(*inputs)
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter_ns()
-        runner(*inputs)
-        times.append(time.perf_counter_ns() - t)
-    times.sort()
-    if times:
-        print("latency_us: median=%.2f threads=%d" % (times[len(times) // 2] / 1e3, torch.get_num_threads()))
-"""
 
 EXPORT = r"""
 import sys
@@ -101,13 +75,6 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[str, int]:
         if line.startswith("bench-maxrss-kib="):
             rss = int(line.split("=", 1)[1])
     return out, rss
-
-
-def parse_median(text: str) -> float:
-    for line in text.splitlines():
-        if line.startswith("latency_us:"):
-            return float(line.split("median=")[1].split()[0])
-    raise RuntimeError(f"no latency line in:\n{text[-2000:]}")
 
 
 def export_model(name: str, reexport: bool) -> Path:
@@ -152,21 +119,21 @@ def check_outputs(work: Path, outdir: Path, who: str) -> float:
     return worst
 
 
-def bench_model(name: str, args: argparse.Namespace, aoti_run: Path) -> list[str]:
+def bench_model(name: str, args: argparse.Namespace) -> list[str]:
     work = export_model(name, args.reexport)
     pt2 = work / f"{name}.pt2"
     xs = [str(p) for p in sorted(work.glob("x*.npy"))]
     ours_out, torch_out = work / "ours", work / "torch"
     ours_out.mkdir(exist_ok=True)
     torch_out.mkdir(exist_ok=True)
-    ours_cmd = [str(aoti_run), str(pt2), *sum((["-i", x] for x in xs), []), "-o", str(ours_out), "--quiet"]
-    torch_cmd = [sys.executable, "-c", TORCH_RUNNER, str(pt2), ",".join(xs)]
+    ours_cmd = aoti_run_command(pt2, xs, ours_out)
+    torch_cmd = torch_runner_command(pt2, xs)  # + calls, output file, warm-up calls
     env0 = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(WORK)}
 
     # correctness (and the calibration of N): one call each, outputs against eager
     out, _ = run_measured([*ours_cmd, "--repeat", "3"], env0)
     per_call = parse_median(out) * 1e-6
-    run_measured([*torch_cmd, "0", "0", str(torch_out)], env0)
+    run_measured([*torch_cmd, "0", str(torch_out / "output_0.npy"), "0"], env0)
     e_ours = check_outputs(work, ours_out, f"{name}: aoti-run")
     e_torch = check_outputs(work, torch_out, f"{name}: torch's runner")
     calls = int(min(2000, max(5, args.seconds / per_call)))
@@ -181,7 +148,7 @@ def bench_model(name: str, args: argparse.Namespace, aoti_run: Path) -> list[str
             out, rss = run_measured([*ours_cmd, "--repeat", str(calls), "--warmup", str(warmup)], env)
             ours.append(parse_median(out))
             rss_ours.append(rss)
-            out, rss = run_measured([*torch_cmd, str(calls), str(warmup), str(torch_out)], env)
+            out, rss = run_measured([*torch_cmd, str(calls), "", str(warmup)], env)
             theirs.append(parse_median(out))
             rss_torch.append(rss)
         ratios = sorted(o / t for o, t in zip(ours, theirs, strict=True))
@@ -215,14 +182,16 @@ def main() -> int:
         return 2
 
     if not args.no_build:
-        subprocess.run([str(Path(sys.executable).with_name("scons")), "-C", str(REPO), "-Q", "-s", "-j2"], check=True)
-    aoti_run = REPO / "build" / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
+        build_runtime()
+    if not AOTI_RUN.is_file():
+        print(f"{AOTI_RUN} is missing: build the runtime (scons -j2) or drop --no-build", file=sys.stderr)
+        return 2
     WORK.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; rounds {args.rounds}, ~{args.seconds} s each",
           flush=True)
     for name in args.models.split(","):
-        for line in bench_model(name, args, aoti_run):
+        for line in bench_model(name, args):
             print(line, flush=True)
     return 0
 

@@ -7,7 +7,8 @@ Each builder returns (module in eval mode, example inputs). bench/bench_models.p
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _nn() -> Any:
@@ -237,7 +238,7 @@ def shufflenet_v2() -> tuple[Any, tuple[Any, ...]]:
         def __init__(self) -> None:
             super().__init__()
             mods, cin = [_cba(3, 24, 3, 2, act=nn.ReLU), nn.MaxPool2d(3, 2, 1)], 24
-            for repeats, cout in zip([4, 8, 4], [116, 232, 464]):
+            for repeats, cout in zip([4, 8, 4], [116, 232, 464], strict=True):
                 mods += [Unit(cin, cout, 2)] + [Unit(cout, cout, 1) for _ in range(repeats - 1)]
                 cin = cout
             mods.append(_cba(464, 1024, 1, act=nn.ReLU))
@@ -277,7 +278,7 @@ def convnext_tiny() -> tuple[Any, tuple[Any, ...]]:
 
     dims, depths = [96, 192, 384, 768], [3, 3, 9, 3]
     mods = [nn.Conv2d(3, 96, 4, 4), LayerNorm2d(96, eps=1e-6)]
-    for i, (dim, depth) in enumerate(zip(dims, depths)):
+    for i, (dim, depth) in enumerate(zip(dims, depths, strict=True)):
         if i > 0:
             mods += [LayerNorm2d(dims[i - 1], eps=1e-6), nn.Conv2d(dims[i - 1], dim, 2, 2)]
         mods += [Block(dim) for _ in range(depth)]

@@ -10,12 +10,26 @@ fallback outputs with the strides torch had at compile time)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.integration.test_cpu_fallback_ops import ops  # noqa: F401 (fixture)
-from tests.integration.test_cpu_fallbacks import _run_conv, _strided, rt  # noqa: F401 (fixture)
+from tests.integration.test_cpu_fallback_ops import Ops
+from tests.integration.test_cpu_fallbacks import Runtime, _run_conv, _strided
 
 torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def rt(host_lib: Path):
+    r = Runtime(host_lib)
+    yield r
+    r.release()
+
+
+@pytest.fixture
+def ops(rt):
+    return Ops(rt)
 
 TOL = {"float32": 1e-5, "float64": 1e-12}
 
