@@ -13,3 +13,14 @@ inline int g_failures = 0;
       ++g_failures;                                                \
     }                                                              \
   } while (0)
+
+// A test's exit status, after its checks: prints "<name>: all checks passed" or "<name>: N check(s) failed";
+// 0 when none failed.
+inline int test_result(const char* name) {
+  if (g_failures != 0) {
+    std::printf("%s: %d check(s) failed\n", name, g_failures);
+    return 1;
+  }
+  std::printf("%s: all checks passed\n", name);
+  return 0;
+}

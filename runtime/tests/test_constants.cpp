@@ -104,6 +104,5 @@ int main() {
 
   delete aoti_host::from_handle(ta);
   delete aoti_host::from_handle(tb);
-  if (g_failures == 0) std::printf("test_constants: ok\n");
-  return g_failures == 0 ? 0 : 1;
+  return test_result("test_constants");
 }

@@ -108,6 +108,5 @@ void test_member_crc_from_threads() {
 int main() {
   test_crc_values();
   test_member_crc_from_threads();
-  if (g_failures == 0) std::puts("test_crc32: all checks passed");
-  return g_failures == 0 ? 0 : 1;
+  return test_result("test_crc32");
 }

@@ -224,6 +224,5 @@ int main() {
   test_built_image();
   test_refusals();
   test_real_plugin_and_damage();
-  if (g_failures) std::printf("%d failure(s)\n", g_failures);
-  return g_failures ? 1 : 0;
+  return test_result("test_elf_scan");
 }

@@ -168,10 +168,5 @@ int main() {
   test_mm_low_precision();
   test_bmm();
   test_conv();
-  if (g_failures != 0) {
-    std::printf("%d failure(s)\n", g_failures);
-    return 1;
-  }
-  std::printf("test_fallbacks: all passed\n");
-  return 0;
+  return test_result("test_fallbacks");
 }

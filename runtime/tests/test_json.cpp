@@ -119,6 +119,5 @@ int main() {
   test_values();
   test_refusals();
   test_every_prefix_of_a_document();
-  if (g_failures) std::printf("%d failure(s)\n", g_failures);
-  return g_failures ? 1 : 0;
+  return test_result("test_json");
 }

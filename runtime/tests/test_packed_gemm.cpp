@@ -284,6 +284,5 @@ int main() {
     EXPECT(s.fast_calls == 0);
     EXPECT(s.packs == 0 && s.hits == 0);
   }
-  if (g_failures) std::printf("%d failure(s)\n", g_failures);
-  return g_failures ? 1 : 0;
+  return test_result("test_packed_gemm");
 }

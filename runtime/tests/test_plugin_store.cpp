@@ -96,5 +96,5 @@ int main() {
     EXPECT(std::strstr(e.what(), "fix:") != nullptr);
   }
   fs::remove_all(root);
-  return g_failures == 0 ? 0 : 1;
+  return test_result("test_plugin_store");
 }
