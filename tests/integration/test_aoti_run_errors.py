@@ -55,22 +55,19 @@ def test_wrong_input_count(host_build, mlp, tmp_path):
     assert "takes 1 input" in p.stderr and "got 2" in p.stderr
 
 
-def test_wrong_dtype(host_build, mlp, tmp_path):
+@pytest.mark.parametrize(("array", "named"), [
+    pytest.param(np.zeros((4, 16), np.float64), ("float64", "float32"), id="wrong_dtype"),
+    pytest.param(np.zeros((4, 15), np.float32), ("[4, 15]", "dimension 1 must be 16"), id="wrong_shape"),
+])
+def test_input_that_does_not_fit_the_contract(host_build, mlp, tmp_path, array, named):
+    """The message names what the file holds and what the model takes."""
     pt2, _ = mlp
-    x64 = tmp_path / "x64.npy"
-    np.save(x64, np.zeros((4, 16), np.float64))
-    p = run(host_build, pt2, "-i", x64, "-o", tmp_path / "o")
-    assert p.returncode == 3
-    assert "float64" in p.stderr and "float32" in p.stderr
-
-
-def test_wrong_shape(host_build, mlp, tmp_path):
-    pt2, _ = mlp
-    bad = tmp_path / "shape.npy"
-    np.save(bad, np.zeros((4, 15), np.float32))
+    bad = tmp_path / "bad.npy"
+    np.save(bad, array)
     p = run(host_build, pt2, "-i", bad, "-o", tmp_path / "o")
     assert p.returncode == 3
-    assert "[4, 15]" in p.stderr and "dimension 1 must be 16" in p.stderr
+    for text in named:
+        assert text in p.stderr, p.stderr
 
 
 def test_plugin_that_fails_to_load_shows_loader_message(host_build, fake_plugin, tmp_path):

@@ -292,22 +292,13 @@ def _both_decide(pt2: Path, d: Path, host_build, name: str, replace: dict[str, b
     return verify_ok, run.returncode == 0
 
 
-def test_contract_json_same_decision_in_verify_and_runtime(mlp_blob, host_build):
-    pt2, d, _blob = mlp_blob
-    base = json.loads(member(pt2, CONTRACT_ENTRY))
-    docs = _contract_docs(base)
-    decisions = {name: _both_decide(pt2, d, host_build, f"contract-{name}", {CONTRACT_ENTRY: doc})
-                 for name, _valid, doc in docs}
-    expected = {name: (valid, valid) for name, valid, _doc in docs}
-    assert decisions == expected
-
-
-def test_constants_json_same_decision_in_verify_and_runtime(mlp_blob, host_build):
+@pytest.mark.parametrize("entry", [CONTRACT_ENTRY, CONSTANTS_ENTRY])
+def test_package_json_same_decision_in_verify_and_runtime(mlp_blob, host_build, entry):
     pt2, d, blob_size = mlp_blob
-    base = json.loads(member(pt2, CONSTANTS_ENTRY))
-    docs = _constants_docs(base, blob_size)
-    decisions = {name: _both_decide(pt2, d, host_build, f"constants-{name}", {CONSTANTS_ENTRY: doc})
-                 for name, _valid, doc in docs}
+    base = json.loads(member(pt2, entry))
+    kind = "contract" if entry == CONTRACT_ENTRY else "constants"
+    docs = _contract_docs(base) if entry == CONTRACT_ENTRY else _constants_docs(base, blob_size)
+    decisions = {name: _both_decide(pt2, d, host_build, f"{kind}-{name}", {entry: doc}) for name, _valid, doc in docs}
     expected = {name: (valid, valid) for name, valid, _doc in docs}
     assert decisions == expected
 
