@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 from _common import REPO, export_mlp
 
-from tests.net import free_ports
+from tests.helpers import free_ports
 
 OUT = REPO / "build" / "bench-triton"
 TRITON = REPO / "build" / "tritonserver" / "pytriton" / "tritonserver"

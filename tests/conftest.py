@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import build_fixture
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO_ROOT / "build"
 VARIANT = "cpu-gcc-release"
@@ -183,22 +185,14 @@ def missing_op_package(torch, tmp_path_factory):
 @pytest.fixture(scope="session")
 def fake_plugin(tmp_path_factory):
     """fake_plugin(name, imports=[...]) -> path of a real .so compiled from templates/fixtures."""
-    import jinja2
-
     from toolchain.spec import load_spec
 
     spec = load_spec()
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "templates")),
-                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     root = tmp_path_factory.mktemp("fake-plugins")
 
     def build(name: str, imports: list[str] = (), entry_points: list[str] | None = None) -> Path:
         eps = entry_points if entry_points is not None else [e.name for e in spec.entry_points if e.required]
-        src = root / f"{name}.c"
-        src.write_text(env.get_template("fixtures/fake_plugin.c.j2").render(
-            description=name, imports=list(imports), entry_points=eps))
-        out = root / f"{name}.so"
-        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
-        return out
+        return build_fixture("fake_plugin.c.j2", root / f"{name}.so", description=name, imports=list(imports),
+                             entry_points=eps)
 
     return build

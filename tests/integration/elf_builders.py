@@ -6,8 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import jinja2
-
+from tests.helpers import fixture_source
 from toolchain.spec import load_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -19,11 +18,8 @@ def required_entry_points() -> list[str]:
 
 
 def render_plugin_source(name: str, imports=(), entry_points=None, weak_imports=()) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "templates")),
-                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     eps = list(entry_points) if entry_points is not None else [*required_entry_points(), ENTRIES_API]
-    src = env.get_template("fixtures/fake_plugin.c.j2").render(description=name, imports=list(imports),
-                                                              entry_points=eps)
+    src = fixture_source("fake_plugin.c.j2", description=name, imports=list(imports), entry_points=eps)
     for sym in weak_imports:
         src += f"\nextern void {sym}(void) __attribute__((weak));\n" \
                f"__attribute__((visibility(\"default\"))) void* weak_ref_{sym} = (void*)&{sym};\n"

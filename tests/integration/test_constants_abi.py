@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.helpers import build_fixture
 
 MODES = ("ok", "no_entries", "extract_error", "null_array", "null_name", "null_handle", "duplicate")
 INVALID_PROGRAM, NOT_SUPPORTED = 4, 6
@@ -21,20 +22,12 @@ INVALID_PROGRAM, NOT_SUPPORTED = 4, 6
 
 @pytest.fixture(scope="module")
 def constants_plugin(tmp_path_factory):
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "templates")),
-                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     root = tmp_path_factory.mktemp("constants-plugins")
     built = {}
 
     def build(mode: str):
         if mode not in built:
-            src = root / f"{mode}.c"
-            src.write_text(env.get_template("fixtures/constants_plugin.c.j2").render(mode=mode))
-            out = root / f"{mode}.so"
-            subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(out), str(src)], check=True)
-            built[mode] = out
+            built[mode] = build_fixture("constants_plugin.c.j2", root / f"{mode}.so", ("-Wall", "-Werror"), mode=mode)
         return built[mode]
 
     return build

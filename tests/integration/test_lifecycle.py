@@ -23,6 +23,7 @@ import textwrap
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.helpers import build_fixture
 
 WARMUP, CYCLES, BOUND = 100, 1000, 0.01  # the documented bound (docs/performance.md): 1,000 cycles grow resident memory by < 1 %
 
@@ -159,13 +160,6 @@ def test_real_plugin_stays_mapped_after_unload(host_lib, export_example, tmp_pat
 
 
 def test_plugin_without_unique_symbols_is_unmapped(host_lib, tmp_path):
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "templates")), trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    src = tmp_path / "ok.c"
-    src.write_text(env.get_template("fixtures/constants_plugin.c.j2").render(mode="ok"))
-    so = tmp_path / "unloadable.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    so = build_fixture("constants_plugin.c.j2", tmp_path / "unloadable.so", mode="ok")
     # the container is deleted before the last dlclose, so the code is gone only when nothing uses it
     assert _unload(host_lib, so, "unloadable.so") == ["True", "False", "True"]

@@ -9,9 +9,9 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
+from tests.helpers import npy_args
 from tests.models_corpus import fallback_shims
 from toolchain import runtime
 from toolchain.errors import LoadError, exit_code
@@ -59,10 +59,7 @@ def test_loading_fails_naming_op_and_shim(missing_op_package, host_build, tmp_pa
     with pytest.raises(LoadError) as info:
         runtime.load(pt2, library_path=host_build.lib)
     assert f"{SHIM} (ATen op {OP})" in str(info.value) and "does not provide" in str(info.value)
-    args = [str(host_build.aoti_run), str(pt2)]
-    for i, x in enumerate(inputs):
-        np.save(tmp_path / f"in{i}.npy", x.numpy())
-        args += ["-i", str(tmp_path / f"in{i}.npy")]
+    args = [str(host_build.aoti_run), str(pt2), *npy_args(inputs, tmp_path)]
     (tmp_path / "kept").mkdir()
     proc = subprocess.run([*args, "-o", str(tmp_path / "kept" / "out" / "deeper")], capture_output=True, text=True)
     assert proc.returncode == exit_code("load_failed"), proc.stderr
@@ -107,9 +104,6 @@ def test_proxy_executor_ops_are_named_by_verify_and_refused_at_load(proxy_op_pac
     with pytest.raises(LoadError, match="proxy executor") as info:
         runtime.load(pt2, library_path=host_build.lib)
     assert "libtorch" in str(info.value) and "does not provide" not in str(info.value)
-    args = [str(host_build.aoti_run), str(pt2)]
-    for i, x in enumerate(inputs):
-        np.save(tmp_path / f"in{i}.npy", x.numpy())
-        args += ["-i", str(tmp_path / f"in{i}.npy")]
+    args = [str(host_build.aoti_run), str(pt2), *npy_args(inputs, tmp_path)]
     proc = subprocess.run([*args, "-o", str(tmp_path / "out")], capture_output=True, text=True)
     assert proc.returncode == exit_code("load_failed") and "proxy executor" in proc.stderr, proc.stderr

@@ -7,6 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from tests.helpers import npy_args
 from toolchain import runtime
 
 pytestmark = pytest.mark.slow
@@ -46,10 +47,7 @@ def test_python_runtime_matches_eager(host_lib, export_example, name, weights):
 @pytest.mark.parametrize(("name", "weights"), CASES, ids=[f"{n}-{w}" for n, w in CASES])
 def test_aoti_run_matches_eager(host_build, export_example, tmp_path, name, weights):
     pt2, module, inputs = export_example(name, weights)
-    args = [str(host_build.aoti_run), str(pt2)]
-    for i, x in enumerate(inputs):
-        np.save(tmp_path / f"in{i}.npy", x.numpy())
-        args += ["-i", str(tmp_path / f"in{i}.npy")]
+    args = [str(host_build.aoti_run), str(pt2), *npy_args(inputs, tmp_path)]
     proc = subprocess.run([*args, "-o", str(tmp_path / "out")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     for k, e in enumerate(eager(module, inputs)):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BUILD_DIR
+from tests.helpers import npy_args
 from tests.models_corpus import MODELS, fallback_shims
 from toolchain import runtime
 
@@ -86,10 +87,7 @@ def test_model_matches_eager(host_build, corpus, tmp_path, name):
     for k, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert g.dtype == e.dtype and g.shape == e.shape, (k, g.dtype, e.dtype, g.shape, e.shape)
         assert_close(g, e, module, inputs, k, f"{name} output {k} (Python module)", cache)
-    args = [str(host_build.aoti_run), str(pt2)]
-    for i, x in enumerate(inputs):
-        np.save(tmp_path / f"in{i}.npy", x.numpy())
-        args += ["-i", str(tmp_path / f"in{i}.npy")]
+    args = [str(host_build.aoti_run), str(pt2), *npy_args(inputs, tmp_path)]
     proc = subprocess.run([*args, "-o", str(tmp_path / "out")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     for k, e in enumerate(expected):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BUILD_DIR
-from tests.net import free_ports
+from tests.helpers import free_ports
 
 th = pytest.importorskip("tritonclient.http", reason="tritonclient is not installed (pip install -e '.[serve]')")
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e '.[serve]')")

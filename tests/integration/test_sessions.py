@@ -102,19 +102,10 @@ def test_session_keeps_the_plugin_loaded_until_freed(host_lib, tmp_path):
     """What the session keeps alive is observable with a plugin that really unloads (no GNU-unique
     symbols, unlike torch's): it stays mapped after the program is freed while a session (or its clone)
     lives, and is unmapped when the last one is freed."""
-    import subprocess
-
-    import jinja2
-
-    from tests.conftest import REPO_ROOT
+    from tests.helpers import build_fixture
     from toolchain import runtime
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "templates")), trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    src = tmp_path / "ok.c"
-    src.write_text(env.get_template("fixtures/constants_plugin.c.j2").render(mode="ok"))
-    so = tmp_path / "session_keeps_me.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    so = build_fixture("constants_plugin.c.j2", tmp_path / "session_keeps_me.so", mode="ok")
 
     def mapped() -> bool:
         with open("/proc/self/maps") as f:

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BUILD_DIR, REPO_ROOT, shared_dir, shared_export
-from tests.net import free_ports
+from tests.helpers import free_ports
 
 TRITON_DIR = BUILD_DIR / "tritonserver"  # .ci/setup (.ci/tritonserver.py) unpacks the wheel here
 SERVER = TRITON_DIR / "pytriton" / "tritonserver" / "bin" / "tritonserver"
