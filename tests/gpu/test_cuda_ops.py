@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from tests.shim_kinds import shim_kinds
+from tests.shim_kinds import HandleOwner, marshal, shim_kinds
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -35,23 +35,22 @@ CODES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.in
          torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
          torch.bfloat16: 15, torch.uint64: 29}
 DTYPES = {v: k for k, v in CODES.items()}
-T, OT, R, RI = "tensor", "optional tensor", "return", "int64 return"
+R, RI = "return", "int64 return"
 
 # Shim name -> argument kinds in prototype order: from the prototypes in toolchain/spec/shims.toml (torch's
-# generated/c_shim_cuda.h), through tests/shim_kinds.py; scalars as their ctypes types.
-_SCALARS = {"int32": I32, "int64": I64, "double": F64, "string": ctypes.c_char_p}
-SIGS = {op: [_SCALARS.get(k, k) for k in kinds] for op, kinds in shim_kinds("cuda").items()}
+# generated/c_shim_cuda.h), through tests/shim_kinds.py.
+SIGS = shim_kinds("cuda")
 
 
 class ShimError(RuntimeError):
     pass
 
 
-class Host:
+class Host(HandleOwner):
     """Calls aoti_torch_cuda_<name> on torch tensors; returned tensors come back as torch tensors."""
 
     def __init__(self) -> None:
-        self.lib = ctypes.CDLL(os.environ["AOTI_HOST_LIBRARY"], mode=ctypes.RTLD_GLOBAL)
+        super().__init__(ctypes.CDLL(os.environ["AOTI_HOST_LIBRARY"], mode=ctypes.RTLD_GLOBAL))
         lib = self.lib
         lib.aoti_torch_create_tensor_from_blob.argtypes = [H, I64, I64P, I64P, I64, I32, I32, I32, PH]
         for name in ("aoti_torch_get_sizes", "aoti_torch_get_strides"):
@@ -63,12 +62,12 @@ class Host:
         lib.aoti_torch_get_data_ptr.argtypes = [H, ctypes.POINTER(H)]
         lib.aoti_torch_delete_tensor_object.argtypes = [H]
         lib.aoti_host_last_error.restype = ctypes.c_char_p
-        self.handles: list[int] = []
-        self.keep: list[object] = []
 
     def ok(self, rc: int, what: str) -> None:
         if rc != 0:
             raise ShimError(f"{what} failed: {(self.lib.aoti_host_last_error() or b'').decode()}")
+
+    check = ok  # release()'s deletions too
 
     def from_torch(self, t) -> int:
         n = t.dim()
@@ -122,78 +121,23 @@ class Host:
     def launch(self, name: str, *args, fetch: bool = False):
         """Calls the shim; with fetch, waits for the GPU and returns copies of the outputs, else only
         keeps the returned handles (for timing: no synchronisation, no copies)."""
-        kinds = SIGS[name]
-        assert len(args) == sum(k not in (R, RI) for k in kinds), name
         fn = getattr(self.lib, f"aoti_torch_cuda_{name}")
-        argtypes, cargs, rets, it = [], [], [], iter(args)
-        for k in kinds:
-            if k == R:
-                argtypes.append(PH)
-                rets.append(H())
-                cargs.append(ctypes.byref(rets[-1]))
-                continue
-            if k == RI:
-                argtypes.append(I64P)
-                rets.append(I64())
-                cargs.append(ctypes.byref(rets[-1]))
-                continue
-            a = next(it)
-            if k == T:
-                argtypes.append(H)
-                cargs.append(self.from_torch(a))
-            elif k == OT:
-                argtypes.append(PH)
-                cargs.append(None if a is None else ctypes.pointer(H(self.from_torch(a))))
-            elif k == "ints":
-                argtypes += [I64P, I64]
-                cargs += [(I64 * max(len(a), 1))(*a), len(a)]
-            elif k == "optional double":
-                argtypes.append(ctypes.POINTER(F64))
-                cargs.append(None if a is None else ctypes.pointer(F64(a)))
-            elif k == "indices":  # const AtenTensorHandle** + length: a pointer per entry, null for None
-                ptrs = [None if t is None else ctypes.pointer(H(self.from_torch(t))) for t in a]
-                arr = (PH * max(len(ptrs), 1))(*ptrs)
-                self.keep.append((arr, ptrs))
-                argtypes += [ctypes.POINTER(PH), I64]
-                cargs += [arr, len(a)]
-            elif k == "optional int64":
-                argtypes.append(I64P)
-                cargs.append(None if a is None else ctypes.pointer(I64(a)))
-            elif k == "optional int32":
-                argtypes.append(ctypes.POINTER(I32))
-                cargs.append(None if a is None else ctypes.pointer(I32(a)))
-            elif k == "optional string":
-                argtypes.append(ctypes.POINTER(ctypes.c_char_p))
-                cargs.append(None if a is None else ctypes.pointer(ctypes.c_char_p(a.encode())))
-            elif k == ctypes.c_char_p:
-                argtypes.append(k)
-                cargs.append(a.encode())
-            else:
-                argtypes.append(k)
-                cargs.append(a)
-        fn.argtypes = argtypes
+        fn.argtypes, cargs, rets = marshal(SIGS[name], args, self.from_torch, self.keep)
         self.ok(fn(*cargs), f"aoti_torch_cuda_{name}")
         if not fetch:
-            self.handles.extend(r.value for k, r in zip([k for k in kinds if k in (R, RI)], rets, strict=True)
-                                if k == R and r.value is not None)
+            self.handles.extend(cell.value for k, cell in rets if k == R and cell.value is not None)
             return None
         torch.cuda.synchronize()
         out = []
-        for k, r in zip([k for k in kinds if k in (R, RI)], rets, strict=True):
+        for k, cell in rets:
             if k == RI:
-                out.append(r.value)
-            elif r.value is None:
+                out.append(cell.value)
+            elif cell.value is None:
                 out.append(None)
             else:
-                self.handles.append(r.value)
-                out.append(self.to_torch(r.value))
+                self.handles.append(cell.value)
+                out.append(self.to_torch(cell.value))
         return out[0] if len(out) == 1 else tuple(out)
-
-    def release(self) -> None:
-        for h in self.handles:
-            self.ok(self.lib.aoti_torch_delete_tensor_object(h), "delete_tensor_object")
-        self.handles.clear()
-        self.keep.clear()
 
 
 @pytest.fixture

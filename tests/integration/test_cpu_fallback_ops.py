@@ -14,25 +14,17 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_cpu_fallbacks import I64P, Runtime, _strided
-from tests.shim_kinds import shim_kinds
+from tests.shim_kinds import marshal, shim_kinds
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-H = ctypes.c_void_p
-PH = ctypes.POINTER(H)
-T, OT, R = "tensor", "optional tensor", "return"
-I32, I64, F64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_double
-OI32 = ctypes.POINTER(ctypes.c_int32)
-OI64 = ctypes.POINTER(ctypes.c_int64)
-ODBL = ctypes.POINTER(ctypes.c_double)
-
 # Shim name -> argument kinds, in prototype order: from the prototypes in toolchain/spec/shims.toml (torch
 # 2.13's generated/c_shim_cpu.h), through tests/shim_kinds.py.
-_TOKENS = {"tensor": T, "optional tensor": OT, "return": R, "int32": I32, "int64": I64, "double": F64,
-           "optional int32": OI32, "optional int64": OI64, "optional double": ODBL, "ints": "ints",
-           "indices": "indices", "optional string": ctypes.POINTER(ctypes.c_char_p), "string": ctypes.c_char_p}
-SIGS = {op: [_TOKENS[k] for k in kinds] for op, kinds in shim_kinds("cpu").items()}
+SIGS = shim_kinds("cpu")
+H = ctypes.c_void_p
+PH = ctypes.POINTER(H)
+I32, I64, F64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_double
 
 
 class Ops:
@@ -42,50 +34,18 @@ class Ops:
         self.rt = rt
 
     def __call__(self, name: str, *args):
-        kinds = SIGS[name]
-        assert len(args) == sum(k != R for k in kinds), name
         fn = getattr(self.rt.lib, f"aoti_torch_cpu_{name}")
-        argtypes, cargs, rets, it = [], [], [], iter(args)
-        for k in kinds:
-            if k == R:
-                argtypes.append(PH)
-                rets.append(H())
-                cargs.append(ctypes.byref(rets[-1]))
-                continue
-            a = next(it)
-            if k == T:
-                argtypes.append(H)
-                cargs.append(self.rt.from_torch(a))
-            elif k == OT:
-                argtypes.append(PH)
-                cargs.append(None if a is None else ctypes.pointer(H(self.rt.from_torch(a))))
-            elif k == "ints":
-                argtypes += [I64P, I64]
-                cargs += [(I64 * max(len(a), 1))(*a), len(a)]
-            elif k == "indices":  # const AtenTensorHandle** + length: a pointer per entry, null for None
-                ptrs = [None if t is None else ctypes.pointer(H(self.rt.from_torch(t))) for t in a]
-                arr = (PH * max(len(ptrs), 1))(*ptrs)
-                self.rt.keep.append((arr, ptrs))
-                argtypes += [ctypes.POINTER(PH), I64]
-                cargs += [arr, len(a)]
-            elif k in (OI32, OI64, ODBL):
-                argtypes.append(k)
-                cargs.append(None if a is None else ctypes.pointer(k._type_(a)))
-            elif k == ctypes.POINTER(ctypes.c_char_p):
-                argtypes.append(k)
-                cargs.append(None if a is None else ctypes.pointer(ctypes.c_char_p(a.encode())))
-            elif k == ctypes.c_char_p:
-                argtypes.append(k)
-                cargs.append(a.encode())
-            else:
-                argtypes.append(k)
-                cargs.append(a)
-        fn.argtypes = argtypes
+        fn.argtypes, cargs, rets = marshal(SIGS[name], args, self.rt.from_torch, self.rt.keep)
         rc = fn(*cargs)
         if rc != 0:
             raise RuntimeError(f"aoti_torch_cpu_{name} failed: {self.rt.last_error()}")
-        self.rt.handles.extend(r.value for r in rets)
-        out = [self.rt.to_torch(r.value) for r in rets]
+        out = []
+        for kind, cell in rets:
+            if kind == "return":
+                self.rt.handles.append(cell.value)
+                out.append(self.rt.to_torch(cell.value))
+            else:
+                out.append(cell.value)
         return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -423,16 +383,13 @@ def test_adaptive_pools_3d(ops, dtype, layout, out_size):
     else:
         x = data(g, (2, 3, 7, 9, 8), dtype, layout)
     x[1, 2, 3, 4, 5] = float("nan")
-    v, i = ops("adaptive_max_pool3d", x, out_size)
-    ev, ei = torch.ops.aten.adaptive_max_pool3d(x, out_size)
-    same(v, ev)
-    same(i, ei)
-    rtol, atol = TOL[dtype]
-    same(ops("_adaptive_avg_pool3d", x, out_size), torch.ops.aten._adaptive_avg_pool3d(x, out_size), rtol=rtol,
-         atol=atol)
     x4 = data(g, (3, 5, 6, 4), dtype)  # [C, T, H, W]
-    same(ops("_adaptive_avg_pool3d", x4, out_size), torch.ops.aten._adaptive_avg_pool3d(x4, out_size), rtol=rtol,
-         atol=atol)
+    aten = torch.ops.aten
+    for got, want in zip(ops("adaptive_max_pool3d", x, out_size), aten.adaptive_max_pool3d(x, out_size), strict=True):
+        same(got, want)  # the values and their indices, exactly
+    rtol, atol = TOL[dtype]
+    for t in (x, x4):
+        same(ops("_adaptive_avg_pool3d", t, out_size), aten._adaptive_avg_pool3d(t, out_size), rtol=rtol, atol=atol)
     with pytest.raises(RuntimeError, match="must have 3 values"):
         ops("_adaptive_avg_pool3d", x, [2, 2])
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.shim_kinds import HandleOwner
+
 try:
     import torch
     import torch.nn.functional as F  # noqa: N812
@@ -30,11 +32,11 @@ DTYPE_CODES = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float
                "complex64": 9, "complex128": 10, "bool": 11, "bfloat16": 15}
 
 
-class Runtime:
+class Runtime(HandleOwner):
     """ctypes view of the shims this test needs; keeps every buffer alive as long as its handle."""
 
     def __init__(self, path: Path) -> None:
-        self.lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        super().__init__(ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL))
         lib = self.lib
         lib.aoti_torch_create_tensor_from_blob.argtypes = [ctypes.c_void_p, ctypes.c_int64, I64P, I64P, ctypes.c_int64,
                                                            ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
@@ -52,11 +54,6 @@ class Runtime:
         lib.aoti_torch_get_dtype.argtypes = [H, ctypes.POINTER(ctypes.c_int32)]
         lib.aoti_torch_get_data_ptr.argtypes = [H, ctypes.POINTER(ctypes.c_void_p)]
         lib.aoti_torch_delete_tensor_object.argtypes = [H]
-        self.handles: list[int] = []
-        self.keep: list[object] = []
-
-    def check(self, rc: int, what: str) -> None:
-        assert rc == 0, f"{what} failed with rc={rc}"
 
     def blob(self, base_ptr: int, sizes, strides, offset: int, dtype: str, keep: object) -> int:
         n = len(sizes)
@@ -110,12 +107,6 @@ class Runtime:
         fn = self.lib.aoti_host_last_error
         fn.restype = ctypes.c_char_p
         return (fn() or b"").decode(errors="replace")
-
-    def release(self) -> None:
-        for h in self.handles:
-            self.check(self.lib.aoti_torch_delete_tensor_object(h), "delete_tensor_object")
-        self.handles.clear()
-        self.keep.clear()
 
 
 @pytest.fixture
