@@ -275,8 +275,29 @@ MODELS: dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]] = {
 }
 
 
-def fallback_shims(pt2: Path) -> list[str]:
-    """The aoti_torch_cpu_* symbols the package's plugin(s) import (undefined dynamic symbols)."""
+def half_conv_mlp(dtype: str) -> tuple[Any, tuple[Any, ...]]:
+    """A small conv + MLP in `dtype` (bfloat16, float16): the plugin calls the convolution and addmm fallbacks
+    in that dtype (the half-precision tests on CPU and GPU; not in MODELS, which is float)."""
+    torch = _torch()
+    nn: Any = torch.nn
+
+    class ConvMLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.fc1 = nn.Linear(8 * 6 * 6, 32)
+            self.fc2 = nn.Linear(32, 10)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x)).flatten(1)
+            return self.fc2(torch.relu(self.fc1(y)))
+
+    dt = getattr(torch, dtype)
+    return ConvMLP().to(dt).eval(), (torch.randn(2, 3, 6, 6).to(dt),)
+
+
+def imported_shims(pt2: Path, prefix: str = "aoti_torch_") -> list[str]:
+    """The symbols starting with `prefix` that the package's plugin(s) import (undefined dynamic symbols), sorted."""
     from toolchain.elf.reader import parse_elf
 
     names: set[str] = set()
@@ -284,8 +305,13 @@ def fallback_shims(pt2: Path) -> list[str]:
         for member in zf.namelist():
             if member.endswith(".so"):
                 elf = parse_elf(zf.read(member), f"{pt2}!{member}")
-                names.update(s.name for s in elf.symbols if not s.defined and s.name.startswith("aoti_torch_cpu_"))
+                names.update(s.name for s in elf.symbols if not s.defined and s.name.startswith(prefix))
     return sorted(names)
+
+
+def fallback_shims(pt2: Path) -> list[str]:
+    """The aoti_torch_cpu_* fallback shims the package's plugin(s) import."""
+    return imported_shims(pt2, "aoti_torch_cpu_")
 
 
 def implemented_shims() -> set[str]:

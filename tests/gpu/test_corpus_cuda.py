@@ -15,7 +15,6 @@ import contextlib
 import os
 import subprocess
 import traceback
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import numpy as np
 import pytest
 
 from tests.gpu import gpu_skip_reason
-from tests.models_corpus import MODELS
+from tests.models_corpus import MODELS, imported_shims
 
 pytestmark = pytest.mark.gpu
 # as the CPU corpus test (tests/integration/test_models_corpus.py), int8_linear included
@@ -47,24 +46,11 @@ def _record(line: str) -> None:
             f.write(line + "\n")
 
 
-def _imported_shims(pt2: Path) -> list[str]:
-    """The aoti_torch_* symbols the package's plugin(s) import."""
-    from toolchain.elf.reader import parse_elf
-
-    names: set[str] = set()
-    with zipfile.ZipFile(pt2) as zf:
-        for member in zf.namelist():
-            if member.endswith(".so"):
-                elf = parse_elf(zf.read(member), f"{pt2}!{member}")
-                names.update(s.name for s in elf.symbols if not s.defined and s.name.startswith("aoti_torch_"))
-    return sorted(names)
-
-
 def _missing_shims(pt2: Path) -> list[str]:
     from tests.models_corpus import implemented_shims
 
     have = implemented_shims()
-    return [s for s in _imported_shims(pt2) if s not in have]
+    return [s for s in imported_shims(pt2) if s not in have]
 
 
 def _outputs(out: Any) -> list[Any]:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.gpu import gpu_skip_reason
+from tests.models_corpus import half_conv_mlp
 
 pytestmark = pytest.mark.gpu
 # (rtol, atol): eager rounds each op to the dtype, the plugin fuses in float; cuBLAS/cuDNN may pick other
@@ -50,24 +51,6 @@ from toolchain.runtime import cuda  # noqa: E402
 AOTI_RUN = os.environ["AOTI_RUN"]
 
 
-def _model(dtype: str):
-    torch.manual_seed(0)
-
-    class ConvMLP(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-            self.fc1 = torch.nn.Linear(8 * 6 * 6, 32)
-            self.fc2 = torch.nn.Linear(32, 10)
-
-        def forward(self, x):
-            y = torch.relu(self.conv(x)).flatten(1)
-            return self.fc2(torch.relu(self.fc1(y)))
-
-    dt = getattr(torch, dtype)
-    return ConvMLP().to(dt).eval(), torch.randn(2, 3, 6, 6).to(dt)
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """dtype -> (pt2, host input tensor, eager output on the GPU, moved to the host)."""
@@ -79,7 +62,7 @@ def models(tmp_path_factory):
     torch.backends.cudnn.allow_tf32 = False
     out = {}
     for dtype in TOL:
-        module, x = _model(dtype)
+        module, (x,) = half_conv_mlp(dtype)
         module = module.to("cuda")
         with torch.no_grad():
             expected = module(x.to("cuda")).cpu()

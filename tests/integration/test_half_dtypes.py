@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BUILD_DIR
-from tests.models_corpus import fallback_shims
+from tests.models_corpus import fallback_shims, half_conv_mlp
 from toolchain import runtime
 from toolchain.errors import InputError, exit_code
 
@@ -26,25 +26,6 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 TOL = {"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}
 
 
-def make_model(torch, dtype):
-    """A small conv + MLP: the plugin calls the convolution and addmm fallbacks in `dtype`."""
-    torch.manual_seed(0)
-
-    class ConvMLP(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-            self.fc1 = torch.nn.Linear(8 * 6 * 6, 32)
-            self.fc2 = torch.nn.Linear(32, 10)
-
-        def forward(self, x):
-            y = torch.relu(self.conv(x)).flatten(1)
-            return self.fc2(torch.relu(self.fc1(y)))
-
-    dt = getattr(torch, dtype)
-    return ConvMLP().to(dt).eval(), (torch.randn(2, 3, 6, 6).to(dt),)
-
-
 @pytest.fixture(scope="module")
 def models(torch, tmp_path_factory):
     """dtype -> (pt2, module, inputs, eager outputs as torch tensors); each exported once."""
@@ -53,7 +34,7 @@ def models(torch, tmp_path_factory):
     root = tmp_path_factory.mktemp("half")
     out = {}
     for dtype in TOL:
-        module, inputs = make_model(torch, dtype)
+        module, inputs = half_conv_mlp(dtype)
         pt2 = export(module, inputs, root / f"convmlp_{dtype}.pt2", build_dir=BUILD_DIR)
         with torch.no_grad():
             expected = module(*inputs)
