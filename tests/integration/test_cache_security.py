@@ -154,28 +154,51 @@ def default_cache(home: Path) -> Path:
     return home / ".cache" / "aoti-toolchain"
 
 
+def victim_cache(shared: Path, mode: str) -> tuple[Path, Path]:
+    """The victim's home in the arena and the cache directory of `mode`: its own AOTI_HOST_CACHE_DIR (cache),
+    or the default under its home (memfd: never looked at)."""
+    home = shared / "home"
+    return home, (shared / "victim-cache" if mode == "cache" else default_cache(home))
+
+
+def cache_the_attacker_can_create(shared: Path, mode: str) -> tuple[Path, Path]:
+    """victim_cache, with the home made and the cache's parent world-writable (sticky, like /tmp): the
+    attacker can create the cache directory itself before the victim does."""
+    home, cache = victim_cache(shared, mode)
+    home.mkdir(mode=0o755)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.parent.chmod(0o1777)
+    return home, cache
+
+
+def assert_own_cache_refused(host_lib, trusted, arena, mode: str, home: Path, cache: Path, *named: str) -> None:
+    """The victim loads the trusted package with the cache of `mode`. With its own cache directory (cache) the
+    load is refused with a message naming each of `named`, and the default (memfd) then still runs it; with
+    the default it just runs. Nothing planted ever runs and no file of the victim's changes."""
+    pt2, x, expected, _member, _plugin = trusted
+    _shared, marker, _evil, precious = arena
+    [result], _ = victim([pt2], x, victim_env(mode, home, cache), host_lib)
+    assert_safe(marker, precious)
+    if mode == "cache":
+        assert not result["ok"]
+        for text in named:
+            assert text in result["error"], result["error"]
+        [result], _ = victim([pt2], x, victim_env("memfd", home, None), host_lib)  # the default still works
+    assert_trusted_ran(result, expected)
+    assert_safe(marker, precious)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_planted_plugin_in_an_attacker_made_cache(host_lib, trusted, attacker, arena, mode):
     """The attacker creates the victim's cache directory first (world-writable) and plants a .so under the
     exact name the victim would load: the victim refuses the directory (cache) or never looks (memfd)."""
     pt2, x, expected, member, plugin = trusted
     shared, marker, evil, precious = arena
-    home = shared / "home"
-    home.mkdir(mode=0o755)
-    cache = shared / "victim-cache" if mode == "cache" else default_cache(home)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.parent.chmod(0o1777)
+    home, cache = cache_the_attacker_can_create(shared, mode)
     as_attacker(attacker, f"mkdir -m 777 {cache}; cp {evil} {cache}/{entry_name(member, plugin)}; "
                           f"cp {evil} {cache}/{member.rsplit('/', 1)[-1]}")
-    [result], err = victim([pt2], x, victim_env(mode, home, cache), host_lib)
-    assert_safe(marker, precious)
-    if mode == "cache":
-        assert not result["ok"]
-        assert f"{cache} is owned by uid {attacker.pw_uid}, not by you" in result["error"]
-        assert "AOTI_HOST_CACHE_DIR" in result["error"]  # the fix
-        [result], _ = victim([pt2], x, victim_env("memfd", home, None), host_lib)  # the default still works
-    assert_trusted_ran(result, expected)
-    assert_safe(marker, precious)
+    assert_own_cache_refused(host_lib, trusted, arena, mode, home, cache,
+                             f"{cache} is owned by uid {attacker.pw_uid}, not by you", "AOTI_HOST_CACHE_DIR")  # the fix
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -184,8 +207,7 @@ def test_planted_plugin_in_own_cache_is_replaced(host_lib, trusted, arena, mode)
     hash of what was opened and replaced, loudly."""
     pt2, x, expected, member, plugin = trusted
     shared, marker, evil, precious = arena
-    home = shared / "home"
-    cache = (shared / "victim-cache") if mode == "cache" else default_cache(home)
+    home, cache = victim_cache(shared, mode)
     cache.mkdir(parents=True, mode=0o700)
     entry = cache / entry_name(member, plugin)
     entry.write_bytes(evil.read_bytes().ljust(len(plugin), b"\0"))
@@ -204,21 +226,11 @@ def test_planted_plugin_in_own_cache_is_replaced(host_lib, trusted, arena, mode)
 def test_symlinked_cache_root(host_lib, trusted, attacker, arena, mode):
     pt2, x, expected, member, plugin = trusted
     shared, marker, evil, precious = arena
-    home = shared / "home"
-    home.mkdir(mode=0o755)
-    cache = shared / "victim-cache" if mode == "cache" else default_cache(home)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.parent.chmod(0o1777)
+    home, cache = cache_the_attacker_can_create(shared, mode)
     theirs = shared / "attacker-dir"
     as_attacker(attacker, f"mkdir -m 777 {theirs}; cp {evil} {theirs}/{entry_name(member, plugin)}; "
                           f"ln -s {theirs} {cache}")
-    [result], _ = victim([pt2], x, victim_env(mode, home, cache), host_lib)
-    assert_safe(marker, precious)
-    if mode == "cache":
-        assert not result["ok"]
-        assert f"{cache} is a symbolic link" in result["error"], result["error"]
-        [result], _ = victim([pt2], x, victim_env("memfd", home, None), host_lib)
-    assert_trusted_ran(result, expected)
+    assert_own_cache_refused(host_lib, trusted, arena, mode, home, cache, f"{cache} is a symbolic link")
     assert sorted(p.name for p in theirs.iterdir()) == [entry_name(member, plugin)]  # nothing written there
 
 
@@ -229,8 +241,7 @@ def test_symlink_at_the_entry_path(host_lib, trusted, arena, mode, target):
     written through; replaced by the real entry."""
     pt2, x, expected, member, plugin = trusted
     shared, marker, evil, precious = arena
-    home = shared / "home"
-    cache = (shared / "victim-cache") if mode == "cache" else default_cache(home)
+    home, cache = victim_cache(shared, mode)
     cache.mkdir(parents=True, mode=0o700)
     entry = cache / entry_name(member, plugin)
     entry.symlink_to(evil if target == "evil" else precious)
@@ -286,11 +297,7 @@ def test_symlinks_at_temp_paths(host_lib, trusted, arena):
 def test_precreated_cache_dir(host_lib, trusted, attacker, arena, mode, owner):
     pt2, x, expected, member, plugin = trusted
     shared, marker, evil, precious = arena
-    home = shared / "home"
-    home.mkdir(mode=0o755)
-    cache = shared / "victim-cache" if mode == "cache" else default_cache(home)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.parent.chmod(0o1777)
+    home, cache = cache_the_attacker_can_create(shared, mode)
     if owner == "attacker":
         as_attacker(attacker, f"mkdir -m 755 {cache}")
     else:

@@ -111,26 +111,17 @@ def test_malformed_layouts_entry_is_refused(host_lib, export_example, tmp_path):
         runtime.load(bad, library_path=host_lib)
 
 
-WRAPPER = """
-    constants_info_[0].name = "constant_w";
-    constants_info_[0].dtype = cached_torch_dtype_float32;
-    constants_info_[0].device_type = cached_torch_device_type_cuda;
-    constants_info_[0].offset = 3;
-    constants_info_[0].data_size = 128;
-    constants_info_[0].from_folded = false;
-    constants_info_[0].shape = {2, 3};
-    constants_info_[0].stride = {3, 1};
-    constants_info_[0].layout = static_cast<int32_t>(cached_torch_layout_strided);
-    constants_info_[1].name = "constant_s";
-    constants_info_[1].dtype = cached_torch_dtype_int64;
-    constants_info_[1].device_type = cached_torch_device_type_cuda;
-    constants_info_[1].offset = 0;
-    constants_info_[1].data_size = 64;
-    constants_info_[1].from_folded = true;
-    constants_info_[1].shape = {};
-    constants_info_[1].stride = {};
-    constants_info_[1].layout = static_cast<int32_t>(cached_torch_layout_strided);
-"""
+def _constants_info(i: int, **fields: str) -> str:
+    """Constant `i`'s fields as inductor's generated wrapper sets them in constants_info_ (CUDA, strided)."""
+    fields = {**fields, "layout": "static_cast<int32_t>(cached_torch_layout_strided)"}
+    return "".join(f"    constants_info_[{i}].{k} = {v};\n" for k, v in fields.items())
+
+
+WRAPPER = "\n" + _constants_info(
+    0, name='"constant_w"', dtype="cached_torch_dtype_float32", device_type="cached_torch_device_type_cuda",
+    offset="3", data_size="128", from_folded="false", shape="{2, 3}", stride="{3, 1}") + _constants_info(
+    1, name='"constant_s"', dtype="cached_torch_dtype_int64", device_type="cached_torch_device_type_cuda",
+    offset="0", data_size="64", from_folded="true", shape="{}", stride="{}")
 
 
 def test_constant_layouts_parser():
