@@ -3,6 +3,7 @@ serving benchmarks export, example inputs saved as .npy, and torch's own runner 
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -55,6 +56,21 @@ def torch_runner_command(pt2: Path, xs: list[str]) -> list[str]:
 def aoti_run_command(pt2: Path, xs: list[str], out: Path) -> list[str]:
     """aoti-run on `pt2` and inputs `xs`, outputs into `out`, quiet; append --repeat N to time it."""
     return [str(AOTI_RUN), str(pt2), *sum((["-i", x] for x in xs), []), "-o", str(out), "--quiet"]
+
+
+def model_options(ap: argparse.ArgumentParser, examples: str, calls: int, rounds: int,
+                  rounds_help: str | None = None) -> argparse.ArgumentParser:
+    """The options of the benchmarks that time example models call by call: --examples (toolchain.examples
+    names, comma-separated), --calls per timed run, --rounds of interleaved runs."""
+    ap.add_argument("--examples", default=examples)
+    ap.add_argument("--calls", type=int, default=calls)
+    ap.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+    return ap
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line, its module docstring as the help."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def build_runtime() -> None:

@@ -26,7 +26,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import BUILD, aoti_run_command, build_runtime, interleaved_medians, save_inputs, torch_runner_command
+from _common import (
+    BUILD,
+    aoti_run_command,
+    build_runtime,
+    interleaved_medians,
+    model_options,
+    parser,
+    save_inputs,
+    torch_runner_command,
+)
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
@@ -75,11 +84,9 @@ def bench_model(name: str, args: argparse.Namespace, build: Path) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--examples", default="mlp_bench,attention,convnet_bench")
+    ap = model_options(parser(__doc__), "mlp_bench,attention,convnet_bench", 1000, 3,
+                       "interleaved per-call rounds per thread count")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--calls", type=int, default=1000)
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved per-call rounds per thread count")
     ap.add_argument("--cold", type=int, default=10, help="cold starts of aoti-run (torch gets a quarter)")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra environment for both sides (e.g. OMP_WAIT_POLICY=passive)")

@@ -24,7 +24,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import REPO, aoti_run_command, interleaved_medians, save_inputs, torch_runner_command
+from _common import (
+    REPO,
+    aoti_run_command,
+    interleaved_medians,
+    model_options,
+    parser,
+    save_inputs,
+    torch_runner_command,
+)
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -112,13 +120,11 @@ def decode(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     sub = ap.add_subparsers(dest="part", required=True)
     s = sub.add_parser("speed")
-    s.add_argument("--examples", default="mlp_bench,attention,convnet_bench")
+    model_options(s, "mlp_bench,attention,convnet_bench", 500, 2)
     s.add_argument("--isas", default="avx512,avx2,x86-64-v2")
-    s.add_argument("--calls", type=int, default=500)
-    s.add_argument("--rounds", type=int, default=2)
     dp = sub.add_parser("decode")
     dp.add_argument("--gb", type=float, default=1.0)
     args = ap.parse_args()

@@ -34,7 +34,9 @@ from _common import (
     REPO,
     aoti_run_command,
     build_runtime,
+    model_options,
     parse_median,
+    parser,
     save_inputs,
     torch_runner_command,
     torch_scratch,
@@ -202,10 +204,7 @@ def bench_threads(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--examples", default="two_outputs,embedding,attention")
-    ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = model_options(parser(__doc__), "two_outputs,embedding,attention", 2000, 3)
     ap.add_argument("--thread-calls", type=int, default=3000)
     ap.add_argument("--no-threads", action="store_true")
     args = ap.parse_args()
