@@ -335,6 +335,16 @@ uint64_t now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
+// Deletes the State a model or instance holds (read with `get`: TRITONBACKEND_ModelState or
+// TRITONBACKEND_ModelInstanceState), at its finalize.
+template <typename State, typename Object>
+TRITONSERVER_Error* delete_state(Object* object, TRITONSERVER_Error* (*get)(Object*, void**)) {
+  void* state = nullptr;
+  RETURN_IF_ERROR(get(object, &state));
+  delete static_cast<State*>(state);
+  return nullptr;
+}
+
 }  // namespace
 
 extern "C" {
@@ -391,10 +401,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
-  void* state = nullptr;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &state));
-  delete static_cast<ModelState*>(state);
-  return nullptr;
+  return delete_state<ModelState>(model, TRITONBACKEND_ModelState);
 }
 
 // Each instance loads the program on its own device (cpu, or cuda:<device id> for KIND_GPU), so instances
@@ -466,10 +473,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance) {
-  void* state = nullptr;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &state));
-  delete static_cast<InstanceState*>(state);
-  return nullptr;
+  return delete_state<InstanceState>(instance, TRITONBACKEND_ModelInstanceState);
 }
 
 // Every request gets its own response (an error response for a bad one) and is released here; requests

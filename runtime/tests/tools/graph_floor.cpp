@@ -114,27 +114,28 @@ int main(int argc, char** argv) {
     }
     std::vector<double> floor_us, ours_us, copy_us, capi_us, launch_host_us, run_host_us;
     auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+    // `calls` calls of submit() then wait(): the whole call into `total`, the host's part (submit) into `host`.
+    auto time_split = [&](auto&& submit, auto&& wait, std::vector<double>& total, std::vector<double>& host) {
+      for (long c = 0; c < calls; ++c) {
+        const auto t0 = Clock::now();
+        submit();
+        const auto t1 = Clock::now();
+        wait();
+        const auto t2 = Clock::now();
+        total.push_back(us(t0, t2));
+        host.push_back(us(t0, t1));
+      }
+    };
     for (long r = 0; r < rounds; ++r) {
-      for (long c = 0; c < calls; ++c) {
-        const auto t0 = Clock::now();
-        cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-        const auto t1 = Clock::now();
-        cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        const auto t2 = Clock::now();
-        floor_us.push_back(us(t0, t2));
-        launch_host_us.push_back(us(t0, t1));
-      }
+      time_split([&] { cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); },
+                 [&] { cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }, floor_us, launch_host_us);
       state->borrow_graph_outputs(true);
-      for (long c = 0; c < calls; ++c) {
-        const auto t0 = Clock::now();
-        method.run(views.data(), views.size(), outs.data(), n_out);
-        const auto t1 = Clock::now();
-        for (auto& h : outs) aoti_torch_delete_tensor_object(h), h = nullptr;
-        state->synchronize();
-        const auto t2 = Clock::now();
-        ours_us.push_back(us(t0, t2));
-        run_host_us.push_back(us(t0, t1));
-      }
+      time_split([&] { method.run(views.data(), views.size(), outs.data(), n_out); },
+                 [&] {
+                   for (auto& h : outs) aoti_torch_delete_tensor_object(h), h = nullptr;
+                   state->synchronize();
+                 },
+                 ours_us, run_host_us);
       state->borrow_graph_outputs(false);
       for (long c = 0; c < calls; ++c) {
         const auto t0 = Clock::now();

@@ -66,6 +66,17 @@ std::vector<std::string> g_errors;
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
+// TRITONBACKEND_<Object>SetState and TRITONBACKEND_<Object>State: the backend's pointer kept in the object.
+#define STATE_ACCESSORS(Object)                                                                       \
+  EXPORT TRITONSERVER_Error* TRITONBACKEND_##Object##SetState(TRITONBACKEND_##Object* o, void* state) { \
+    o->state = state;                                                                                 \
+    return nullptr;                                                                                   \
+  }                                                                                                   \
+  EXPORT TRITONSERVER_Error* TRITONBACKEND_##Object##State(TRITONBACKEND_##Object* o, void** state) {   \
+    *state = o->state;                                                                                \
+    return nullptr;                                                                                   \
+  }
+
 EXPORT TRITONSERVER_Error* TRITONSERVER_ErrorNew(TRITONSERVER_Error_Code code, const char* msg) {
   return new TRITONSERVER_Error{code, msg ? msg : ""};
 }
@@ -102,14 +113,7 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelConfig(TRITONBACKEND_Model* model,
   *out = new TRITONSERVER_Message{model->config};
   return nullptr;
 }
-EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelSetState(TRITONBACKEND_Model* model, void* state) {
-  model->state = state;
-  return nullptr;
-}
-EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelState(TRITONBACKEND_Model* model, void** state) {
-  *state = model->state;
-  return nullptr;
-}
+STATE_ACCESSORS(Model)
 EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceModel(TRITONBACKEND_ModelInstance* inst, TRITONBACKEND_Model** m) {
   *m = inst->model;
   return nullptr;
@@ -122,14 +126,7 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceDeviceId(TRITONBACKEND_Mod
   *id = 0;
   return nullptr;
 }
-EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceSetState(TRITONBACKEND_ModelInstance* inst, void* state) {
-  inst->state = state;
-  return nullptr;
-}
-EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceState(TRITONBACKEND_ModelInstance* inst, void** state) {
-  *state = inst->state;
-  return nullptr;
-}
+STATE_ACCESSORS(ModelInstance)
 EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(TRITONBACKEND_ModelInstance*, TRITONBACKEND_Request*,
                                                                        const bool, const uint64_t, const uint64_t,
                                                                        const uint64_t, const uint64_t) {
