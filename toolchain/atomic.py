@@ -73,3 +73,22 @@ def write_if_changed(path: str | os.PathLike[str], text: str) -> bool:
         pass
     write_text(path, text)
     return True
+
+
+def write_or_check(path: str | os.PathLike[str], text: str, check: bool, regenerate: str) -> bool:
+    """A generated file's two modes: with `check`, whether `path` already holds `text` (if not, says so on
+    stderr with `regenerate`, the command that rewrites it); else write_if_changed, saying which it did.
+    False only for a file found stale."""
+    import sys
+
+    if check:
+        try:
+            current = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            current = ""
+        if current != text:
+            print(f"{path}: not current; run {regenerate}", file=sys.stderr)
+            return False
+        return True
+    print(f"{path}: {'written' if write_if_changed(path, text) else 'unchanged'}")
+    return True

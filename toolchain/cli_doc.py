@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from toolchain.atomic import write_if_changed
+from toolchain.atomic import write_or_check
 from toolchain.errors import EXIT_CODES, exit_code
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,16 +86,8 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    text = render()
-    if "--check" in args:
-        current = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
-        if current != text:
-            print(f"{DOC} is not current: run python -m toolchain.cli_doc", file=sys.stderr)
-            return exit_code("failed")
-        return exit_code("ok")
-    write_if_changed(DOC, text)
-    return exit_code("ok")
+    check = "--check" in (sys.argv[1:] if argv is None else argv)
+    return exit_code("ok" if write_or_check(DOC, render(), check, "python -m toolchain.cli_doc") else "failed")
 
 
 if __name__ == "__main__":

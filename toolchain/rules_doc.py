@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from toolchain.atomic import write_if_changed
+from toolchain.atomic import write_or_check
 from toolchain.errors import exit_code
 from toolchain.findings import RULES, STAGES
 
@@ -51,17 +51,8 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    text = render()
-    if "--check" in args:
-        current = DOC.read_text(encoding="utf-8") if DOC.is_file() else ""
-        if current != text:
-            print(f"{DOC}: not current; run python -m toolchain.rules_doc", file=sys.stderr)
-            return exit_code("failed")
-        return exit_code("ok")
-    changed = write_if_changed(DOC, text)
-    print(f"{DOC}: {'written' if changed else 'unchanged'}")
-    return exit_code("ok")
+    check = "--check" in (sys.argv[1:] if argv is None else argv)
+    return exit_code("ok" if write_or_check(DOC, render(), check, "python -m toolchain.rules_doc") else "failed")
 
 
 if __name__ == "__main__":
