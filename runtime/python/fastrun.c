@@ -337,6 +337,55 @@ static int device_array_view(PyObject* obj, aoti_host_tensor_view* view, int64_t
   return ok;
 }
 
+/* The view of input `input` into *view: 1, 0 for what the ctypes path handles (run returns NotImplemented), -1
+ * with an exception set. sizes/strides: room for kMaxDims each; *capsule: a DLPack capsule to keep until the
+ * run returns. */
+static int input_view(PyObject* input, bool on_cuda, aoti_host_tensor_view* view, int64_t* sizes, int64_t* strides,
+                      PyObject** capsule) {
+  if (on_cuda && (PyObject*)Py_TYPE(input) == g.device_array) return device_array_view(input, view, sizes, strides);
+  if (!PyArray_CheckExact(input)) return dlpack_view(input, on_cuda, view, capsule);
+  PyArrayObject* a = (PyArrayObject*)input;
+  const int code = code_of(a);
+  if (code < 0 || PyArray_NDIM(a) > kMaxDims) return 0;
+  const int nd = PyArray_NDIM(a);
+  const npy_intp item = PyArray_ITEMSIZE(a);
+  const npy_intp* bs = PyArray_STRIDES(a);
+  const int64_t* st = NULL; /* NULL: C-contiguous */
+  if (!PyArray_IS_C_CONTIGUOUS(a)) {
+    for (int d = 0; d < nd; ++d) {
+      if (bs[d] % item != 0) return 0; /* a stride that is not a whole element: the ctypes path copies it */
+      strides[d] = bs[d] / item;
+    }
+    st = strides;
+  }
+  *view = (aoti_host_tensor_view){PyArray_DATA(a), code, nd, (const int64_t*)PyArray_DIMS(a), st, 0, 0};
+  return 1;
+}
+
+/* The list of the run's outputs (each owning its handle), or NULL with an exception set; every handle no array
+ * took is freed. */
+static PyObject* take_outputs(const aoti_host_api* api, Handle* outs, size_t num_outputs) {
+  PyObject* result = PyList_New((Py_ssize_t)num_outputs);
+  for (size_t k = 0; k < num_outputs; ++k) {
+    if (result == NULL) { /* free the handles no array took */
+      if (outs[k] != NULL) api->aoti_torch_delete_tensor_object(outs[k]);
+      continue;
+    }
+    if (outs[k] == NULL) {
+      Py_CLEAR(result);
+      PyErr_Format(PyExc_RuntimeError, "output %zu: the runtime returned no tensor", k);
+      continue;
+    }
+    PyObject* arr = wrap_output(outs[k]);
+    if (arr == NULL) {
+      Py_CLEAR(result);
+      continue;
+    }
+    PyList_SetItem(result, (Py_ssize_t)k, arr); /* steals arr; cannot fail for an index in range */
+  }
+  return result;
+}
+
 /* run(program, method, session, inputs, num_outputs[, device_outputs]) -> list of outputs, an int status (the
  * runtime's message is aoti_host_last_error() on this thread), or NotImplemented for inputs this path leaves to
  * the ctypes one. device_outputs (a CUDA program's outputs kept on the device): device inputs are taken too,
@@ -380,43 +429,12 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     }
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* input = PyTuple_GetItem(seq, i); /* borrowed: seq holds it */
-    if (on_cuda && (PyObject*)Py_TYPE(input) == g.device_array) {
-      if (!device_array_view(input, &views[i], sizes[i], strides[i])) {
-        result = Py_NewRef(Py_NotImplemented);
-        goto done;
-      }
-      continue;
-    }
-    if (!PyArray_CheckExact(input)) {
-      const int rc = dlpack_view(input, on_cuda, &views[i], &capsules[i]);
-      if (rc < 0) goto done;
-      if (rc == 0) {
-        result = Py_NewRef(Py_NotImplemented);
-        goto done;
-      }
-      continue;
-    }
-    PyArrayObject* a = (PyArrayObject*)input;
-    if (code_of(a) < 0 || PyArray_NDIM(a) > kMaxDims) {
-      result = Py_NewRef(Py_NotImplemented);
+    /* borrowed: seq holds it */
+    const int rc = input_view(PyTuple_GetItem(seq, i), on_cuda, &views[i], sizes[i], strides[i], &capsules[i]);
+    if (rc <= 0) {
+      if (rc == 0) result = Py_NewRef(Py_NotImplemented);
       goto done;
     }
-    const int nd = PyArray_NDIM(a);
-    const npy_intp item = PyArray_ITEMSIZE(a);
-    const npy_intp* bs = PyArray_STRIDES(a);
-    const int64_t* st = NULL; /* NULL: C-contiguous */
-    if (!PyArray_IS_C_CONTIGUOUS(a)) {
-      for (int d = 0; d < nd; ++d) {
-        if (bs[d] % item != 0) { /* a stride that is not a whole element: the ctypes path copies it */
-          result = Py_NewRef(Py_NotImplemented);
-          goto done;
-        }
-        strides[i][d] = bs[d] / item;
-      }
-      st = strides[i];
-    }
-    views[i] = (aoti_host_tensor_view){PyArray_DATA(a), code_of(a), nd, (const int64_t*)PyArray_DIMS(a), st, 0, 0};
   }
   for (size_t k = 0; k < num_outputs; ++k) outs[k] = NULL;
   int status;
@@ -428,24 +446,7 @@ static PyObject* run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     result = PyLong_FromLong(status);
     goto done;
   }
-  result = PyList_New((Py_ssize_t)num_outputs);
-  for (size_t k = 0; k < num_outputs; ++k) {
-    if (result == NULL) { /* free the handles no array took */
-      if (outs[k] != NULL) api->aoti_torch_delete_tensor_object(outs[k]);
-      continue;
-    }
-    if (outs[k] == NULL) {
-      Py_CLEAR(result);
-      PyErr_Format(PyExc_RuntimeError, "output %zu: the runtime returned no tensor", k);
-      continue;
-    }
-    PyObject* arr = wrap_output(outs[k]);
-    if (arr == NULL) {
-      Py_CLEAR(result);
-      continue;
-    }
-    PyList_SetItem(result, (Py_ssize_t)k, arr); /* steals arr; cannot fail for an index in range */
-  }
+  result = take_outputs(api, outs, num_outputs);
 done:
   for (Py_ssize_t i = 0; capsules != NULL && i < n; ++i) Py_XDECREF(capsules[i]);
   if (capsules != stack_capsules) PyMem_Free(capsules);

@@ -394,6 +394,66 @@ NpyArray read_npy(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// The .npy header (magic, version, length, the padded dict): version 1.0 unless the padded header can't fit its
+// 2-byte length.
+std::string npy_header(const DtypeInfo& info, const std::vector<int64_t>& sizes) {
+  const std::string descr = info.descr;  // bfloat16: '<V2', which numpy.load + ml_dtypes read back
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_repr(sizes) + ", }";
+  int major = 1;
+  size_t prefix = kMagicLen + 2 + 2;
+  size_t total = ((prefix + dict.size() + 1 + kAlign - 1) / kAlign) * kAlign;
+  if (total - prefix > 65535) {
+    major = 2;
+    prefix = kMagicLen + 2 + 4;
+    total = ((prefix + dict.size() + 1 + kAlign - 1) / kAlign) * kAlign;
+  }
+  const size_t header_len = total - prefix;
+  dict.append(header_len - dict.size() - 1, ' ');
+  dict += '\n';
+  std::string head(kMagic, kMagicLen);
+  head += static_cast<char>(major);
+  head += '\0';
+  for (size_t k = 0; k < (major == 1 ? 2u : 4u); ++k) head += static_cast<char>((header_len >> (8 * k)) & 0xff);
+  return head + dict;
+}
+
+// The elements in row-major order from any strides: the outer dims walked with an odometer, the innermost dim
+// copied as one run when it is dense.
+void write_elements(Writer& w, const unsigned char* base, size_t item, const std::vector<int64_t>& sizes,
+                    const std::vector<int64_t>& st) {
+  const size_t nd = sizes.size();
+  if (nd == 0) {
+    w.put(base, item);
+    return;
+  }
+  const int64_t inner = sizes[nd - 1];
+  const int64_t inner_stride = st[nd - 1];
+  std::vector<int64_t> idx(nd - 1, 0);
+  bool more = true;
+  while (more) {
+    int64_t off = 0;
+    for (size_t k = 0; k + 1 < nd; ++k) off += idx[k] * st[k];
+    const unsigned char* row = base + off * static_cast<int64_t>(item);
+    if (inner_stride == 1) {
+      w.put(row, static_cast<size_t>(inner) * item);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) w.put(row + j * inner_stride * static_cast<int64_t>(item), item);
+    }
+    more = false;
+    for (size_t k = nd - 1; k-- > 0;) {
+      if (++idx[k] < sizes[k]) {
+        more = true;
+        break;
+      }
+      idx[k] = 0;
+    }
+  }
+}
+
+}  // namespace
+
 void write_npy(const std::string& path, int32_t dtype, const std::vector<int64_t>& sizes,
                const std::vector<int64_t>& strides, const void* data) {
   const DtypeInfo* info = find_by_code(dtype);
@@ -418,27 +478,7 @@ void write_npy(const std::string& path, int32_t dtype, const std::vector<int64_t
     st.assign(sizes.size(), 1);
     for (size_t k = sizes.size(); k-- > 1;) st[k - 1] = st[k] * sizes[k];
   }
-
-  const std::string descr = info->descr;  // bfloat16: '<V2', which numpy.load + ml_dtypes read back
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_repr(sizes) + ", }";
-  // Version 1.0 unless the padded header can't fit its 2-byte length.
-  int major = 1;
-  size_t prefix = kMagicLen + 2 + 2;
-  size_t total = ((prefix + dict.size() + 1 + kAlign - 1) / kAlign) * kAlign;
-  if (total - prefix > 65535) {
-    major = 2;
-    prefix = kMagicLen + 2 + 4;
-    total = ((prefix + dict.size() + 1 + kAlign - 1) / kAlign) * kAlign;
-  }
-  const size_t header_len = total - prefix;
-  dict.append(header_len - dict.size() - 1, ' ');
-  dict += '\n';
-
-  std::string head(kMagic, kMagicLen);
-  head += static_cast<char>(major);
-  head += '\0';
-  for (size_t k = 0; k < (major == 1 ? 2u : 4u); ++k) head += static_cast<char>((header_len >> (8 * k)) & 0xff);
-  head += dict;
+  const std::string head = npy_header(*info, sizes);
 
   // An existing target is replaced by rename; one that is not a file (a directory, a FIFO, a device) is
   // the wrong path, not something to replace.
@@ -475,39 +515,7 @@ void write_npy(const std::string& path, int32_t dtype, const std::vector<int64_t
   }
   Writer w(guard.f, tmp);
   w.put(head.data(), head.size());
-
-  const auto* base = static_cast<const unsigned char*>(data);
-  const size_t item = static_cast<size_t>(info->size);
-  if (numel > 0) {
-    const size_t nd = sizes.size();
-    if (nd == 0) {
-      w.put(base, item);
-    } else {
-      // Walk the outer dims with an odometer; copy the innermost dim as one run when it is dense.
-      const int64_t inner = sizes[nd - 1];
-      const int64_t inner_stride = st[nd - 1];
-      std::vector<int64_t> idx(nd - 1, 0);
-      bool more = true;
-      while (more) {
-        int64_t off = 0;
-        for (size_t k = 0; k + 1 < nd; ++k) off += idx[k] * st[k];
-        const unsigned char* row = base + off * static_cast<int64_t>(item);
-        if (inner_stride == 1) {
-          w.put(row, static_cast<size_t>(inner) * item);
-        } else {
-          for (int64_t j = 0; j < inner; ++j) w.put(row + j * inner_stride * static_cast<int64_t>(item), item);
-        }
-        more = false;
-        for (size_t k = nd - 1; k-- > 0;) {
-          if (++idx[k] < sizes[k]) {
-            more = true;
-            break;
-          }
-          idx[k] = 0;
-        }
-      }
-    }
-  }
+  if (numel > 0) write_elements(w, static_cast<const unsigned char*>(data), static_cast<size_t>(info->size), sizes, st);
   w.flush();
   if (std::fflush(guard.f) != 0 || ::fsync(::fileno(guard.f)) != 0) {
     fail(path, "cannot write " + tmp + ": " + errno_text(errno) + "; check free space");
