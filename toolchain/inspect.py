@@ -201,7 +201,8 @@ def model_facts(path: Path, plugin: dict | None = None) -> dict | None:
                 except (ValueError, UnicodeDecodeError):
                     contract = None
             wrappers = [n for n in names if n.endswith(".wrapper.cpp")]
-            layouts = constant_layouts(pkg.read(wrappers[0]).decode(errors="replace")) if len(wrappers) == 1 else None
+            wrapper_src = pkg.read(wrappers[0]).decode(errors="replace") if len(wrappers) == 1 else None
+            layouts = constant_layouts(wrapper_src) if wrapper_src is not None else None
             blobs = [n for n in names if n.endswith("_weights.blob")]
             blob_bytes = sum(pkg.members[n].size for n in blobs) if blobs else 0
             has_layouts = any(n.endswith("/" + CONSTANTS_ENTRY) for n in names)
@@ -213,10 +214,26 @@ def model_facts(path: Path, plugin: dict | None = None) -> dict | None:
     if blobs:
         constants.update({"blob_bytes": blob_bytes, "layouts_recorded": has_layouts})
     if not isinstance(contract, dict):
-        return {"has_contract": False, "inputs": None, "outputs": None, "constants": constants, "torch": None}
-    return {"has_contract": True, "inputs": _tensors_of(contract.get("inputs")),
+        return {"has_contract": False, **_derived(wrapper_src), "constants": constants, "torch": None}
+    return {"has_contract": True, "contract_source": "recorded", "inputs": _tensors_of(contract.get("inputs")),
             "outputs": _tensors_of(contract.get("outputs")), "symbols": _symbols_of(contract), "constants": constants,
             "torch": str(contract["torch"]) if contract.get("torch") else None}
+
+
+def _derived(wrapper_src: str | None) -> dict:
+    """A package without a recorded contract: the inputs and outputs derived from what torch generated
+    (toolchain.torch_contract; outputs None where the source doesn't say), or why none can be."""
+    from toolchain.torch_contract import Underivable, derive
+
+    if wrapper_src is None:
+        return {"contract_source": None, "inputs": None, "outputs": None,
+                "contract_note": "no single generated wrapper source to derive a contract from"}
+    try:
+        c = derive(wrapper_src).contract
+    except Underivable as exc:
+        return {"contract_source": None, "inputs": None, "outputs": None, "contract_note": str(exc)}
+    return {"contract_source": "derived", "inputs": _tensors_of(c["inputs"]),
+            "outputs": _tensors_of(c["outputs"]) if c["outputs"] is not None else None, "symbols": _symbols_of(c)}
 
 
 def model_text(m: dict) -> list[str]:
@@ -234,9 +251,23 @@ def model_text(m: dict) -> list[str]:
                 extra = f" {layout} (strides {t['strides']} at the example sizes)" if layout not in (None, "contiguous") \
                     else ""
                 lines.append(f"    {kind[:-1]:6s} {t['name'] or '?'}: {t['dtype']}{t['sizes']}{extra}")
+    elif m.get("contract_source") == "derived":
+        lines.append("  contract:     none recorded; derived from torch's generated input checks (the plugin checks "
+                     "its own inputs; aoti-toolchain contract add records one, checked by the host)")
+        for sym in m.get("symbols") or []:
+            span = f"{sym['min']}..{'' if sym['max'] is None else sym['max']}"
+            where = f" (from {', '.join(sym['inputs'])})" if sym["inputs"] else ""
+            lines.append(f"    size   {sym['name']}: {span}{where}")
+        for t in m["inputs"]:
+            lines.append(f"    input  {t['name'] or '?'}: {t['dtype']}{t['sizes']}")
+        for t in m["outputs"] or []:
+            lines.append(f"    output {t['name'] or '?'}: {t['dtype']}{t['sizes']}")
+        if m["outputs"] is None:
+            lines.append("    outputs: not determinable from the source (contract add records them from a run)")
     else:
-        lines.append("  contract:     none (the plugin checks its own inputs; re-export with aoti-toolchain export "
-                     "to record one)")
+        note = f": {m['contract_note']}" if m.get("contract_note") else ""
+        lines.append(f"  contract:     none{note} (the plugin checks its own inputs; re-export with aoti-toolchain "
+                     "export, or aoti-toolchain contract add, to record one)")
     c = m["constants"]
     if c["count"] is None:
         lines.append(f"  constants:    {c['where']}")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch", "serve", "triton-repo", "triton-backend-dir")
+COMMANDS = ("run", "export", "demo", "verify", "inspect", "patch", "serve", "triton-repo", "triton-backend-dir",
+            "contract")
 
 
 def build_parser(only: str | None = None):

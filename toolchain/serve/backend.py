@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from toolchain import contract
+from toolchain import torch_contract
 from toolchain.contract import method_packages
 from toolchain.errors import InputError, ToolchainError
 from toolchain.serve.protocol import CONTRACT_DATATYPES, ModelMeta, TensorMeta, V2Error, datatype_of
@@ -46,13 +46,18 @@ def model_name(path: Path) -> str:
 
 
 def read_contract(package: Path) -> dict[str, Any] | None:
-    """The contract an exported package carries, or None (a plugin .so, a package exported elsewhere, or a
-    contract that is not what the exporter writes)."""
+    """The contract of a package: the one it records, else the one derived from what torch wrote into it
+    (toolchain.torch_contract); None for a plugin .so or a package with neither."""
+    return contract_and_why(package)[0]
+
+
+def contract_and_why(package: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the package's contract, "recorded" or "derived"), or (None, why there is none)."""
     if Path(package).suffix != ".pt2":
-        return None
-    doc = contract.read_contract(package)
+        return None, "a bare plugin holds no contract"
+    doc, why = torch_contract.contract_for(package)
     ok = (isinstance(doc, dict) and isinstance(doc.get("inputs"), list) and isinstance(doc.get("outputs"), list))
-    return doc if ok else None
+    return (doc, why) if ok else (None, why if doc is None else "its contract is not what the exporter writes")
 
 
 def _meta_from_contract(entry: Any, fallback: str) -> TensorMeta:
@@ -106,6 +111,8 @@ def _batch_range(inputs: Sequence[TensorMeta], outputs: Sequence[TensorMeta]) ->
     if symbols != {None} and (len(symbols) != 1 or not _SYMBOL.fullmatch(str(next(iter(symbols))))):
         return None
     lo = max(t.min_shape[0] if t.min_shape else 0 for t in inputs)
+    if lo > 1:  # a batcher sends any number of rows from 1 up: a plugin compiled for >= 2 would refuse one
+        return None
     highs = [t.max_shape[0] for t in inputs if t.max_shape and t.max_shape[0] is not None]
     return (max(lo, 1), min(highs) if highs else None)
 
@@ -118,16 +125,20 @@ def describe(runner: Runner, path: Path, name: str | None = None) -> tuple[dict[
     notes: list[str] = []
     models: dict[str, ModelMeta] = {}
     for k, method in enumerate(runner.methods):
-        contract = read_contract(packages[method] if method in packages else path)
+        package = packages[method] if method in packages else path
+        contract, why = contract_and_why(package)
         if contract is not None:
             ins = tuple(_meta_from_contract(e, f"input_{i}") for i, e in enumerate(contract["inputs"]))
             outs = tuple(_meta_from_contract(e, f"output_{i}") for i, e in enumerate(contract["outputs"]))
-        elif k == 0:
-            ins = tuple(_meta_from_spec(s) for s in runner.inputs)
-            outs = tuple(_meta_from_spec(s) for s in runner.outputs)
         else:
-            notes.append(f"method {method!r}: no contract in its package, so its inputs are unknown; not served")
-            continue
+            ins = tuple(_meta_from_spec(s) for s in runner.inputs) if k == 0 else ()
+            outs = tuple(_meta_from_spec(s) for s in runner.outputs) if k == 0 else ()
+            if k != 0 or not ins or any(t.datatype is None or t.shape is None for t in (*ins, *outs)):
+                # metadata without datatypes or ranks would make clients build requests that fail
+                fix = torch_contract.add_command(package) if Path(package).suffix == ".pt2" else \
+                    "serve the .pt2 the plugin came from"
+                notes.append(f"method {method!r}: {why}: its metadata would be incomplete; not served (fix: {fix})")
+                continue
         meta = ModelMeta(base, method, ins, outs, _batch_range(ins, outs))
         if k == 0:
             models[base] = meta
@@ -148,7 +159,8 @@ class ProgramBackend:
         self.models: Mapping[str, ModelMeta] = models
         if not self.models:
             msg = f"{path}: no method of the program can be served: {'; '.join(self.notes)}"
-            raise InputError(msg, fix="export the program with aoti-toolchain export (it records a contract)")
+            raise InputError(msg, fix="record a contract: aoti-toolchain contract add PKG.pt2 --example-inputs "
+                             "INPUT.npy ... -o OUT.pt2 (or export the model with aoti-toolchain export)")
         self.max_batch = max(0, int(max_batch))
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aoti-run")
         self.submit: Submit | None = None

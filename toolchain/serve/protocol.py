@@ -149,6 +149,12 @@ def error_response(status: int, message: str) -> Response:
 
 # ---------------------------------------------------------------------------------------------- requests
 
+#: what a minimum of 2 means where a request has size 0 or 1 (the runtime's own refusal says the same)
+SPECIALISED_01 = ("; torch compiled it for sizes >= 2 there (it specialises sizes 0 and 1 while tracing, so a "
+                  "dynamic dimension declared with min=1 is compiled for >= 2): re-export with aoti-toolchain "
+                  "export and a minimum of 0 or 1, which compiles size-obliviously")
+
+
 def _dims_ok(shape: Sequence[int], meta: TensorMeta) -> str | None:
     """Why `shape` is outside the contract's, or None."""
     if meta.shape is None:
@@ -163,7 +169,8 @@ def _dims_ok(shape: Sequence[int], meta: TensorMeta) -> str | None:
             hi = meta.max_shape[d] if meta.max_shape is not None else None
             if n < lo or (hi is not None and n > hi):
                 rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-                return f"dimension {d} is {n}, the model takes {rng}"
+                why = SPECIALISED_01 if n <= 1 and lo == 2 else ""
+                return f"dimension {d} is {n}, the model takes {rng}{why}"
     return None
 
 

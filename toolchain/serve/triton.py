@@ -88,7 +88,8 @@ def models_of(path: Path, name: str | None = None, options: Options = Options())
     methods = tuple(packages) or ("forward",)
     described, notes = describe(_Methods(methods), Path(path), name)
     if notes:
-        raise InputError(f"{path}: {'; '.join(notes)}", fix="export the program with aoti-toolchain export")
+        raise InputError(f"{path}: {'; '.join(notes)}", fix="record a contract (aoti-toolchain contract add) or "
+                         "export the program with aoti-toolchain export")
     base = next(iter(described))
     if len(methods) == 1:
         chosen = [described[base]]

@@ -87,6 +87,59 @@ std::string Method::plugin_error(const char* call) const {
   return msg;
 }
 
+namespace {
+
+// What a plugin's own input check (torch's generated check_input_N, "input_handles[i]: ...") means, in words;
+// "" for any other message. The same on every device: CPU and CUDA plugins share the generated checks.
+std::string explain_input_check(const std::string& msg) {
+  if (msg.find("dim value is too small") != std::string::npos && msg.find(">= 2") != std::string::npos)
+    // torch specialises sizes 0 and 1 while tracing, so Dim(min=1) compiles a check for >= 2
+    return " (torch compiled this plugin for the sizes its own check names: while tracing it specialises "
+           "sizes 0 and 1, so a dynamic dimension declared with min=1 is compiled for >= 2. To run smaller "
+           "sizes, re-export with aoti-toolchain export (it compiles size-obliviously when a minimum is 0 "
+           "or 1 and records the range that holds in the package), or with torch's "
+           "torch.fx.experimental._config.backed_size_oblivious=True around torch.export and the compile)";
+  const size_t at = msg.find("unmatched dtype, expected: ");
+  if (at != std::string::npos) {
+    // "expected: 15(at::kBFloat16), but got: 6": torch's dtype codes, which are the runtime's
+    const char* p = msg.c_str() + at + std::strlen("unmatched dtype, expected: ");
+    char* end = nullptr;
+    const long want = std::strtol(p, &end, 10);
+    const char* got_at = std::strstr(end, "but got: ");
+    if (end != p && got_at != nullptr) {
+      const long got = std::strtol(got_at + std::strlen("but got: "), nullptr, 10);
+      return std::string(" (the plugin was compiled for ") + dtype_name(static_cast<int32_t>(want)) +
+             " there and was given " + dtype_name(static_cast<int32_t>(got)) + ": convert the input to " +
+             dtype_name(static_cast<int32_t>(want)) + ")";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+// A failed Run as the caller should see it: `msg` (the call and the plugin's reason) with what a refusal by the
+// plugin's own input check means, on every device.
+Error Method::run_error(std::string msg) const {
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  if (msg.find("input_handles[") != std::string::npos) {
+    std::string why = explain_input_check(msg);
+    if (why.empty() && !has_contract_)
+      why = " (the package has no contract, so the plugin checked them itself: give inputs of the shape and dtype "
+            "it was built for, and its layout with -i FILE.npy:channels_last or :strides=...)";
+    return Error(path_ + ": the plugin refused its inputs: " + msg + why, AOTI_HOST_INVALID_ARGUMENT);
+  }
+  if (!has_contract_ && plugin_checks_inputs_ && plugin_->fns.AOTInductorGetLastError == nullptr) {
+    // Plugins of torch < 2.13 print their reason on stderr and have no call to read it back: a failed input
+    // check can't be told from a failed kernel, so the message points at both.
+    return Error(path_ + ": " + msg + " (this plugin has no AOTInductorGetLastError: its reason is on stderr "
+                     "above; if it says input_handles[...], the plugin refused its inputs: give inputs of the "
+                     "shape, dtype and layout it was built for, or record a contract in its package with "
+                     "aoti-toolchain contract add so the host checks them)", AOTI_HOST_RUN_FAILED);
+  }
+  return Error(path_ + ": " + msg, AOTI_HOST_RUN_FAILED);
+}
+
 struct StreamScope {
 #if CUDA_AVAILABLE
   explicit StreamScope(const cuda::MethodState& s) : scope(s) {}
@@ -609,6 +662,12 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
     try {
       cuda_->run(plugin_->fns, container_, handles, caller_memory, outputs, num_outputs_,
                  [this](const char* call) { return path_ + ": " + plugin_error(call); });
+    } catch (const Error& e) {
+      release();
+      free_outputs();
+      if (e.status() != AOTI_HOST_RUN_FAILED) throw;
+      const std::string text = e.what(), prefix = path_ + ": ";
+      throw run_error(text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : text);
     } catch (...) {
       release();
       free_outputs();
@@ -629,32 +688,6 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
     free_outputs();
     throw run_error(plugin_error("AOTInductorModelContainerRun"));
   }
-}
-
-Error Method::run_error(const std::string& msg) const {
-  if (!has_contract_ && plugin_checks_inputs_ && msg.find("input_handles[") != std::string::npos) {
-    // The plugin's own input check refused the inputs (only on when there's no contract).
-    std::string why = " (the package has no contract, so the plugin checked them itself: give inputs of the "
-                      "shape and dtype it was built for, and its layout with -i FILE.npy:channels_last or "
-                      ":strides=...)";
-    if (msg.find("dim value is too small") != std::string::npos)
-      // torch specialises sizes 0 and 1 while tracing, so Dim(min=1) compiles a check for >= 2
-      why = " (torch compiled this plugin for the sizes its own check names: while tracing it specialises "
-            "sizes 0 and 1, so a dynamic dimension declared with min=1 is compiled for >= 2. To run smaller "
-            "sizes, re-export with aoti-toolchain export (it compiles size-obliviously when a minimum is 0 "
-            "or 1 and records the range that holds in the package), or with torch's "
-            "torch.fx.experimental._config.backed_size_oblivious=True around torch.export and the compile)";
-    return Error(path_ + ": the plugin refused its inputs: " + msg + why, AOTI_HOST_INVALID_ARGUMENT);
-  }
-  if (!has_contract_ && plugin_checks_inputs_ && plugin_->fns.AOTInductorGetLastError == nullptr) {
-    // Plugins of torch < 2.13 print their reason on stderr and have no call to read it back: a failed input
-    // check can't be told from a failed kernel, so the message points at both.
-    return Error(path_ + ": " + msg + " (this plugin has no AOTInductorGetLastError: its reason is on stderr "
-                     "above; if it says input_handles[...], the plugin refused its inputs: give inputs of the "
-                     "shape, dtype and layout it was built for, or re-export it with aoti-toolchain export so "
-                     "the host checks them against the package's contract)", AOTI_HOST_RUN_FAILED);
-  }
-  return Error(path_ + ": " + msg, AOTI_HOST_RUN_FAILED);
 }
 
 void Method::set_input_layout(size_t i, std::vector<int64_t> strides) {

@@ -8,6 +8,7 @@
 
 #include "aoti_host/c_api_types.h"
 #include "aoti_host/entry_points.h"
+#include "aoti_host/error.h"
 #include "base/zip.h"
 #include "host/contract.h"
 #include "host/plugin.h"
@@ -139,7 +140,7 @@ class Method {
   Tensor* input_tensor(size_t i, const aoti_host_tensor_view& v, std::vector<char>* caller_memory) const;
   void check_contract(size_t i, int32_t dtype, const std::vector<int64_t>& sizes) const;
   std::vector<int64_t> plugin_strides(size_t i, const std::vector<int64_t>& sizes) const;
-  Error run_error(const std::string& msg) const;  // what a failed Run means, with the fix
+  Error run_error(std::string msg) const;  // what a failed Run means, with the fix
 };
 
 }  // namespace aoti_host
