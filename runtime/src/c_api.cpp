@@ -94,7 +94,7 @@ int aoti_host_program_load(const char* path, const aoti_host_load_options* optio
     *out = nullptr;
     aoti_host_load_options defaults{nullptr, nullptr, 1, 0};
     const aoti_host_load_options& o = options != nullptr ? *options : defaults;
-    auto set = aoti_host::Program::load(path, o, o.no_weight_sharing == 0);
+    auto set = aoti_host::Program::load(path, o);
     aoti_host::Method* first = &set->method(0);
     *out = new aoti_host_program{std::move(set), first};
   });

@@ -218,15 +218,14 @@ struct Pool {
   std::map<std::string, std::pair<AtenTensorHandle, std::string>> items;  // fqn -> (tensor, owner method)
 };
 
-std::shared_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options,
-                                           bool share_weights) {
+std::shared_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options) {
   std::vector<MethodSpec> specs = resolve_methods(path);
   if (specs.size() > 1 && options.weights_path != nullptr && *options.weights_path != '\0')
     throw Error(path + ": a weights blob is for one plugin .so; each method of a multi-method program takes its "
                 "weights from its own package", AOTI_HOST_INVALID_ARGUMENT);
   std::shared_ptr<Program> set(new Program());
   set->path_ = path;
-  const bool share = share_weights && specs.size() > 1;
+  const bool share = options.no_weight_sharing == 0 && specs.size() > 1;
   for (const auto& s : specs) {
     try {
       set->methods_.push_back(Method::load(s.path, options, share));

@@ -66,8 +66,8 @@ class SessionState;
 
 class Program {
  public:
-  static std::shared_ptr<Program> load(const std::string& path, const aoti_host_load_options& options,
-                                         bool share_weights = true);
+  // Weights are shared across methods unless options.no_weight_sharing.
+  static std::shared_ptr<Program> load(const std::string& path, const aoti_host_load_options& options);
   ~Program();
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;

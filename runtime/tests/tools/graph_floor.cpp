@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     aoti_host_load_options options{};
     options.device = "cuda";
     options.num_models = 1;
-    std::shared_ptr<Program> program = Program::load(pkg, options, true);
+    std::shared_ptr<Program> program = Program::load(pkg, options);
     Method& method = program->method(0);
     cuda::MethodState* state = method.cuda_state();
     if (state == nullptr) throw Error(pkg + ": not loaded on cuda");
