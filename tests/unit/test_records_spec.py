@@ -16,7 +16,8 @@ from toolchain.spec.records import RECORDS, SPEC, load_records
 
 REPO = Path(__file__).resolve().parents[2]
 #: The runtime's readers of the records, and the Python modules that read or write them.
-CXX_READERS = ("runtime/src/host/contract.cpp", "runtime/src/host/preflight.cpp", "runtime/src/host/weights.cpp")
+CXX_READERS = ("runtime/src/host/contract.cpp", "runtime/src/host/preflight.cpp", "runtime/src/host/weights.cpp",
+               "runtime/src/host/program.cpp")
 PY_READERS = ("toolchain/verify/package.py", "toolchain/target.py", "toolchain/export_contract.py",
               "toolchain/contract.py")
 

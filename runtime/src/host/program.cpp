@@ -14,6 +14,7 @@
 #include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
 #include "aoti_host/package_layout.h"
+#include "aoti_host/package_records.h"
 #include "aoti_host/shims.h"
 #include "base/json.h"
 #include "host/constants.h"
@@ -59,20 +60,22 @@ std::vector<MethodSpec> parse_manifest(const std::string& path) {
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + fix, AOTI_HOST_INVALID_ARGUMENT);
   }
-  const Json* list = j.get("methods");
+  namespace rm = records::method;
+  const Json* list = j.get(records::methods::kMethods);
   if (list == nullptr || !list->is_array() || list->array().empty())
-    throw Error(path + ": no \"methods\" list" + fix, AOTI_HOST_INVALID_ARGUMENT);
+    throw Error(path + ": no \"" + records::methods::kMethods + "\" list" + fix, AOTI_HOST_INVALID_ARGUMENT);
   std::vector<MethodSpec> out;
   std::set<std::string> seen;
   for (size_t i = 0; i < list->array().size(); ++i) {
     const Json& m = list->array()[i];
-    const Json* name = m.get("name");
-    const Json* pkg = m.get("package");
-    std::string where = path + ": methods[" + std::to_string(i) + "]";
+    const Json* name = m.get(rm::kName);
+    const Json* pkg = m.get(rm::kPackage);
+    std::string where = path + ": " + records::methods::kMethods + "[" + std::to_string(i) + "]";
     if (name == nullptr || !name->is_string() || name->string().empty())
-      throw Error(where + " has no \"name\"" + fix, AOTI_HOST_INVALID_ARGUMENT);
+      throw Error(where + " has no \"" + rm::kName + "\"" + fix, AOTI_HOST_INVALID_ARGUMENT);
     if (pkg == nullptr || !pkg->is_string() || pkg->string().empty())
-      throw Error(where + " (" + name->string() + ") has no \"package\"" + fix, AOTI_HOST_INVALID_ARGUMENT);
+      throw Error(where + " (" + name->string() + ") has no \"" + rm::kPackage + "\"" + fix,
+                  AOTI_HOST_INVALID_ARGUMENT);
     if (!seen.insert(name->string()).second)
       throw Error(where + " repeats the method name " + name->string(), AOTI_HOST_INVALID_ARGUMENT);
     std::string file = pkg->string()[0] == '/' ? pkg->string() : dir_of(path) + "/" + pkg->string();
