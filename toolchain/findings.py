@@ -12,7 +12,6 @@ verdict is incomplete.
 from __future__ import annotations
 
 import os
-import string
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +33,8 @@ REPORT_SCHEMA_VERSION = 1
 
 def template_fields(template: str) -> tuple[str, ...]:
     """The named fields of a fix template ("{soname}"), in order."""
+    import string  # when a rule table is parsed and checked, not at every start (its entry comes checked)
+
     return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f is not None)
 
 
