@@ -50,3 +50,12 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def edited_copy(src: Path, dst: Path, old: str, new: str) -> Path:
+    """`src`'s text with its first `old` (which must be there) replaced by `new`, written to `dst`: a spec
+    file broken in one known place."""
+    text = src.read_text()
+    assert old in text, f"{old!r} is not in {src}"
+    dst.write_text(text.replace(old, new, 1))
+    return dst

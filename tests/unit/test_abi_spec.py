@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import edited_copy
 from toolchain import codegen, export
 from toolchain.errors import SpecError
 from toolchain.spec import ABI_FILE, SPEC_DIR, load_abi, load_spec
@@ -149,11 +150,7 @@ def test_provider_notes_reach_verify():
 
 
 def _abi_copy(tmp_path: Path, old: str, new: str) -> Path:
-    path = tmp_path / ABI_FILE
-    text = (SPEC_DIR / ABI_FILE).read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-    return path
+    return edited_copy(SPEC_DIR / ABI_FILE, tmp_path / ABI_FILE, old, new)
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import edited_copy
 from toolchain import codegen, errors
 from toolchain.errors import EXIT_CODES, EXIT_CODES_FILE, SpecError, exit_code, load_exit_codes
 from toolchain.spec import load_spec
@@ -134,10 +135,7 @@ def test_aoti_run_uses_only_codes_of_the_table():
     ('schema = 1', 'schema = 2', "schema"),
 ])
 def test_malformed_table_is_refused(tmp_path, old, new, message):
-    bad = tmp_path / "exit_codes.toml"
-    text = EXIT_CODES_FILE.read_text()
-    assert old in text
-    bad.write_text(text.replace(old, new, 1))
+    bad = edited_copy(EXIT_CODES_FILE, tmp_path / "exit_codes.toml", old, new)
     with pytest.raises(SpecError, match=re.escape(message)) as info:
         load_exit_codes(bad)
     assert str(bad) in str(info.value) and info.value.fix
