@@ -113,7 +113,7 @@ echo "$COMMIT_LINE" > "$OUT/pytest.log"
 # -o addopts=: not pyproject's `-n auto` (pytest-xdist is not installed here; one GPU runs the tests in turn)
 # The tests compare with eager float32 under allow_tf32=False (cuDNN and cuBLAS): the runtime's cuDNN
 # convolutions leave TF32 off too (their default is torch's, allow_tf32=True; test_cudnn.py checks both).
-AOTI_HOST_CUDNN_ALLOW_TF32=0 OUT="$OUT" $PY -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_state.py tests/gpu/test_cuda_half.py tests/gpu/test_cuda_ops.py tests/gpu/test_cudnn.py tests/gpu/test_cudnn_decls.py tests/gpu/test_target_gpu.py tests/gpu/test_corpus_cuda.py -v -rs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
+AOTI_HOST_CUDNN_ALLOW_TF32=0 OUT="$OUT" $PY -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_state.py tests/gpu/test_cuda_half.py tests/gpu/test_cuda_ops.py tests/gpu/test_cudnn.py tests/gpu/test_cudnn_decls.py tests/gpu/test_target_gpu.py tests/gpu/test_corpus_cuda.py tests/gpu/test_torch_packages_gpu.py -v -rs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
 

@@ -17,6 +17,7 @@
 #include "base/crc32.h"
 #include "base/mapped_file.h"
 #include "host/constants.h"
+#include "host/cerr_capture.h"
 #include "host/contract.h"
 #include "host/package.h"
 #include "shims/packed_gemm.h"
@@ -81,7 +82,8 @@ constexpr const char* kCheckInputsEnv = "AOTI_RUNTIME_CHECK_INPUTS";
 
 std::string Method::plugin_error(const char* call) const {
   std::string msg = std::string(call) + " failed";
-  const std::string why = plugin_->last_error();
+  const std::string why =
+      plugin_->fns.AOTInductorGetLastError != nullptr ? plugin_->last_error() : captured_plugin_error();
   if (!why.empty()) msg += ": " + why;
   if (!last_error().empty()) msg += " (host shim: " + last_error() + ")";
   return msg;
@@ -129,7 +131,8 @@ Error Method::run_error(std::string msg) const {
             "it was built for, and its layout with -i FILE.npy:channels_last or :strides=...)";
     return Error(path_ + ": the plugin refused its inputs: " + msg + why, AOTI_HOST_INVALID_ARGUMENT);
   }
-  if (!has_contract_ && plugin_checks_inputs_ && plugin_->fns.AOTInductorGetLastError == nullptr) {
+  if (!has_contract_ && plugin_checks_inputs_ && plugin_->fns.AOTInductorGetLastError == nullptr &&
+      captured_plugin_error().empty()) {
     // Plugins of torch < 2.13 print their reason on stderr and have no call to read it back: a failed input
     // check can't be told from a failed kernel, so the message points at both.
     return Error(path_ + ": " + msg + " (this plugin has no AOTInductorGetLastError: its reason is on stderr "
@@ -187,6 +190,8 @@ std::unique_ptr<Method> Method::load(const std::string& path, const aoti_host_lo
   const PluginSource source = package.store_plugin();
   lap(store_ms);
   p->plugin_ = open_plugin(source.load_path, source.shown);
+  // torch < 2.13: no call gives the reason of a failed call back; the plugin writes it to std::cerr
+  if (p->plugin_->fns.AOTInductorGetLastError == nullptr) p->plugin_cerr_ = plugin_cerr(p->plugin_->handle);
   lap(dlopen_ms);
   const StreamScopePtr scope = stream_scope(*p);  // the device current for the rest of the load
   p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);
@@ -660,6 +665,7 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
 #if CUDA_AVAILABLE
   if (cuda_) {
     try {
+      const CerrCapture capture(plugin_cerr_);
       cuda_->run(plugin_->fns, container_, handles, caller_memory, outputs, num_outputs_,
                  [this](const char* call) { return path_ + ": " + plugin_error(call); });
     } catch (const Error& e) {
@@ -681,6 +687,7 @@ void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTen
   AOTIRuntimeError rc;
   {
     const cpu::PackScope packed(pack_cache_.get());
+    const CerrCapture capture(plugin_cerr_);
     rc = plugin_->fns.AOTInductorModelContainerRun(container_, handles.data(), handles.size(), outputs, num_outputs_,
                                                    nullptr, nullptr);
   }

@@ -107,6 +107,7 @@ class Method {
   size_t num_inputs_ = 0, num_outputs_ = 0;
   bool has_contract_ = false;
   bool strict_ = false;
+  void* plugin_cerr_ = nullptr;  // the std::cerr a plugin without AOTInductorGetLastError writes its reason to
   bool plugin_checks_inputs_ = false;  // AOTI_RUNTIME_CHECK_INPUTS was on for the plugin's first Run
   Contract contract_;  // symbols, size expressions, inputs and outputs (contract.h)
   std::vector<std::vector<int64_t>> layouts_;  // per input: strides given by set_input_layout, or empty
