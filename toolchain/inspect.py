@@ -259,7 +259,8 @@ def model_text(m: dict) -> list[str]:
             where = f" (from {', '.join(sym['inputs'])})" if sym["inputs"] else ""
             lines.append(f"    size   {sym['name']}: {span}{where}")
         for t in m["inputs"]:
-            lines.append(f"    input  {t['name'] or '?'}: {t['dtype']}{t['sizes']}")
+            layout = f" {t['layout']}" if t.get("layout") not in (None, "contiguous") else ""
+            lines.append(f"    input  {t['name'] or '?'}: {t['dtype']}{t['sizes']}{layout}")
         for t in m["outputs"] or []:
             lines.append(f"    output {t['name'] or '?'}: {t['dtype']}{t['sizes']}")
         if m["outputs"] is None:
