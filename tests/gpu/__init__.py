@@ -15,3 +15,19 @@ def gpu_skip_reason(*env_vars: str) -> str | None:
         if not os.environ.get(var):
             return f"{var} is not set: run tests/gpu/run.sh, which builds, exports and sets it"
     return None
+
+
+def timed(fn, iters: int = 20) -> float:
+    """Milliseconds per call of `fn` on the GPU (CUDA events around `iters` calls, after 3 warm-up calls)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters

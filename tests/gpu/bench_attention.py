@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
+from tests.gpu import timed  # noqa: E402
 from tests.gpu.test_cuda_ops import Host  # noqa: E402
 
 SHAPES = [  # batch, heads, sequence, head size, causal
@@ -27,19 +28,6 @@ SHAPES = [  # batch, heads, sequence, head size, causal
     (1, 8, 128, 64, False),  # small: where the fused kernel should stay
     (2, 16, 4096, 64, True),  # more than the 64 MiB scratch: blocks of query rows
 ]
-
-
-def timed(fn, iters: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def main() -> int:

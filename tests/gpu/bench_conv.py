@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
+from tests.gpu import timed  # noqa: E402
 from tests.gpu.test_cuda_ops import Host  # noqa: E402
 
 # name: (input sizes, c_out, kernel, stride, padding, groups, transposed, output_padding)
@@ -41,19 +42,6 @@ SHAPES = {
 ROWS = [("float32", torch.float32, True), ("float32-ieee", torch.float32, False), ("float16", torch.float16, True),
         ("bfloat16", torch.bfloat16, True)]
 LAYOUTS = ("nchw", "channels_last")
-
-
-def timed(fn, iters: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def kernel_ms(fn, iters: int = 10) -> float:
