@@ -253,3 +253,23 @@ def test_a_plugin_without_get_last_error_still_gives_its_reason(theirs, host_lib
     msg = str(exc.value)
     assert MIN1_REASON in msg and "specialises sizes 0 and 1" in msg and "reason is on stderr" not in msg, msg
     assert MIN1_REASON in capfd.readouterr().err  # what the plugin prints still reaches stderr
+
+
+def test_a_plugins_refusal_reaches_the_v2_error_and_the_log(theirs, host_lib, caplog):
+    """Past the server's own checks (the derived contract says 2..64; the plugin is asked anyway, as a request
+    the metadata allows could be), the plugin's reason is the 400 response's message and a log line."""
+    import logging
+
+    from toolchain import runtime
+    from toolchain.serve.backend import ProgramBackend
+    from toolchain.serve.protocol import V2Error
+
+    pt2, _ = theirs["bf16"]
+    backend = ProgramBackend(runtime.load(pt2, library_path=host_lib), pt2)
+    model = backend.models["bf16"]
+    with caplog.at_level(logging.WARNING, logger="toolchain.serve"), pytest.raises(V2Error) as exc:
+        backend.run_one(model, [np.ones((8, 16), np.float32)])
+    assert exc.value.status == 400 and BF16_REASON in exc.value.message, exc.value.message
+    assert "compiled for bfloat16 there and was given float32" in exc.value.message
+    assert any(BF16_REASON in r.getMessage() for r in caplog.records), caplog.text
+    backend.close()

@@ -5,6 +5,7 @@ program runs through toolchain.runtime (or any object with the same `methods`/`i
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ MANIFEST_NAME = _LAYOUT.methods_manifest
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
 
 Result = list[np.ndarray] | Exception
+_log = logging.getLogger("toolchain.serve")
 Submit = Callable[[tuple[ModelMeta, list[np.ndarray]]], Awaitable[Result]]
 
 
@@ -189,9 +191,11 @@ class ProgramBackend:
         t0 = time.perf_counter()
         try:
             return self.runner.run(list(inputs), method=model.method)
-        except InputError as exc:  # the runtime's own contract check: the request's fault
+        except InputError as exc:  # the runtime's (or the plugin's own) input check: the request's fault
+            _log.warning("model %s: request refused: %s", model.name, exc)
             raise V2Error(400, str(exc)) from None
         except ToolchainError as exc:
+            _log.error("model %s: the program failed: %s", model.name, exc)
             raise V2Error(500, f"the program failed: {exc}") from None
         finally:
             self.counts["run_seconds"] += time.perf_counter() - t0
