@@ -140,10 +140,12 @@ def test_cuda_auto_with_nvcc_selects_the_cuda_variant(tmp_path):
 @pytest.mark.slow
 def test_cuda_variant_compiles_and_links_here(tmp_path):
     """`scons cuda=on`: every TU with CUDA_AVAILABLE=1, .cu through nvcc, cudart shared + cuBLAS linked."""
-    # The CUDA folders of each layer: shims/cuda (device tensors, the CUDA shims and kernels) and host/cuda
+    # The CUDA folders of each layer: shims/cuda (device tensors, the CUDA op entries and kernels in shims/cuda/ops)
+    # and host/cuda
     # (a method's stream and graph, the weight upload).
     src_dir = REPO_ROOT / "runtime" / "src"
-    cuda_sources = sorted(p for p in src_dir.rglob("*") if p.suffix in (".cu", ".cpp") and p.parent.name == "cuda")
+    cuda_sources = sorted(p for p in src_dir.rglob("*")
+                          if p.suffix in (".cu", ".cpp") and "cuda" in p.relative_to(src_dir).parts)
     proc = _scons(REPO_ROOT, "cuda=on", f"build_dir={tmp_path}", f"-j{os.cpu_count() or 2}")
     out = proc.stdout + proc.stderr
     variant = tmp_path / "cuda-gcc-release"

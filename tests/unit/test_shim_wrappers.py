@@ -24,8 +24,8 @@ def test_every_op_shim_is_generated_or_says_why_not():
     for s in SPEC.shims:
         if codegen.is_op_shim(s):
             assert (s.name in generated) != bool(s.manual), s.name
-    # every CPU op is generated: none of them does more than marshal
-    assert all(s.name in generated for s in SPEC.shims if s.group == "cpu")
+    # every op is generated: none of them does more than marshal (the one manual row is a device guard)
+    assert all(s.name in generated for s in SPEC.shims if codegen.is_op_shim(s) and "guard" not in s.name)
 
 
 def test_marshalling_by_type():

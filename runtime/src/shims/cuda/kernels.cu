@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "shims/cuda/cuda_util.h"
+#include "shims/cuda/kernel_util.h"
 
 namespace aoti_host {
 namespace cuda {
@@ -125,11 +126,6 @@ bool convertible(int32_t dt) {
   }
 }
 
-unsigned grid_for(int64_t numel, unsigned block) {
-  int64_t g = (numel + block - 1) / block;
-  return static_cast<unsigned>(g > 65535 * 8 ? 65535 * 8 : (g < 1 ? 1 : g));
-}
-
 // Sets *differ when any of the n bytes at a and b differ. 16 bytes per load where both addresses are
 // 16-byte aligned, then byte by byte (any alignment, any n, including 0). Every writer stores the same 1.
 __global__ void bytes_differ_kernel(const unsigned char* a, const unsigned char* b, size_t n, int* differ) {
@@ -154,40 +150,6 @@ __global__ void bytes_differ_kernel(const unsigned char* a, const unsigned char*
   }
 }
 
-template <class T>
-struct Acc {
-  using type = float;
-};
-template <>
-struct Acc<double> {
-  using type = double;
-};
-
-template <class T>
-__device__ typename Acc<T>::type load(const T* p) {
-  return static_cast<typename Acc<T>::type>(*p);
-}
-template <>
-__device__ float load<__half>(const __half* p) {
-  return __half2float(*p);
-}
-template <>
-__device__ float load<__nv_bfloat16>(const __nv_bfloat16* p) {
-  return __bfloat162float(*p);
-}
-template <class T>
-__device__ T store(typename Acc<T>::type v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __half store<__half>(float v) {
-  return __float2half(v);
-}
-template <>
-__device__ __nv_bfloat16 store<__nv_bfloat16>(float v) {
-  return __float2bfloat16(v);
-}
-
 // One thread per output element (n, co, od, oh, ow); sums over the group's input channels and the kernel window.
 template <class T>
 __global__ void conv_kernel(T* out, const T* in, const T* w, const T* bias, ConvSpec s, int64_t numel) {
@@ -205,7 +167,7 @@ __global__ void conv_kernel(T* out, const T* in, const T* w, const T* bias, Conv
     const int64_t co = rem % s.c_out;
     const int64_t n = rem / s.c_out;
     const int64_t g = co / cout_g;
-    A acc = s.has_bias ? load(bias + co * s.bias_stride) : A(0);
+    A acc = s.has_bias ? ld(bias + co * s.bias_stride) : A(0);
     if (s.transposed) {
       // out[o] gathers in[i] * w[c, co_in_group, k] for every o = i * stride - padding + k * dilation
       const int64_t col = co - g * cout_g;
@@ -221,9 +183,9 @@ __global__ void conv_kernel(T* out, const T* in, const T* w, const T* bias, Conv
             for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
               const int64_t tw = o[2] + s.padding[2] - kw * s.dilation[2];
               if (tw < 0 || tw % s.stride[2] != 0 || tw / s.stride[2] >= s.in_size[2]) continue;
-              const A x = load(in + n * s.in_strides[0] + c * s.in_strides[1] + (td / s.stride[0]) * s.in_strides[2] +
+              const A x = ld(in + n * s.in_strides[0] + c * s.in_strides[1] + (td / s.stride[0]) * s.in_strides[2] +
                                (th / s.stride[1]) * s.in_strides[3] + (tw / s.stride[2]) * s.in_strides[4]);
-              const A k = load(w + c * s.w_strides[0] + col * s.w_strides[1] + kd * s.w_strides[2] +
+              const A k = ld(w + c * s.w_strides[0] + col * s.w_strides[1] + kd * s.w_strides[2] +
                                kh * s.w_strides[3] + kw * s.w_strides[4]);
               acc += x * k;
             }
@@ -231,7 +193,7 @@ __global__ void conv_kernel(T* out, const T* in, const T* w, const T* bias, Conv
         }
       }
       out[n * s.out_strides[0] + co * s.out_strides[1] + od * s.out_strides[2] + oh * s.out_strides[3] +
-          ow * s.out_strides[4]] = store<T>(acc);
+          ow * s.out_strides[4]] = cvt<T>(acc);
       continue;
     }
     for (int64_t ci = 0; ci < cin_g; ++ci) {
@@ -245,9 +207,9 @@ __global__ void conv_kernel(T* out, const T* in, const T* w, const T* bias, Conv
           for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
             const int64_t iw = ow * s.stride[2] - s.padding[2] + kw * s.dilation[2];
             if (iw < 0 || iw >= s.in_size[2]) continue;
-            const A x = load(in + n * s.in_strides[0] + c * s.in_strides[1] + id * s.in_strides[2] +
+            const A x = ld(in + n * s.in_strides[0] + c * s.in_strides[1] + id * s.in_strides[2] +
                              ih * s.in_strides[3] + iw * s.in_strides[4]);
-            const A k = load(w + co * s.w_strides[0] + ci * s.w_strides[1] + kd * s.w_strides[2] +
+            const A k = ld(w + co * s.w_strides[0] + ci * s.w_strides[1] + kd * s.w_strides[2] +
                              kh * s.w_strides[3] + kw * s.w_strides[4]);
             acc += x * k;
           }
@@ -255,7 +217,7 @@ __global__ void conv_kernel(T* out, const T* in, const T* w, const T* bias, Conv
       }
     }
     out[n * s.out_strides[0] + co * s.out_strides[1] + od * s.out_strides[2] + oh * s.out_strides[3] +
-        ow * s.out_strides[4]] = store<T>(acc);
+        ow * s.out_strides[4]] = cvt<T>(acc);
   }
 }
 
@@ -270,6 +232,14 @@ void conv_launch(void* out, const void* in, const void* w, const void* bias, con
   AOTI_CUDA_CHECK(cudaGetLastError());
 }
 
+// Elements of itemsize bytes copied as one W each.
+template <class W>
+void copy_as(void* dst, const void* src, const StridedSpec& spec, int64_t numel, unsigned grid, unsigned block,
+             cudaStream_t stream) {
+  strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<W*>(dst), static_cast<const W*>(src), spec, numel);
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 void launch_strided_copy(void* dst, const void* src, const StridedSpec& spec, int64_t numel, size_t itemsize,
@@ -278,30 +248,14 @@ void launch_strided_copy(void* dst, const void* src, const StridedSpec& spec, in
   const unsigned block = 256;
   const unsigned grid = grid_for(numel, block);
   switch (itemsize) {
-    case 1:
-      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
-                                                      spec, numel);
-      break;
-    case 2:
-      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<uint16_t*>(dst),
-                                                      static_cast<const uint16_t*>(src), spec, numel);
-      break;
-    case 4:
-      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<uint32_t*>(dst),
-                                                      static_cast<const uint32_t*>(src), spec, numel);
-      break;
-    case 8:
-      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<uint64_t*>(dst),
-                                                      static_cast<const uint64_t*>(src), spec, numel);
-      break;
-    case 16:
-      strided_copy_kernel<<<grid, block, 0, stream>>>(static_cast<Bytes16*>(dst), static_cast<const Bytes16*>(src),
-                                                      spec, numel);
-      break;
+    case 1: return copy_as<uint8_t>(dst, src, spec, numel, grid, block, stream);
+    case 2: return copy_as<uint16_t>(dst, src, spec, numel, grid, block, stream);
+    case 4: return copy_as<uint32_t>(dst, src, spec, numel, grid, block, stream);
+    case 8: return copy_as<uint64_t>(dst, src, spec, numel, grid, block, stream);
+    case 16: return copy_as<Bytes16>(dst, src, spec, numel, grid, block, stream);
     default:
       throw Error("device copy: element size " + std::to_string(itemsize) + " is not supported");
   }
-  AOTI_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_convert_copy(void* dst, int32_t dst_dtype, const void* src, int32_t src_dtype, const StridedSpec& spec,
@@ -320,15 +274,8 @@ void launch_convert_copy(void* dst, int32_t dst_dtype, const void* src, int32_t 
 
 void launch_convolution(int32_t dtype, void* out, const void* in, const void* weight, const void* bias,
                         const ConvSpec& spec, cudaStream_t stream) {
-  switch (dtype) {
-    case dtype_code::kFloat32: return conv_launch<float>(out, in, weight, bias, spec, stream);
-    case dtype_code::kFloat64: return conv_launch<double>(out, in, weight, bias, spec, stream);
-    case dtype_code::kFloat16: return conv_launch<__half>(out, in, weight, bias, spec, stream);
-    case dtype_code::kBFloat16: return conv_launch<__nv_bfloat16>(out, in, weight, bias, spec, stream);
-    default:
-      throw Error(std::string("convolution on cuda: dtype ") + dtype_name(dtype) +
-                  " is not supported (float32, float64, float16, bfloat16)");
-  }
+  dispatch_float(dtype, "convolution",
+                 [&](auto tag) { conv_launch<decltype(tag)>(out, in, weight, bias, spec, stream); });
 }
 
 bool same_bytes(const void* a, const void* b, size_t n, int device) {

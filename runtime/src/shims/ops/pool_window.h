@@ -1,5 +1,5 @@
 // ATen's pooling windows, one definition for the CPU kernels (pool.cpp) and the CUDA ones
-// (cuda/op_kernels.cu): which input positions each output position of max_pool2d_with_indices,
+// (cuda/ops/pool_kernels.cu): which input positions each output position of max_pool2d_with_indices,
 // adaptive_max_pool2d/3d, _adaptive_avg_pool2d/3d and avg_pool2d/3d reads, and the averages' divisor. Plain data
 // and inline functions only, so nvcc compiles the same code for the device.
 #pragma once

@@ -1,4 +1,4 @@
-// aoti_torch_cuda_* spectral fallbacks: _fft_r2c and _fft_c2c through cuFFT, abs and angle of complex tensors,
+// The spectral ops on CUDA: _fft_r2c and _fft_c2c through cuFFT, abs and angle of complex tensors,
 // and the views permute, view_as_real and view_as_complex (what torch.stft, torch.fft.* and spectrogram
 // front-ends lower to). Outputs get the layouts ATen's cuFFT path gives them (ops::cufft_*_strides), since
 // plugins reinterpret returned tensors with the layout recorded at compile time.
@@ -23,25 +23,20 @@
 
 #include "aoti_host/error.h"
 #include "aoti_host/providers.h"
-#include "aoti_host/shims.h"
 #include "shims/cpu/strided.h"
 #include "shims/cuda/cuda_util.h"
-#include "shims/cuda/op_kernels.h"
+#include "shims/cuda/ops/kernels.h"
+#include "shims/cuda/ops/ops.h"
 #include "shims/ops/op_util.h"
 #include "shims/ops/ops.h"
-#include "shims/shim_util.h"
 
 using aoti_host::Error;
 using aoti_host::Tensor;
-using aoti_host::to_handle;
 namespace dc = aoti_host::dtype_code;
 namespace cu = aoti_host::cuda;
 
 namespace {
 
-using aoti_host::shim::guarded;
-using aoti_host::shim::need;
-using aoti_host::shim::tensor_arg;
 using cu::capturing;
 using Shape = std::vector<int64_t>;
 using Owned = std::unique_ptr<Tensor>;
@@ -286,12 +281,6 @@ void finish(const Work& w, Tensor& out, double scale, cudaStream_t stream) {
   if (scale != 1.0) cu::launch_scale(part_dtype(dt), out.data_ptr(), 2 * out.numel(), scale, stream);
 }
 
-const Tensor& cuda_arg(AtenTensorHandle h, const char* name) {
-  const Tensor& t = tensor_arg(h, name);
-  cu::require_cuda(t, name, t.device_index());
-  return t;
-}
-
 // self (real) as a contiguous complex buffer in dim order, imaginary parts zero.
 Work complex_copy(const Tensor& self, int32_t cdt, int device, cudaStream_t stream) {
   Shape order(self.sizes().size());
@@ -401,60 +390,39 @@ Tensor* abs_or_angle(const Tensor& self, bool angle) {
 
 }  // namespace
 
-extern "C" {
+namespace aoti_host {
+namespace cuda {
 
-AOTI_HOST_API AOTITorchError aoti_torch_cuda__fft_r2c(AtenTensorHandle self, const int64_t* dim, int64_t dim_len_,
-                                                      int64_t normalization, int32_t onesided, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda__fft_r2c", [&] {
-    need(ret0, "ret0");
-    *ret0 = to_handle(fft_r2c(cuda_arg(self, "self"), aoti_host::shim::int_list(dim, dim_len_, "dim"), normalization,
-                              onesided != 0));
-  });
+Tensor* fft_r2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool onesided) {
+  require_cuda(self, "self", self.device_index());
+  return ::fft_r2c(self, dim, normalization, onesided);
 }
 
-AOTI_HOST_API AOTITorchError aoti_torch_cuda__fft_c2c(AtenTensorHandle self, const int64_t* dim, int64_t dim_len_,
-                                                      int64_t normalization, int32_t forward, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda__fft_c2c", [&] {
-    need(ret0, "ret0");
-    *ret0 = to_handle(fft_c2c(cuda_arg(self, "self"), aoti_host::shim::int_list(dim, dim_len_, "dim"), normalization,
-                              forward != 0));
-  });
+Tensor* fft_c2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool forward) {
+  require_cuda(self, "self", self.device_index());
+  return ::fft_c2c(self, dim, normalization, forward);
 }
 
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_abs(AtenTensorHandle self, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda_abs", [&] {
-    need(ret0, "ret0");
-    *ret0 = to_handle(abs_or_angle(cuda_arg(self, "self"), false));
-  });
+Tensor* complex_abs_or_angle(bool angle, const Tensor& self) {
+  require_cuda(self, "self", self.device_index());
+  return abs_or_angle(self, angle);
 }
 
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_angle(AtenTensorHandle self, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda_angle", [&] {
-    need(ret0, "ret0");
-    *ret0 = to_handle(abs_or_angle(cuda_arg(self, "self"), true));
-  });
+// The views are ATen's on any device (ops/spectral.cpp); their input must be on CUDA here.
+Tensor* permute(const Tensor& self, const std::vector<int64_t>& dims) {
+  require_cuda(self, "self", self.device_index());
+  return aoti_host::ops::permute(self, dims);
 }
 
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_permute(AtenTensorHandle self, const int64_t* dims, int64_t dims_len_,
-                                                     AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda_permute", [&] {
-    need(ret0, "ret0");
-    *ret0 = to_handle(aoti_host::ops::permute(cuda_arg(self, "self"), aoti_host::shim::int_list(dims, dims_len_, "dims")));
-  });
+Tensor* view_as_real(const Tensor& self) {
+  require_cuda(self, "self", self.device_index());
+  return aoti_host::ops::view_as_real(self);
 }
 
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_view_as_real(AtenTensorHandle self, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda_view_as_real", [&] {
-    need(ret0, "ret0");
-    *ret0 = to_handle(aoti_host::ops::view_as_real(cuda_arg(self, "self")));
-  });
+Tensor* view_as_complex(const Tensor& self) {
+  require_cuda(self, "self", self.device_index());
+  return aoti_host::ops::view_as_complex(self);
 }
 
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_view_as_complex(AtenTensorHandle self, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda_view_as_complex", [&] {
-    need(ret0, "ret0");
-    *ret0 = to_handle(aoti_host::ops::view_as_complex(cuda_arg(self, "self")));
-  });
-}
-
-}  // extern "C"
+}  // namespace cuda
+}  // namespace aoti_host

@@ -1,5 +1,5 @@
-// Device kernels behind the aoti_torch_cuda_* fallback ops of shims_ops.cpp (attention, sorting, scans,
-// embedding bags, scatter). Plain parameter structs, no tensor types: the shims check arguments, allocate
+// The launchers of the device kernels behind the CUDA op entries of this folder (ops.h; each family's kernels in
+// its .cu file). Plain parameter structs, no tensor types: the entries check arguments, allocate
 // outputs with ATen's layouts and fill these in; the launchers dispatch on the dtype code and throw
 // aoti_host::Error for a dtype they do not support.
 #pragma once

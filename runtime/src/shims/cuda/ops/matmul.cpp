@@ -1,7 +1,6 @@
-// aoti_torch_cuda_* fallback ops: mm/addmm/bmm through cuBLAS (cublasGemmEx, no TF32: float32 results
-// match eager torch with its default allow_tf32=False), convolution through cuDNN (cudnn_conv.cpp) with a
-// direct convolution kernel, plain and transposed, where cuDNN is missing or refuses a shape, and the cuBLAS
-// path of attention (attention_gemm).
+// mm, addmm and bmm on CUDA through cuBLAS (cublasGemmEx, no TF32: float32 results match eager torch with its
+// default allow_tf32=False; addmm with a bias row through one cublasLt matmul), and the cuBLAS path of attention
+// (attention_gemm).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -15,27 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "aoti_host/cuda/cuda.h"
-#include "aoti_host/error.h"
-#include "aoti_host/shims.h"
-#include "shims/cpu_kernels.h"
-#include "shims/cuda/cuda_util.h"
-#include "shims/cuda/cudnn_conv.h"
-#include "shims/cuda/op_kernels.h"
-#include "shims/shim_util.h"
+#include "shims/cuda/ops/op_util.h"
+#include "shims/cuda/ops/ops.h"
 
 using aoti_host::Error;
-using aoti_host::from_handle;
 using aoti_host::list_str;
 using aoti_host::Tensor;
-using aoti_host::to_handle;
-namespace dc = aoti_host::dtype_code;
+using aoti_host::cuda::require_cuda;
 
 namespace {
-
-using aoti_host::shim::guarded;
-using aoti_host::shim::int_list;
-using aoti_host::shim::tensor_arg;
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
@@ -67,19 +54,26 @@ struct Handle {
   }
 };
 
+// One T per thread and device, made by make() on first use.
+template <class T, class Make>
+T& per_thread(int device, Make&& make) {
+  thread_local std::array<std::unique_ptr<T>, 64> slots;
+  auto& slot = slots.at(static_cast<size_t>(device));
+  if (!slot) slot = make();
+  return *slot;
+}
+
 cublasHandle_t handle_for(int device) {
-  thread_local std::array<std::unique_ptr<Handle>, 64> handles;
-  auto& slot = handles.at(static_cast<size_t>(device));
-  if (!slot) {
+  Handle& h = per_thread<Handle>(device, [] {
     auto h = std::make_unique<Handle>();
     cublas_check(cublasCreate(&h->h), "cublasCreate");
     AOTI_CUDA_CHECK(cudaMalloc(&h->workspace, kWorkspaceBytes));
     cublas_check(cublasSetWorkspace(h->h, h->workspace, kWorkspaceBytes), "cublasSetWorkspace");
     cublas_check(cublasSetMathMode(h->h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-    slot = std::move(h);
-  }
-  cublas_check(cublasSetStream(slot->h, aoti_host::cuda::stream_of(device)), "cublasSetStream");
-  return slot->h;
+    return h;
+  });
+  cublas_check(cublasSetStream(h.h, aoti_host::cuda::stream_of(device)), "cublasSetStream");
+  return h.h;
 }
 
 struct GemmType {
@@ -123,13 +117,6 @@ const Tensor& gemm_ready(const Tensor& t, std::unique_ptr<Tensor>& keep) {
   keep.reset(aoti_host::cuda::clone_contiguous(t));
   return *keep;
 }
-
-void require_cuda(const Tensor& t, const char* name, const char* op, int device) {
-  if (t.device_type() != aoti_host::device_code::kCUDA || t.device_index() != device)
-    throw Error(std::string(op) + ": '" + name + "' is on " + aoti_host::device_type_name(t.device_type()) + ":" +
-                std::to_string(t.device_index()) + ", expected cuda:" + std::to_string(device));
-}
-
 // out[b] = alpha * a[b] @ m[b] + beta * out[b] for b < batch (batch 0: plain 2-d).
 void gemm(Tensor& out, const Tensor& a_in, const Tensor& b_in, double alpha, double beta, const char* op) {
   const bool batched = out.dim() == 3;
@@ -219,15 +206,12 @@ struct LtHandle {
 };
 
 LtHandle& lt_for(int device) {
-  thread_local std::array<std::unique_ptr<LtHandle>, 64> handles;
-  auto& slot = handles.at(static_cast<size_t>(device));
-  if (!slot) {
+  return per_thread<LtHandle>(device, [] {
     auto h = std::make_unique<LtHandle>();
     cublas_check(cublasLtCreate(&h->h), "cublasLtCreate");
     AOTI_CUDA_CHECK(cudaMalloc(&h->workspace, kLtWorkspaceBytes));
-    slot = std::move(h);
-  }
-  return *slot;
+    return h;
+  });
 }
 
 int alignment(const void* p) {
@@ -321,23 +305,6 @@ bool addmm_bias_lt(Tensor& out, const Tensor& bias, const Tensor& a, const Tenso
                               kLtWorkspaceBytes, aoti_host::cuda::stream_of(device)),
                "cublasLtMatmul");
   return true;
-}
-
-// ATen's cudnn_conv_suggest_memory_format: channels-last when the input or the weight is, as
-// suggest_memory_format decides it (c10's is_channels_last_strides_2d/3d, shared with the CPU kernels).
-// Ambiguous layouts, such as a 1x1 kernel's contiguous weight [O, I, 1, 1], count as contiguous there.
-bool is_channels_last(const Tensor& t) {
-  return aoti_host::cpu::is_channels_last_strides_2d(t.sizes(), t.strides()) ||
-         aoti_host::cpu::is_channels_last_strides_3d(t.sizes(), t.strides());
-}
-
-std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& s) {
-  std::vector<int64_t> out(s.size());
-  int64_t st = 1;
-  out[1] = st, st *= std::max<int64_t>(s[1], 1);
-  for (size_t d = s.size(); d-- > 2;) out[d] = st, st *= std::max<int64_t>(s[d], 1);
-  out[0] = st;
-  return out;
 }
 
 }  // namespace
@@ -442,135 +409,21 @@ bool attention_gemm(int32_t dtype, void* out, float* lse, const void* q, const v
   return true;
 }
 
-}  // namespace cuda
-}  // namespace aoti_host
+void mm_out(Tensor& out, const Tensor& self, const Tensor& mat2) { gemm(out, self, mat2, 1.0, 0.0, "mm"); }
 
-extern "C" {
-
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_mm_out(AtenTensorHandle out, AtenTensorHandle self,
-                                                    AtenTensorHandle mat2) {
-  return guarded("aoti_torch_cuda_mm_out", [&] {
-    gemm(tensor_arg(out, "out"), tensor_arg(self, "self"), tensor_arg(mat2, "mat2"), 1.0, 0.0, "mm");
-  });
-}
-
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_bmm_out(AtenTensorHandle out, AtenTensorHandle self,
-                                                     AtenTensorHandle mat2) {
-  return guarded("aoti_torch_cuda_bmm_out", [&] {
-    Tensor& o = tensor_arg(out, "out");
-    if (o.dim() != 3) throw Error("bmm: out must be 3-d, got " + list_str(o.sizes()));
-    gemm(o, tensor_arg(self, "self"), tensor_arg(mat2, "mat2"), 1.0, 0.0, "bmm");
-  });
+void bmm_out(Tensor& out, const Tensor& self, const Tensor& mat2) {
+  if (out.dim() != 3) throw Error("bmm: out must be 3-d, got " + list_str(out.sizes()));
+  gemm(out, self, mat2, 1.0, 0.0, "bmm");
 }
 
 // out = beta * self + alpha * (mat1 @ mat2); self broadcasts to out (a bias row, usually). With
 // beta == 0 self is not read, as in ATen.
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_addmm_out(AtenTensorHandle out, AtenTensorHandle self,
-                                                       AtenTensorHandle mat1, AtenTensorHandle mat2, double beta,
-                                                       double alpha) {
-  return guarded("aoti_torch_cuda_addmm_out", [&] {
-    Tensor& o = tensor_arg(out, "out");
-    const Tensor& s = tensor_arg(self, "self");
-    if (o.dim() != 2) throw Error("addmm: out must be 2-d, got " + list_str(o.sizes()));
-    const Tensor& m1 = tensor_arg(mat1, "mat1");
-    const Tensor& m2 = tensor_arg(mat2, "mat2");
-    if (beta == 1.0 && o.data_ptr() != s.data_ptr() && addmm_bias_lt(o, s, m1, m2, alpha)) return;
-    if (beta != 0.0 && o.data_ptr() != s.data_ptr()) aoti_host::cuda::copy(o, s);
-    gemm(o, tensor_arg(mat1, "mat1"), tensor_arg(mat2, "mat2"), alpha, beta, "addmm");
-  });
+void addmm_out(Tensor& out, const Tensor& self, const Tensor& mat1, const Tensor& mat2, double beta, double alpha) {
+  if (out.dim() != 2) throw Error("addmm: out must be 2-d, got " + list_str(out.sizes()));
+  if (beta == 1.0 && out.data_ptr() != self.data_ptr() && addmm_bias_lt(out, self, mat1, mat2, alpha)) return;
+  if (beta != 0.0 && out.data_ptr() != self.data_ptr()) cuda::copy(out, self);
+  gemm(out, mat1, mat2, alpha, beta, "addmm");
 }
 
-AOTI_HOST_API AOTITorchError aoti_torch_cuda_convolution(AtenTensorHandle input, AtenTensorHandle weight,
-                                                         AtenTensorHandle* bias, const int64_t* stride,
-                                                         int64_t stride_len_, const int64_t* padding,
-                                                         int64_t padding_len_, const int64_t* dilation,
-                                                         int64_t dilation_len_, int32_t transposed,
-                                                         const int64_t* output_padding, int64_t output_padding_len_,
-                                                         int64_t groups, AtenTensorHandle* ret0) {
-  return guarded("aoti_torch_cuda_convolution", [&] {
-    if (ret0 == nullptr) throw Error("output pointer 'ret0' is null");
-    const Tensor& in = tensor_arg(input, "input");
-    const Tensor& w = tensor_arg(weight, "weight");
-    const Tensor* b = (bias != nullptr && *bias != nullptr) ? from_handle(*bias) : nullptr;
-    auto out_pad = int_list(output_padding, output_padding_len_, "output_padding");
-    const bool tr = transposed != 0;
-    const int64_t nd = in.dim();
-    if (nd < 3 || nd > 5 || w.dim() != nd)
-      throw Error("convolution: input " + list_str(in.sizes()) + " and weight " + list_str(w.sizes()) +
-                  " must both be 3-d, 4-d or 5-d");
-    const int spatial = static_cast<int>(nd - 2);
-    auto st = int_list(stride, stride_len_, "stride");
-    auto pad = int_list(padding, padding_len_, "padding");
-    auto dil = int_list(dilation, dilation_len_, "dilation");
-    auto expand = [&](std::vector<int64_t>& v, const char* name, int64_t dflt) {
-      if (v.size() == 1) v.assign(static_cast<size_t>(spatial), v[0]);
-      if (v.empty()) v.assign(static_cast<size_t>(spatial), dflt);
-      if (v.size() != static_cast<size_t>(spatial))
-        throw Error(std::string("convolution: ") + name + " has " + std::to_string(v.size()) + " entries for " +
-                    std::to_string(spatial) + " spatial dims");
-    };
-    expand(st, "stride", 1), expand(pad, "padding", 0), expand(dil, "dilation", 1),
-        expand(out_pad, "output_padding", 0);
-    const int device = in.device_index();
-    require_cuda(in, "input", "convolution", device);
-    require_cuda(w, "weight", "convolution", device);
-    if (b != nullptr) require_cuda(*b, "bias", "convolution", device);
-    if (w.dtype() != in.dtype() || (b != nullptr && b->dtype() != in.dtype()))
-      throw Error("convolution: input, weight and bias must share a dtype");
-    // weight: [c_out, c_in / groups, k...], transposed [c_in, c_out / groups, k...]
-    const int64_t w_in = tr ? w.sizes()[0] : w.sizes()[1] * groups;
-    if (groups < 1 || in.sizes()[1] % groups != 0 || w.sizes()[0] % groups != 0 || w_in != in.sizes()[1])
-      throw Error("convolution: input channels " + std::to_string(in.sizes()[1]) + ", weight " + list_str(w.sizes()) +
-                  " and groups " + std::to_string(groups) + " do not fit" + (tr ? " (transposed)" : ""));
-    aoti_host::cuda::ConvSpec s{};
-    s.n = in.sizes()[0], s.c_in = in.sizes()[1], s.groups = groups, s.transposed = tr;
-    s.c_out = tr ? w.sizes()[1] * groups : w.sizes()[0];
-    if (b != nullptr && b->numel() != s.c_out)
-      throw Error("convolution: bias has " + std::to_string(b->numel()) + " elements for " +
-                  std::to_string(s.c_out) + " output channels");
-    std::vector<int64_t> out_sizes{s.n, s.c_out};
-    const int off = 3 - spatial;  // spatial dims are right-aligned in the 3-d spec
-    for (int d = 0; d < 3; ++d) {
-      s.in_size[d] = s.out_size[d] = s.kernel[d] = s.stride[d] = s.dilation[d] = 1;
-      s.padding[d] = 0;
-    }
-    for (int d = 0; d < spatial; ++d) {
-      const int e = d + off;
-      s.in_size[e] = in.sizes()[2 + d];
-      s.kernel[e] = w.sizes()[2 + d];
-      s.stride[e] = st[d], s.padding[e] = pad[d], s.dilation[e] = dil[d];
-      if (st[d] <= 0 || dil[d] <= 0 || pad[d] < 0 || out_pad[d] < 0)
-        throw Error("convolution: stride " + list_str(st) + ", dilation " + list_str(dil) + ", padding " +
-                    list_str(pad) + " or output_padding " + list_str(out_pad) + " is out of range");
-      if (tr && out_pad[d] >= st[d] && out_pad[d] >= dil[d])
-        throw Error("convolution: output_padding " + list_str(out_pad) +
-                    " must be smaller than either stride or dilation");
-      const int64_t o = tr ? (s.in_size[e] - 1) * st[d] - 2 * pad[d] + dil[d] * (s.kernel[e] - 1) + out_pad[d] + 1
-                           : (s.in_size[e] + 2 * pad[d] - dil[d] * (s.kernel[e] - 1) - 1) / st[d] + 1;
-      if (o <= 0)
-        throw Error("convolution: input " + list_str(in.sizes()) + " is too small for weight " + list_str(w.sizes()));
-      s.out_size[e] = o;
-      out_sizes.push_back(o);
-    }
-    const bool cl = is_channels_last(in) || is_channels_last(w);
-    std::vector<int64_t> out_strides = cl ? channels_last_strides(out_sizes) : Tensor::contiguous_strides(out_sizes);
-    std::unique_ptr<Tensor> out(
-        Tensor::empty_strided(in.dtype(), out_sizes, out_strides, aoti_host::device_code::kCUDA, device));
-    auto fill = [&](int64_t* dst, const Tensor& t) {
-      dst[0] = t.strides()[0], dst[1] = t.strides()[1];
-      for (int d = 0; d < 3; ++d) dst[2 + d] = 0;
-      for (int d = 0; d < spatial; ++d) dst[2 + d + off] = t.strides()[2 + d];
-    };
-    fill(s.in_strides, in), fill(s.w_strides, w), fill(s.out_strides, *out);
-    s.has_bias = b != nullptr;
-    s.bias_stride = b != nullptr && b->dim() == 1 ? b->strides()[0] : 1;
-    // cuDNN where it is loaded and takes the shape; else (logged once) the direct kernel, which takes any strides
-    if (!aoti_host::cuda::cudnn_convolution(in, w, b, *out, s, aoti_host::cuda::stream_of(device)))
-      aoti_host::cuda::launch_convolution(in.dtype(), out->data_ptr(), in.data_ptr(), w.data_ptr(),
-                                          b != nullptr ? b->data_ptr() : nullptr, s,
-                                          aoti_host::cuda::stream_of(device));
-    *ret0 = to_handle(out.release());
-  });
-}
-
-}  // extern "C"
+}  // namespace cuda
+}  // namespace aoti_host
