@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from toolchain.errors import (
     exit_code,
     load_exit_codes,
 )
+from toolchain.shim_wrappers import WRAPPER_INCLUDES, wrappers
 from toolchain.spec import Abi, CApi, Shim, Spec, load_abi, load_c_api, load_spec
 from toolchain.spec.cpu_isa import load_isa_spec
 from toolchain.spec.records import load_records
@@ -161,127 +161,19 @@ def _scalar_shims(abi: Abi, shims: tuple[Shim, ...]) -> list[ScalarShim]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Op shim wrappers (after torchgen's gen_aoti_c_shim.py): a shims.toml row with `impl` gets a generated
-# wrapper that marshals the C arguments by type, calls the kernel entry and hands the outputs back.
-
-
-@dataclass(frozen=True)
-class Marshal:
-    """How a wrapper hands a C parameter of one type to the kernel: the C++ expression ({n}: the parameter,
-    {len}: its `<n>_len_` length parameter, for arrays) and the kernel parameter's C++ type."""
-
-    expr: str
-    kernel_type: str
-    length: bool = False
-
-
-#: The marshalling table: C parameter type (normalised, as in shims.toml) -> Marshal. torch's C shims pass
-#: bool as int32_t, optional scalars as pointers (null: None), lists as pointer + length.
-MARSHAL: dict[str, Marshal] = {
-    "AtenTensorHandle": Marshal('tensor_arg({n}, "{n}")', "Tensor&"),
-    "AtenTensorHandle*": Marshal("optional_arg({n})", "const Tensor*"),
-    "const AtenTensorHandle**": Marshal('optional_list({n}, {len}, "{n}")', "std::vector<const Tensor*>", True),
-    "const int64_t*": Marshal('int_list({n}, {len}, "{n}")', "std::vector<int64_t>", True),
-    "int64_t": Marshal("{n}", "int64_t"),
-    "int64_t*": Marshal("{n}", "const int64_t*"),
-    "double": Marshal("{n}", "double"),
-    "double*": Marshal("{n}", "const double*"),
-    "int32_t": Marshal("{n} != 0", "bool"),
-    "int32_t*": Marshal("{n}", "const int32_t*"),
-    "const char*": Marshal('str_arg({n}, "{n}")', "std::string"),
-    "const char**": Marshal("optional_str({n})", "const char*"),
-}
-#: Output parameters (named ret<N>), by type -> the kernel's out-parameter type. A kernel whose only output is
-#: one tensor returns it (a new owning Tensor*) instead.
-OUTPUT_TYPES: dict[str, str] = {"AtenTensorHandle*": "Tensor**", "int64_t*": "int64_t*"}
-#: The header declaring each device's kernel entries, included by its generated wrappers.
-WRAPPER_INCLUDES: dict[str, tuple[str, ...]] = {
-    "cpu": ("shims/cpu_kernels.h", "shims/ops/ops.h"), "cuda": ("shims/cuda/ops/ops.h",),
-}
-_OUTPUT_RE = re.compile(r"^ret\d+$")
-_IMPL_RE = re.compile(r"^[A-Za-z_]\w*(::[A-Za-z_]\w*)*$")
-
-
-@dataclass(frozen=True)
-class Wrapper:
-    """A generated op wrapper: the shim, the kernel it calls with which arguments, and its outputs."""
-
-    shim: Shim
-    impl: str
-    args: tuple[str, ...]
-    outputs: tuple[str, ...]  # the ret<N> parameters, in order
-    tensor_outputs: tuple[str, ...]  # those that are tensors (a Tensor* local each, handed over after the call)
-    returns: str  # the one tensor output the kernel returns, or "" when outputs are out-parameters
-
-
-def is_op_shim(shim: Shim) -> bool:
-    """aoti_torch_<device>_<op> shims of the cpu and cuda groups: each needs `impl` or `manual`."""
-    return shim.group in WRAPPER_INCLUDES and shim.name.startswith(f"aoti_torch_{shim.group}_")
-
-
-def _wrapper(s: Shim) -> Wrapper:
-    def fail(reason: str, fix: str) -> CodegenError:
-        return CodegenError(f"shims.toml: shim {s.name!r}: {reason}", fix=fix)
-
-    if s.group not in WRAPPER_INCLUDES or s.returns != "AOTITorchError":
-        raise fail(f"impl is given, but the shim is in group {s.group!r} and returns {s.returns}",
-                   "generated wrappers are for op shims of the cpu and cuda groups returning AOTITorchError")
-    if not _IMPL_RE.match(s.impl):
-        raise fail(f"impl {s.impl!r} is not a C++ function name", 'name the kernel entry, e.g. impl = "ops::sort"')
-    args = list(s.impl_args)
-    outputs: list[str] = []
-    params = list(s.params)
-    i = 0
-    while i < len(params):
-        p = params[i]
-        i += 1
-        if _OUTPUT_RE.match(p.name):
-            if p.type not in OUTPUT_TYPES:
-                raise fail(f"output {p.name} has type {p.type!r}, which the marshalling table has no row for",
-                           f"outputs may be {', '.join(OUTPUT_TYPES)}; else write the wrapper by hand (manual = ...)")
-            outputs.append(p.name)
-            continue
-        if outputs:
-            raise fail(f"parameter {p.name} comes after the outputs", "outputs (ret<N>) come last, as torch's do")
-        m = MARSHAL.get(p.type)
-        if m is None:
-            raise fail(f"parameter {p.name} has type {p.type!r}, which the marshalling table has no row for",
-                       "add the type to MARSHAL in toolchain/codegen.py, or write the wrapper by hand (manual = ...)")
-        length = ""
-        if m.length:
-            nxt = params[i] if i < len(params) else None
-            if nxt is None or nxt.type != "int64_t" or nxt.name != f"{p.name}_len_":
-                raise fail(f"array parameter {p.name} is not followed by its length 'int64_t {p.name}_len_'",
-                           "give the prototype exactly as torch declares it")
-            length = nxt.name
-            i += 1
-        args.append(m.expr.format(n=p.name, len=length))
-    types = {p.name: p.type for p in params}
-    tensor_outputs = tuple(o for o in outputs if types[o] == "AtenTensorHandle*")
-    returns = outputs[0] if len(outputs) == 1 and tensor_outputs else ""
-    if not returns:
-        args += [f"&{o}_t" if o in tensor_outputs else o for o in outputs]
-    return Wrapper(s, s.impl, tuple(args), tuple(outputs), () if returns else tensor_outputs, returns)
-
-
-def wrappers(shims: tuple[Shim, ...]) -> dict[str, list[Wrapper]]:
-    """The generated wrappers per device group; checks every op shim says `impl` or why it is `manual`."""
-    out: dict[str, list[Wrapper]] = {g: [] for g in WRAPPER_INCLUDES}
+def _item_shims(abi: Abi, shims: tuple[Shim, ...]) -> list[ScalarShim]:
+    """aoti_torch_item_<dtype> (the value of a one-element tensor, converted to the dtype), but item_bool: a C++
+    bool is not the byte torch stores, so that one is written by hand."""
+    out: list[ScalarShim] = []
     for s in shims:
-        if s.impl and s.manual:
-            msg = f"shims.toml: shim {s.name!r}: both impl and manual are given"
-            raise CodegenError(msg, fix="keep impl for a generated wrapper, manual (the reason) for a hand-written one")
-        if s.impl_args and not s.impl:
-            msg = f"shims.toml: shim {s.name!r}: impl_args without impl"
-            raise CodegenError(msg, fix="name the kernel entry in impl, or drop impl_args")
-        if s.impl:
-            w = _wrapper(s)
-            out[s.group].append(w)
-        elif is_op_shim(s) and not s.manual:
-            msg = f"shims.toml: op shim {s.name!r} has neither impl nor manual"
-            raise CodegenError(msg, fix='name its kernel entry (impl = "ops::...") so its wrapper is generated, or '
-                                        'say why its wrapper is written by hand (manual = "...")')
+        if not s.name.startswith("aoti_torch_item_") or s.name == "aoti_torch_item_bool":
+            continue
+        d = next((d for d in abi.dtypes if d.name == s.name.removeprefix("aoti_torch_item_")), None)
+        if d is None or len(s.params) != 2 or s.params[0].type != "AtenTensorHandle" or \
+                not s.params[1].type.endswith("*"):
+            msg = f"{s.name} (shims.toml): not 'AtenTensorHandle tensor, <scalar>* ret_value' of a dtype in abi.toml"
+            raise CodegenError(msg, fix="name the shim after a [[dtype]] and give it torch's prototype")
+        out.append(ScalarShim(s, d, s.params[1].name))
     return out
 
 
@@ -393,7 +285,7 @@ def render(spec: Spec, groups: tuple[str, ...], template_dir: Path = TEMPLATE_DI
         "help_tools": HELP_TOOLS, "abi": abi, "c_api": c_api, "c_api_table": _c_api_table(spec, c_api),
         "providers": spec.providers,
         "cxx_provider": CXX_PROVIDER, "constant_values": _constant_values(spec, abi, shims),
-        "scalar_shims": _scalar_shims(abi, shims), "cpu_isa": load_isa_spec(), "records": load_records(),
+        "scalar_shims": _scalar_shims(abi, shims), "item_shims": _item_shims(abi, shims), "cpu_isa": load_isa_spec(), "records": load_records(),
         "wrappers": wrappers(shims), "wrapper_includes": WRAPPER_INCLUDES,
         "torch_ops": torch_ops, "fallback_ops": sorted((name, op.label) for name, (op, _) in torch_ops.by_shim().items()),
     }

@@ -1,4 +1,4 @@
-"""Op shim wrappers generated from shims.toml (toolchain/codegen.py MARSHAL, templates/_shim_wrappers.j2): every
+"""Op shim wrappers generated from shims.toml (toolchain/shim_wrappers.py MARSHAL, templates/_shim_wrappers.j2): every
 op shim says `impl` or `manual`, each C type is marshalled as the table says, and bad rows stop code generation
 with the shim's name. That the generated wrappers compile against the kernels and behave is the CPU build's and
 tests/integration/test_cpu_fallback_ops.py's to show."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolchain import codegen
+from toolchain import codegen, shim_wrappers
 from toolchain.spec import Shim, load_spec, parse_prototype
 
 SPEC = load_spec()
@@ -19,17 +19,17 @@ def shim(prototype: str, group: str = "cpu", **row: object) -> Shim:
 
 
 def test_every_op_shim_is_generated_or_says_why_not():
-    by_group = codegen.wrappers(SPEC.shims)
+    by_group = shim_wrappers.wrappers(SPEC.shims)
     generated = {w.shim.name for ws in by_group.values() for w in ws}
     for s in SPEC.shims:
-        if codegen.is_op_shim(s):
+        if shim_wrappers.is_op_shim(s):
             assert (s.name in generated) != bool(s.manual), s.name
     # every op is generated: none of them does more than marshal (the one manual row is a device guard)
-    assert all(s.name in generated for s in SPEC.shims if codegen.is_op_shim(s) and "guard" not in s.name)
+    assert all(s.name in generated for s in SPEC.shims if shim_wrappers.is_op_shim(s) and "guard" not in s.name)
 
 
 def test_marshalling_by_type():
-    w = codegen._wrapper(shim(
+    w = shim_wrappers._wrapper(shim(
         "AOTITorchError aoti_torch_cpu_x(AtenTensorHandle self, AtenTensorHandle* opt, const int64_t* sizes, "
         "int64_t sizes_len_, const AtenTensorHandle** idx, int64_t idx_len_, int32_t flag, int32_t* dtype, "
         "int64_t n, int64_t* maybe_n, double p, double* scale, const char* reduce, const char** side, "
@@ -41,7 +41,7 @@ def test_marshalling_by_type():
 
 
 def test_several_outputs_are_out_parameters():
-    w = codegen._wrapper(shim(
+    w = shim_wrappers._wrapper(shim(
         "AOTITorchError aoti_torch_cuda_y(AtenTensorHandle q, AtenTensorHandle* ret0, int64_t* ret1, "
         "AtenTensorHandle* ret2)", group="cuda", impl="cuda::y"))
     assert w.returns == ""
@@ -75,12 +75,21 @@ def test_rendered_wrapper_checks_outputs_and_hands_them_over():
     ("AOTITorchError aoti_torch_cpu_z(AtenTensorHandle self)", {}, "has neither impl nor manual"),
 ])
 def test_bad_rows_name_the_shim(prototype, row, reason):
-    with pytest.raises(codegen.CodegenError, match="aoti_torch_cpu_z") as err:
-        codegen.wrappers((shim(prototype, **row),))
+    with pytest.raises(shim_wrappers.WrapperError, match="aoti_torch_cpu_z") as err:
+        shim_wrappers.wrappers((shim(prototype, **row),))
     assert reason in str(err.value)
     assert err.value.fix
 
 
 def test_core_shims_need_no_impl():
-    assert codegen.wrappers((shim("AOTITorchError aoti_torch_get_dim(AtenTensorHandle t, int64_t* ret_dim)",
+    assert shim_wrappers.wrappers((shim("AOTITorchError aoti_torch_get_dim(AtenTensorHandle t, int64_t* ret_dim)",
                                   group="core"),)) == {"cpu": [], "cuda": []}
+
+
+def test_item_shims_are_generated_except_bool():
+    text = codegen.render(SPEC, ("core", "cpu"))["include/aoti_host/shims_constants.inc"]
+    items = [s.name for s in SPEC.shims if s.name.startswith("aoti_torch_item_")]
+    assert len(items) == 8
+    for name in items:
+        # bool* is not the byte torch stores: aoti_torch_item_bool stays in shims_core.cpp
+        assert (f'return item("{name}", tensor, ret_value, ' in text) == (name != "aoti_torch_item_bool"), name

@@ -256,7 +256,8 @@ def AotiCodegen(env):
     spec_dir = Path(env["AOTI_SPEC_DIR"])
     targets = [f"$AOTI_GEN_DIR/{rel}" for rel in OUTPUTS.values()]
     sources = [*sorted(spec_dir.glob("*.toml")), *template_files(),
-               REPO_ROOT / "toolchain" / "codegen.py", REPO_ROOT / "toolchain" / "spec" / "__init__.py",
+               REPO_ROOT / "toolchain" / "codegen.py", REPO_ROOT / "toolchain" / "shim_wrappers.py",
+               REPO_ROOT / "toolchain" / "spec" / "__init__.py",
                REPO_ROOT / "toolchain" / "errors.py", EXIT_CODES_FILE,
                REPO_ROOT / "toolchain" / "torch_ops.py", REPO_ROOT / "toolchain" / "torch_ops.json"]
     nodes = env.Command(targets, list(dict.fromkeys(str(Path(s).resolve()) for s in sources)),

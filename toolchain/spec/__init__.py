@@ -86,7 +86,7 @@ class Shim(NamedTuple):
     # the provider (providers.toml) whose library the host's implementation opens on the shim's first call
     loads: str = ""
     # an op shim's generated wrapper: the kernel entry it calls (a function in namespace aoti_host) and the
-    # C++ arguments passed before the shim's own; or why its wrapper is written by hand (toolchain/codegen.py
+    # C++ arguments passed before the shim's own; or why its wrapper is written by hand (toolchain/shim_wrappers.py
     # checks these; docs/architecture.md "Shim rows")
     impl: str = ""
     impl_args: tuple[str, ...] = ()

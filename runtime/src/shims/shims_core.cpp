@@ -109,7 +109,7 @@ void copy_any(Tensor& dst, const Tensor& src) {
 
 extern "C" {
 
-// ---- constants (torch's c10 codes) and aoti_torch_scalar_to_tensor_<dtype>: generated from the spec ----
+// ---- constants (torch's c10 codes), aoti_torch_scalar_to_tensor_<dtype>, aoti_torch_item_<dtype>: generated ----
 #include "aoti_host/shims_constants.inc"
 
 // Unknown codes give 0 (the C signature has no error channel) and record why.
@@ -127,27 +127,7 @@ AOTI_HOST_API bool aoti_torch_grad_mode_is_enabled(void) { return t_grad_mode; }
 AOTI_HOST_API void aoti_torch_grad_mode_set_enabled(bool enabled) { t_grad_mode = enabled; }
 
 // ---- scalars ----
-AOTI_HOST_API AOTITorchError aoti_torch_item_float32(AtenTensorHandle tensor, float* ret_value) {
-  return item("aoti_torch_item_float32", tensor, ret_value, aoti_host::dtypes::kFloat32);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_item_float64(AtenTensorHandle tensor, double* ret_value) {
-  return item("aoti_torch_item_float64", tensor, ret_value, aoti_host::dtypes::kFloat64);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_item_uint8(AtenTensorHandle tensor, uint8_t* ret_value) {
-  return item("aoti_torch_item_uint8", tensor, ret_value, aoti_host::dtypes::kUint8);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_item_int8(AtenTensorHandle tensor, int8_t* ret_value) {
-  return item("aoti_torch_item_int8", tensor, ret_value, aoti_host::dtypes::kInt8);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_item_int16(AtenTensorHandle tensor, int16_t* ret_value) {
-  return item("aoti_torch_item_int16", tensor, ret_value, aoti_host::dtypes::kInt16);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_item_int32(AtenTensorHandle tensor, int32_t* ret_value) {
-  return item("aoti_torch_item_int32", tensor, ret_value, aoti_host::dtypes::kInt32);
-}
-AOTI_HOST_API AOTITorchError aoti_torch_item_int64(AtenTensorHandle tensor, int64_t* ret_value) {
-  return item("aoti_torch_item_int64", tensor, ret_value, aoti_host::dtypes::kInt64);
-}
+// aoti_torch_item_<dtype> are in shims_constants.inc; bool reads the byte torch stores.
 AOTI_HOST_API AOTITorchError aoti_torch_item_bool(AtenTensorHandle tensor, bool* ret_value) {
   if (ret_value == nullptr) {
     aoti_host::set_last_error("aoti_torch_item_bool: output pointer 'ret_value' is null");

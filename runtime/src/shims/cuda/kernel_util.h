@@ -143,28 +143,27 @@ inline unsigned grid_for(int64_t work, unsigned block) {
   throw Error(std::string(op) + " on cuda: dtype " + dtype_name(dtype) + " is not supported (" + supported + ")");
 }
 
-// Calls f(T{}) with the C++ type of a floating dtype code.
+// Calls f(T{}) with the C++ type of a floating dtype code; false for any other code.
 template <class F>
-void dispatch_float(int32_t dtype, const char* op, F&& f) {
+bool dispatch_floating(int32_t dtype, F&& f) {
   switch (dtype) {
-    case dtype_code::kFloat32: return f(float{});
-    case dtype_code::kFloat64: return f(double{});
-    case dtype_code::kFloat16: return f(__half{});
-    case dtype_code::kBFloat16: return f(__nv_bfloat16{});
-    default: unsupported(op, dtype, "float32, float64, float16, bfloat16");
+    case dtype_code::kFloat32: return f(float{}), true;
+    case dtype_code::kFloat64: return f(double{}), true;
+    case dtype_code::kFloat16: return f(__half{}), true;
+    case dtype_code::kBFloat16: return f(__nv_bfloat16{}), true;
+    default: return false;
   }
 }
 template <class F>
+void dispatch_float(int32_t dtype, const char* op, F&& f) {
+  if (!dispatch_floating(dtype, f)) unsupported(op, dtype, "float32, float64, float16, bfloat16");
+}
+// The floating types, int32 and int64.
+template <class F>
 void dispatch_real(int32_t dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case dtype_code::kFloat32: return f(float{});
-    case dtype_code::kFloat64: return f(double{});
-    case dtype_code::kFloat16: return f(__half{});
-    case dtype_code::kBFloat16: return f(__nv_bfloat16{});
-    case dtype_code::kInt32: return f(int32_t{});
-    case dtype_code::kInt64: return f(int64_t{});
-    default: unsupported(op, dtype, "float32, float64, float16, bfloat16, int32, int64");
-  }
+  if (dtype == dtype_code::kInt32) return f(int32_t{});
+  if (dtype == dtype_code::kInt64) return f(int64_t{});
+  if (!dispatch_floating(dtype, f)) unsupported(op, dtype, "float32, float64, float16, bfloat16, int32, int64");
 }
 
 }  // namespace cuda

@@ -39,32 +39,38 @@ void check_compute_dtype(int32_t dt, const char* arg) {
   }
 }
 
-double load_f(const void* base, int32_t dt, int64_t i) {
+namespace {
+
+// The integer dtypes and bool read exactly as R; `other` reads the rest.
+template <class R, class Other>
+R load_integer_or(const void* base, int32_t dt, int64_t i, Other other) {
   switch (dt) {
-    case kUInt8: return rd<uint8_t>(base, i);
-    case kInt8: return rd<int8_t>(base, i);
-    case kInt16: return rd<int16_t>(base, i);
-    case kInt32: return rd<int32_t>(base, i);
-    case kInt64: return static_cast<double>(rd<int64_t>(base, i));
-    case kBool: return rd<uint8_t>(base, i) != 0 ? 1.0 : 0.0;
-    case kFloat16: return half_to_float(rd<uint16_t>(base, i));
-    case kBFloat16: return bf16_to_float(rd<uint16_t>(base, i));
-    case kFloat32: return rd<float>(base, i);
-    case kFloat64: return rd<double>(base, i);
-    default: bad_dtype(dt);
+    case kUInt8: return static_cast<R>(rd<uint8_t>(base, i));
+    case kInt8: return static_cast<R>(rd<int8_t>(base, i));
+    case kInt16: return static_cast<R>(rd<int16_t>(base, i));
+    case kInt32: return static_cast<R>(rd<int32_t>(base, i));
+    case kInt64: return static_cast<R>(rd<int64_t>(base, i));
+    case kBool: return rd<uint8_t>(base, i) != 0 ? R(1) : R(0);
+    default: return other();
   }
 }
 
+}  // namespace
+
+double load_f(const void* base, int32_t dt, int64_t i) {
+  return load_integer_or<double>(base, dt, i, [&]() -> double {
+    switch (dt) {
+      case kFloat16: return half_to_float(rd<uint16_t>(base, i));
+      case kBFloat16: return bf16_to_float(rd<uint16_t>(base, i));
+      case kFloat32: return rd<float>(base, i);
+      case kFloat64: return rd<double>(base, i);
+      default: bad_dtype(dt);
+    }
+  });
+}
+
 int64_t load_i(const void* base, int32_t dt, int64_t i) {
-  switch (dt) {
-    case kUInt8: return rd<uint8_t>(base, i);
-    case kInt8: return rd<int8_t>(base, i);
-    case kInt16: return rd<int16_t>(base, i);
-    case kInt32: return rd<int32_t>(base, i);
-    case kInt64: return rd<int64_t>(base, i);
-    case kBool: return rd<uint8_t>(base, i) != 0 ? 1 : 0;
-    default: return static_cast<int64_t>(load_f(base, dt, i));
-  }
+  return load_integer_or<int64_t>(base, dt, i, [&] { return static_cast<int64_t>(load_f(base, dt, i)); });
 }
 
 void store_f(void* base, int32_t dt, int64_t i, double v) {
@@ -109,6 +115,16 @@ int64_t offset_of(int64_t linear, const Shape& sizes, const Shape& strides) {
     const int64_t s = sizes[d];
     off += (linear % s) * strides[d];
     linear /= s;
+  }
+  return off;
+}
+
+int64_t unravel(int64_t linear, const Shape& sizes, const Shape& strides, Shape& pos) {
+  int64_t off = 0;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    pos[d] = linear % sizes[d];
+    linear /= sizes[d];
+    off += pos[d] * strides[d];
   }
   return off;
 }

@@ -57,6 +57,8 @@ double round_to(int32_t dt, double v);
 // Linear index -> element offset of a strided view.
 int64_t offset_of(int64_t linear, const Shape& sizes, const Shape& strides);
 int64_t numel_of(const Shape& sizes);
+// offset_of that also gives the position: pos[d] of the row-major index `linear` over sizes (pos sized like sizes).
+int64_t unravel(int64_t linear, const Shape& sizes, const Shape& strides, Shape& pos);
 // numpy broadcasting of `sizes` into `shape`, right-aligned (shape grows to the longer rank); false, shape
 // unspecified, when a dimension disagrees (neither is 1).
 bool broadcast_into(Shape& shape, const Shape& sizes);

@@ -38,6 +38,8 @@ void cummax(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
 void cummin(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
 
 // search.cpp
+// searchsorted's `right` after its optional `side` ("left" or "right"); the CUDA entries share it.
+bool searchsorted_right(const char* side, bool right);
 // self: the values (null: the scalar); side: optional ("left" or "right"); sorter: optional.
 Tensor* searchsorted(const Tensor& sorted_sequence, const Tensor* self, double scalar, bool out_int32, bool right,
                      const char* side, const Tensor* sorter);
@@ -63,6 +65,9 @@ void scatter_src(Tensor& out, const Tensor& self, int64_t dim, const Tensor& ind
 void scatter_value(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, double value);
 void scatter_reduce(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
                     const std::string& reduce, bool include_self);
+// index_put's indices (one optional tensor per leading dimension of self; null: taken whole) padded with nulls to
+// nd, and their broadcast shape; first and last: the first and last indexed dimension (-1 when none is).
+std::vector<int64_t> broadcast_indices(std::vector<const Tensor*>& indices, int64_t nd, int64_t& first, int64_t& last);
 // indices: one optional tensor per leading dimension of self (null: that dimension is taken whole).
 Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices, const Tensor& values,
                   bool accumulate);

@@ -246,12 +246,7 @@ Tensor* index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const
   const int64_t istride = index.dim() == 0 ? 1 : index.strides()[0];
   Shape pos(ssz.size());
   for (int64_t i = 0; i < total; ++i) {
-    int64_t rem = i, soff = 0;
-    for (size_t d = ssz.size(); d-- > 0;) {
-      pos[d] = rem % srcsz[d];
-      rem /= srcsz[d];
-      soff += pos[d] * srcst[d];
-    }
+    const int64_t soff = unravel(i, srcsz, srcst, pos);
     const int64_t idx = load_i(index.data_ptr(), index.dtype(), pos[static_cast<size_t>(dim)] * istride);
     if (idx < 0 || idx >= ssz[static_cast<size_t>(dim)]) {
       throw Error("index " + std::to_string(idx) + " is out of bounds for dimension " + std::to_string(dim) +
@@ -271,6 +266,27 @@ Tensor* index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const
   std::unique_ptr<Tensor> out(new_contiguous(self.dtype(), self.sizes()));
   apply(*out, self, ups, op, include_self);
   return out.release();
+}
+
+Shape broadcast_indices(std::vector<const Tensor*>& idx, int64_t nd, int64_t& first, int64_t& last) {
+  if (static_cast<int64_t>(idx.size()) > nd) {
+    throw Error("too many indices (" + std::to_string(idx.size()) + ") for a tensor of " + std::to_string(nd) +
+                " dimension(s)");
+  }
+  idx.resize(static_cast<size_t>(nd), nullptr);
+  Shape bshape;
+  first = last = -1;
+  for (int64_t d = 0; d < nd; ++d) {
+    const Tensor* t = idx[static_cast<size_t>(d)];
+    if (t == nullptr) continue;
+    if (first < 0) first = d;
+    last = d;
+    const Shape before = bshape;
+    if (!broadcast_into(bshape, t->sizes())) {
+      throw Error("index shapes " + str(t->sizes()) + " and " + str(before) + " do not broadcast");
+    }
+  }
+  return bshape;
 }
 
 Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_in, const Tensor& values,
@@ -303,24 +319,9 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_
     }
   }
   const int64_t nd = self.dim();
-  if (static_cast<int64_t>(idx.size()) > nd) {
-    throw Error("too many indices (" + std::to_string(idx.size()) + ") for a tensor of " + std::to_string(nd) +
-                " dimension(s)");
-  }
-  idx.resize(static_cast<size_t>(nd), nullptr);
   // Broadcast shape of the index tensors; are the indexed dimensions adjacent?
-  Shape bshape;
   int64_t first = -1, last = -1;
-  for (int64_t d = 0; d < nd; ++d) {
-    const Tensor* t = idx[static_cast<size_t>(d)];
-    if (t == nullptr) continue;
-    if (first < 0) first = d;
-    last = d;
-    const Shape before = bshape;
-    if (!broadcast_into(bshape, t->sizes())) {
-      throw Error("index shapes " + str(t->sizes()) + " and " + str(before) + " do not broadcast");
-    }
-  }
+  const Shape bshape = broadcast_indices(idx, nd, first, last);
   std::unique_ptr<Tensor> out(new_strided(self.dtype(), self.sizes(), empty_like_strides(self)));
   if (first < 0) {  // no index: values broadcast over all of self
     first = last = nd;
@@ -369,12 +370,7 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_
   ups.reserve(static_cast<size_t>(total));
   Shape rpos(rshape.size()), tgt(static_cast<size_t>(nd));
   for (int64_t i = 0; i < total; ++i) {
-    int64_t rem = i, voff = 0;
-    for (size_t d = rshape.size(); d-- > 0;) {
-      rpos[d] = rem % rshape[d];
-      rem /= rshape[d];
-      voff += rpos[d] * vst[d];
-    }
+    const int64_t voff = unravel(i, rshape, vst, rpos);
     for (int64_t d = 0; d < nd; ++d) {
       const Tensor* t = idx[static_cast<size_t>(d)];
       if (t == nullptr) {

@@ -100,16 +100,19 @@ void check_numeric(const Tensor& t, const char* arg) {
 
 }  // namespace
 
+bool searchsorted_right(const char* side, bool right) {
+  if (side == nullptr) return right;
+  const std::string s(side);
+  if (s != "left" && s != "right") throw Error("side is '" + s + "'; expected 'left' or 'right'");
+  if (s == "left" && right) throw Error("side 'left' contradicts right=True");
+  return s == "right";
+}
+
 Tensor* searchsorted(const Tensor& seq, const Tensor* self, double scalar, bool out_int32, bool right,
                      const char* side, const Tensor* sorter) {
   check_numeric(seq, "sorted_sequence");
   if (self != nullptr) check_numeric(*self, "self");
-  if (side != nullptr) {
-    const std::string s(side);
-    if (s != "left" && s != "right") throw Error("side is '" + s + "'; expected 'left' or 'right'");
-    if (s == "left" && right) throw Error("side 'left' contradicts right=True");
-    right = s == "right";
-  }
+  right = searchsorted_right(side, right);
   if (seq.dim() == 0) throw Error("sorted_sequence is 0-dimensional; it needs at least one dimension");
   if (seq.dim() > 1) {
     const Shape lead(seq.sizes().begin(), seq.sizes().end() - 1);

@@ -8,6 +8,7 @@
 #include "shims/cuda/ops/op_util.h"
 #include "shims/cuda/ops/ops.h"
 #include "shims/ops/op_util.h"
+#include "shims/ops/ops.h"
 
 namespace aoti_host {
 namespace cuda {
@@ -179,23 +180,10 @@ Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices_
     }
   }
   const int64_t nd = self.dim();
-  if (static_cast<int64_t>(idx.size()) > nd)
-    throw Error("too many indices (" + std::to_string(idx.size()) + ") for a tensor of " + std::to_string(nd) +
-                " dimension(s)");
+  int64_t first = -1, last = -1;
+  const Shape bshape = aoti_host::ops::broadcast_indices(idx, nd, first, last);
   if (nd > cu::kMaxDims)
     throw Error("tensors of more than " + std::to_string(cu::kMaxDims) + " dimensions are not supported");
-  idx.resize(static_cast<size_t>(nd), nullptr);
-  Shape bshape;
-  int64_t first = -1, last = -1;
-  for (int64_t d = 0; d < nd; ++d) {
-    const Tensor* t = idx[static_cast<size_t>(d)];
-    if (t == nullptr) continue;
-    if (first < 0) first = d;
-    last = d;
-    const Shape before = bshape;
-    if (!aoti_host::ops::broadcast_into(bshape, t->sizes()))
-      throw Error("index shapes " + list_str(t->sizes()) + " and " + list_str(before) + " do not broadcast");
-  }
   Owned out(new_cuda(self.dtype(), self.sizes(), aoti_host::cpu::detail::empty_like_strides(self), device));
   cu::copy(*out, self);
   if (first < 0) first = last = nd;

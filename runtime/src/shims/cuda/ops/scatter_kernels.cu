@@ -24,6 +24,19 @@ __device__ __forceinline__ ScatterPos scatter_pos(const ScatterSpec& s, int64_t 
   return r;
 }
 
+// The position along dim that index position q names (negative indices wrap once); -1, with *bad raised, when it
+// is out of range.
+__device__ __forceinline__ int64_t scatter_target(const ScatterSpec& s, const int64_t* index, const ScatterPos& q,
+                                                  int* bad) {
+  int64_t t = index[q.idx];
+  if (t < 0) t += s.out_dim_size;
+  if (t < 0 || t >= s.out_dim_size) {
+    if (bad != nullptr) *bad = 1;
+    return -1;
+  }
+  return t;
+}
+
 // The smallest and largest value of T (infinities for floating types).
 template <class T>
 struct Bounds {
@@ -61,12 +74,8 @@ template <class T>
 __global__ void scatter_identity_kernel(T* out, const int64_t* index, ScatterSpec s, ScatterOp op, int* bad) {
   GRID_LOOP(p, s.numel) {
     const ScatterPos q = scatter_pos(s, p);
-    int64_t t = index[q.idx];
-    if (t < 0) t += s.out_dim_size;
-    if (t < 0 || t >= s.out_dim_size) {
-      if (bad != nullptr) *bad = 1;
-      continue;
-    }
+    const int64_t t = scatter_target(s, index, q, bad);
+    if (t < 0) continue;
     out[q.out_rest + t * s.out_st[s.dim]] = identity_of<T>(op);
   }
 }
@@ -77,12 +86,8 @@ __global__ void scatter_kernel(T* out, const int64_t* index, const T* src, doubl
   using A = typename Acc<T>::type;
   GRID_LOOP(p, s.numel) {
     const ScatterPos q = scatter_pos(s, p);
-    int64_t t = index[q.idx];
-    if (t < 0) t += s.out_dim_size;
-    if (t < 0 || t >= s.out_dim_size) {
-      if (bad != nullptr) *bad = 1;
-      continue;
-    }
+    const int64_t t = scatter_target(s, index, q, bad);
+    if (t < 0) continue;
     T* dst = out + q.out_rest + t * s.out_st[s.dim];
     const A x = src != nullptr ? ld(src + q.src) : static_cast<A>(value);
     switch (op) {

@@ -13,14 +13,11 @@
 
 namespace aoti_host {
 namespace cuda {
-namespace {
 
-bool integral(int32_t dt) {
-  return dt == dc::kUInt8 || dt == dc::kInt8 || dt == dc::kInt16 || dt == dc::kInt32 || dt == dc::kInt64;
-}
-bool floating(int32_t dt) {
-  return dt == dc::kFloat16 || dt == dc::kBFloat16 || dt == dc::kFloat32 || dt == dc::kFloat64;
-}
+using ops::is_floating;
+using ops::is_integral;
+
+namespace {
 
 // ATen's searchsorted: out has self's sizes (contiguous), int32 or int64.
 Tensor* searchsorted(const Tensor& seq, const Tensor& self, bool out_int32, bool right, const char* side,
@@ -29,15 +26,10 @@ Tensor* searchsorted(const Tensor& seq, const Tensor& self, bool out_int32, bool
   require_cuda(seq, "sorted_sequence", device);
   require_cuda(self, "self", device);
   for (const Tensor* t : {&seq, &self})
-    if (!integral(t->dtype()) && !floating(t->dtype()))
+    if (!is_integral(t->dtype()) && !is_floating(t->dtype()))
       throw Error(std::string(t == &seq ? "sorted_sequence" : "self") + " has dtype " +
                   aoti_host::dtype_name(t->dtype()) + "; expected a floating or integer dtype");
-  if (side != nullptr) {
-    const std::string sd(side);
-    if (sd != "left" && sd != "right") throw Error("side is '" + sd + "'; expected 'left' or 'right'");
-    if (sd == "left" && right) throw Error("side 'left' contradicts right=True");
-    right = sd == "right";
-  }
+  right = aoti_host::ops::searchsorted_right(side, right);
   if (seq.dim() == 0) throw Error("sorted_sequence is 0-dimensional; it needs at least one dimension");
   const Shape lead(seq.sizes().begin(), seq.sizes().end() - 1);
   if (seq.dim() > 1 && (self.dim() != seq.dim() || Shape(self.sizes().begin(), self.sizes().end() - 1) != lead))
@@ -73,7 +65,7 @@ Tensor* searchsorted(const Tensor& seq, const Tensor& self, bool out_int32, bool
   s.seq_step = seq.strides().back();
   s.sorter_step = sorter != nullptr ? sorter->strides().back() : 0;
   s.seq_dtype = seq.dtype(), s.self_dtype = self.dtype();
-  s.ints = integral(seq.dtype()) && integral(self.dtype());
+  s.ints = is_integral(seq.dtype()) && is_integral(self.dtype());
   s.right = right, s.out_int32 = out_int32;
   if (s.numel > 0) {
     const cudaStream_t stream = cu::stream_of(device);
@@ -172,7 +164,7 @@ Tensor* searchsorted_scalar(const Tensor& seq, double self, bool out_int32, bool
                 "; a scalar value needs a 1-d sorted sequence");
   // ATen wraps the scalar as a number and compares in the promoted dtype: the sequence's for a floating
   // sequence, float32 for an integer one; the rounded value, held as float64, compares the same way.
-  const double v = aoti_host::ops::round_to(floating(seq.dtype()) ? seq.dtype() : dc::kFloat32, self);
+  const double v = aoti_host::ops::round_to(is_floating(seq.dtype()) ? seq.dtype() : dc::kFloat32, self);
   Owned value(new_cuda(dc::kFloat64, {}, device));
   cu::launch_fill_f64(static_cast<double*>(value->data_ptr()), v, cu::stream_of(device));
   return searchsorted(seq, *value, out_int32, right, side, sorter);
@@ -238,7 +230,7 @@ Tensor* histc(const Tensor& self, int64_t bins, double min, double max) {
   const int device = self.device_index();
   require_cuda(self, "self", device);
   const int32_t dt = self.dtype();
-  if (!floating(dt))
+  if (!is_floating(dt))
     throw Error(std::string("self has dtype ") + aoti_host::dtype_name(dt) + "; histc takes a floating dtype");
   if (bins <= 0) throw Error("bins is " + std::to_string(bins) + "; it must be positive");
   if (min > max) throw Error("max (" + std::to_string(max) + ") is less than min (" + std::to_string(min) + ")");
