@@ -39,11 +39,10 @@ void sort_stable(const Tensor& self, const int32_t* stable, int64_t dim, bool de
                  Tensor** indices);
 void topk(const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted, Tensor** values, Tensor** indices);
 
-// scan.cpp. dtype: the optional output dtype (null: ATen's default, int64 for integral/bool input).
-Tensor* cumsum(const Tensor& self, int64_t dim, const int32_t* dtype);
-Tensor* cumprod(const Tensor& self, int64_t dim, const int32_t* dtype);
-void cummax(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
-void cummin(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
+// scan.cpp: cumprod (product) or cumsum; cummax (max) or cummin. dtype: the optional output dtype (null: ATen's
+// default, int64 for integral/bool input).
+Tensor* scan(bool product, const Tensor& self, int64_t dim, const int32_t* dtype);
+void cum_extreme(bool max, const Tensor& self, int64_t dim, Tensor** values, Tensor** indices);
 
 // embedding.cpp: _embedding_bag and _embedding_bag_forward_only (scale_grad_by_freq and sparse only matter to
 // the gradient).

@@ -1,4 +1,5 @@
-// cumsum, cumprod, cummax and cummin on CUDA: one kernel scans each line along the dimension (scan_kernels.cu).
+// cumsum and cumprod (scan), cummax and cummin (cum_extreme) on CUDA: one kernel scans each line along the
+// dimension (scan_kernels.cu).
 #include "shims/cuda/ops/op_util.h"
 #include "shims/cuda/ops/ops.h"
 
@@ -14,7 +15,9 @@ int32_t scan_out_dtype(const Tensor& self, const int32_t* dtype) {
   return integral ? dc::kInt64 : dt;
 }
 
-Tensor* scan(const Tensor& self, int64_t dim, const int32_t* dtype, bool product) {
+}  // namespace
+
+Tensor* scan(bool product, const Tensor& self, int64_t dim, const int32_t* dtype) {
   const int device = self.device_index();
   require_cuda(self, "self", device);
   dim = wrap_dim(dim, self.dim());
@@ -31,7 +34,7 @@ Tensor* scan(const Tensor& self, int64_t dim, const int32_t* dtype, bool product
   return out.release();
 }
 
-void cum_extreme(const Tensor& self, int64_t dim, Tensor** ret0, Tensor** ret1, bool max) {
+void cum_extreme(bool max, const Tensor& self, int64_t dim, Tensor** ret0, Tensor** ret1) {
   const int device = self.device_index();
   require_cuda(self, "self", device);
   dim = wrap_dim(dim, self.dim());
@@ -49,17 +52,6 @@ void cum_extreme(const Tensor& self, int64_t dim, Tensor** ret0, Tensor** ret1, 
   }
   *ret0 = v.release();
   *ret1 = ix.release();
-}
-
-}  // namespace
-
-Tensor* cumsum(const Tensor& self, int64_t dim, const int32_t* dtype) { return scan(self, dim, dtype, false); }
-Tensor* cumprod(const Tensor& self, int64_t dim, const int32_t* dtype) { return scan(self, dim, dtype, true); }
-void cummax(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices) {
-  cum_extreme(self, dim, values, indices, true);
-}
-void cummin(const Tensor& self, int64_t dim, Tensor** values, Tensor** indices) {
-  cum_extreme(self, dim, values, indices, false);
 }
 
 }  // namespace cuda
