@@ -182,6 +182,23 @@ def test_bare_plugin_wrong_shape_is_refused(host_build, export_example, tmp_path
     assert "unmatched dim value at 1" in p.stderr and "expected: 16" in p.stderr
 
 
+def test_bare_plugin_named_without_a_directory_loads_from_the_current_one(host_build, host_lib, export_example,
+                                                                         tmp_path, monkeypatch):
+    """`aoti-run plugin.so` and `runtime.load("plugin.so")` name the file in the current directory, as every
+    command-line tool reads a relative path; dlopen alone would search the library path for it instead."""
+    pt2, module, inputs = export_example("mlp", "embedded")
+    so = bare_plugin(pt2, tmp_path / "bare")
+    np.save(tmp_path / "x.npy", inputs[0].numpy())
+    p = subprocess.run([str(host_build.aoti_run), so.name, "-i", tmp_path / "x.npy", "-o", tmp_path / "o"],
+                       capture_output=True, text=True, cwd=so.parent)
+    assert p.returncode == 0, p.stderr
+    expected = eager(module, inputs)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "output_0.npy"), expected, rtol=1e-5, atol=1e-5)
+    monkeypatch.chdir(so.parent)
+    with runtime.load(so.name, library_path=host_lib) as prog:
+        np.testing.assert_allclose(prog.run([inputs[0].numpy()])[0], expected, rtol=1e-5, atol=1e-5)
+
+
 def test_layout_argument_errors(host_build, export_example, tmp_path):
     pt2, _module, _inputs = export_example("mlp", "embedded")
     np.save(tmp_path / "x.npy", np.zeros((4, 16), np.float32))

@@ -223,7 +223,10 @@ std::shared_ptr<Plugin> open_plugin(const std::string& load_path, const std::str
   auto plugin = std::make_shared<Plugin>();
   plugin->path = path;
   ::dlerror();
-  plugin->handle = ::dlopen(load_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // dlopen reads a name without a slash as a library to search for on the loader's path, not as the file in the
+  // current directory the caller named (which stat and the ELF scan above did open): anchor it.
+  const std::string open_path = load_path.find('/') == std::string::npos ? "./" + load_path : load_path;
+  plugin->handle = ::dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (plugin->handle == nullptr) {
     const char* why = ::dlerror();
     throw Error(path + ": dlopen failed: " + (why ? why : "unknown reason"), AOTI_HOST_LOAD_FAILED);
