@@ -24,12 +24,8 @@ Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bia
                     const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool transposed,
                     const std::vector<int64_t>& output_padding, int64_t groups);
 
-// sort.cpp
-void sort(const Tensor& self, int64_t dim, bool descending, Tensor** values, Tensor** indices);
-// stable: optional (null: false); either way the result is sorted stably.
-void sort_stable(const Tensor& self, const int32_t* stable, int64_t dim, bool descending, Tensor** values,
-                 Tensor** indices);
-void topk(const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted, Tensor** values, Tensor** indices);
+// sort.cpp, search.cpp, scatter.cpp, pool.cpp, quant.cpp and spectral.cpp: the entries both devices implement.
+#include "shims/op_entries.inc"
 
 // scan.cpp. dtype: the optional output dtype (null: ATen's default, int64 for integral/bool input).
 Tensor* cumsum(const Tensor& self, int64_t dim, const int32_t* dtype);
@@ -43,15 +39,6 @@ bool searchsorted_right(const char* side, bool right);
 // self: the values (null: the scalar); side: optional ("left" or "right"); sorter: optional.
 Tensor* searchsorted(const Tensor& sorted_sequence, const Tensor* self, double scalar, bool out_int32, bool right,
                      const char* side, const Tensor* sorter);
-Tensor* searchsorted_tensor(const Tensor& sorted_sequence, const Tensor& self, bool out_int32, bool right,
-                            const char* side, const Tensor* sorter);
-Tensor* searchsorted_scalar(const Tensor& sorted_sequence, double self, bool out_int32, bool right, const char* side,
-                            const Tensor* sorter);
-Tensor* bucketize(const Tensor& self, const Tensor& boundaries, bool out_int32, bool right);
-Tensor* histc(const Tensor& self, int64_t bins, double min, double max);
-Tensor* repeat_interleave(const Tensor& repeats, const int64_t* output_size);
-Tensor* nonzero(const Tensor& self);
-Tensor* masked_select(const Tensor& self, const Tensor& mask);
 
 // embedding.cpp: aten::_embedding_bag (forward_only false) and _embedding_bag_forward_only; returns
 // output, offset2bag, bag_size, max_indices. scale_grad_by_freq and sparse only matter to the gradient.
@@ -60,19 +47,9 @@ void embedding_bag(bool forward_only, const Tensor& weight, const Tensor& indice
                    bool include_last_offset, int64_t padding_idx, Tensor** output, Tensor** offset2bag,
                    Tensor** bag_size, Tensor** max_indices);
 
-// scatter.cpp
-void scatter_src(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
-void scatter_value(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, double value);
-void scatter_reduce(Tensor& out, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
-                    const std::string& reduce, bool include_self);
-// index_put's indices (one optional tensor per leading dimension of self; null: taken whole) padded with nulls to
+// scatter.cpp: index_put's indices (one optional tensor per leading dimension of self; null: taken whole) padded with nulls to
 // nd, and their broadcast shape; first and last: the first and last indexed dimension (-1 when none is).
 std::vector<int64_t> broadcast_indices(std::vector<const Tensor*>& indices, int64_t nd, int64_t& first, int64_t& last);
-// indices: one optional tensor per leading dimension of self (null: that dimension is taken whole).
-Tensor* index_put(const Tensor& self, const std::vector<const Tensor*>& indices, const Tensor& values,
-                  bool accumulate);
-Tensor* index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
-                     const std::string& reduce, bool include_self);
 
 // pool.cpp: the pooling ops' argument checks and ATen's output layout (device-agnostic: the CUDA shims
 // plan with them too; dtypes are the caller's to check), then the CPU kernels.
@@ -88,17 +65,6 @@ PoolPlan plan_adaptive_pool(int nd, const Tensor& self, const std::vector<int64_
 PoolPlan plan_avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& kernel,
                        const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, bool ceil_mode,
                        bool count_include_pad, const int64_t* divisor_override);
-void max_pool2d_with_indices(const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                             const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, bool ceil_mode,
-                             Tensor** out, Tensor** indices);
-// nd = 2 or 3 (adaptive_max_pool2d/3d, _adaptive_avg_pool2d/3d).
-void adaptive_max_pool(int nd, const Tensor& self, const std::vector<int64_t>& output_size, Tensor** out,
-                       Tensor** indices);
-Tensor* adaptive_avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& output_size);
-// nd = 2 or 3.
-Tensor* avg_pool(int nd, const Tensor& self, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                 const std::vector<int64_t>& padding, bool ceil_mode, bool count_include_pad,
-                 const int64_t* divisor_override);
 
 // rnn.cpp: aten::mkldnn_rnn_layer (one direction of one LSTM layer); returns output, hy, cy, workspace.
 void mkldnn_rnn_layer(const Tensor& input, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
@@ -107,13 +73,7 @@ void mkldnn_rnn_layer(const Tensor& input, const Tensor& w_ih, const Tensor& w_h
                       bool has_biases, bool bidirectional, bool batch_first, bool train, Tensor** output,
                       Tensor** hy, Tensor** cy, Tensor** workspace);
 
-// spectral.cpp: aten::_fft_r2c / _fft_c2c (dim: the dims to transform; normalization: ATen's fft_norm_mode,
-// 0 none, 1 by_root_n, 2 by_n), abs and angle of complex (or floating) tensors, and the views permute,
-// view_as_real and view_as_complex (sharing self's storage).
-Tensor* fft_r2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool onesided);
-Tensor* fft_c2c(const Tensor& self, const std::vector<int64_t>& dim, int64_t normalization, bool forward);
-Tensor* complex_abs_or_angle(bool angle, const Tensor& self);
-// Device-agnostic parts the CUDA transforms share: dim wrapped and checked (distinct, non-empty dims) in the
+// spectral.cpp: device-agnostic parts the CUDA transforms share: dim wrapped and checked (distinct, non-empty dims) in the
 // given order; the normalization factor; and the output strides of ATen's cuFFT path, which transforms at most
 // kCufftMaxDims dims per pass (r2c: the last dim first) and so can lay outputs out differently from the MKL
 // path above; as torch's meta functions record them at compile time (which, unlike the eager kernel, do not
@@ -125,9 +85,6 @@ std::vector<int64_t> cufft_r2c_strides(const std::vector<int64_t>& sizes, const 
                                        const std::vector<int64_t>& dims, bool onesided);
 std::vector<int64_t> cufft_c2c_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                        const std::vector<int64_t>& dims);
-Tensor* permute(const Tensor& self, const std::vector<int64_t>& dims);
-Tensor* view_as_real(const Tensor& self);
-Tensor* view_as_complex(const Tensor& self);
 
 // select.cpp: aten::kthvalue (k counts from 1), median (all elements, 0-d result), _cdist_forward.
 void kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim, Tensor** values, Tensor** indices);
@@ -135,11 +92,9 @@ Tensor* median(const Tensor& self);
 // compute_mode: optional, 0 to 2 (ATen's choice of algorithm; the distances are the same).
 Tensor* cdist(const Tensor& x1, const Tensor& x2, double p, const int64_t* compute_mode);
 
-// quant.cpp. The check_* functions are the ops' device-agnostic argument checks (the CUDA shims use them).
+// quant.cpp: the ops' device-agnostic argument checks (the CUDA entries use them).
 void check_weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales);
 void check_int_mm(const Tensor& out, const Tensor& self, const Tensor& mat2);
-Tensor* weight_int8pack_mm(const Tensor& self, const Tensor& mat2, const Tensor& scales);
-void int_mm(Tensor& out, const Tensor& self, const Tensor& mat2);
 
 }  // namespace ops
 }  // namespace aoti_host
