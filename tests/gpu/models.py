@@ -195,7 +195,7 @@ MODELS: dict[str, tuple[Callable[[], tuple[Any, tuple[Any, ...]]], str, dict[str
     "embedding_bag_rec": (embedding_bag_rec, "embedded", {}),
     "scatter_pool": (scatter_pool, "embedded", {}),
 }
-# Models whose plugins call the CUDA fallback ops of runtime/src/shims/cuda/shims_ops.cpp (and transposed
+# Models whose plugins call the CUDA fallback ops of runtime/src/shims/cuda/ops/ (and transposed
 # convolution): checked like the others.
 FALLBACK_OPS = ["causal_decoder", "upsample_decoder", "ranking_head", "embedding_bag_rec", "scatter_pool"]
 # Models whose CUDA results vary in the last bits between runs (float atomics in scatter_reduce's sum/mean,

@@ -1,4 +1,4 @@
-"""The runtime's CUDA fallback ops (runtime/src/shims/cuda/shims_ops.cpp, transposed convolution in ops.cpp)
+"""The runtime's CUDA fallback ops (runtime/src/shims/cuda/ops/, transposed convolution in conv.cpp)
 against torch's ATen on the GPU, through the C ABI.
 
 Operands are torch CUDA tensors (contiguous, transposed, stepped views with a storage offset) handed to
