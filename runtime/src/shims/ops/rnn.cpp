@@ -11,6 +11,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "shims/cpu/simd.h"
 #include "shims/cpu_gemm.h"
 #include "shims/ops/op_util.h"
 #include "shims/ops/ops.h"
@@ -52,6 +53,76 @@ void lstm_cell(const V* gates, const V* bias, V* c, V* h_out, int64_t H) {
   }
 }
 
+#if AOTI_X86_SIMD
+// exp(x) (Cephes expf's polynomial, 2^n built in the exponent bits; x clamped to [-88, 88]).
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 sigmoid8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+// tanh(x) = 1 - 2 / (exp(2x) + 1): exact at 0 and saturating at +-1.
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 tanh8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp8(_mm256_add_ps(x, x));
+  return _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+}
+
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 gate8(const float* gates, const float* bias,
+                                                                       int64_t k) {
+  return _mm256_add_ps(_mm256_loadu_ps(gates + k), _mm256_loadu_ps(bias + k));
+}
+
+// lstm_cell for float, 8 hidden units at a time; the tail by the scalar cell.
+__attribute__((target("avx2,fma"))) void lstm_cell_avx2(const float* gates, const float* bias, float* c, float* h,
+                                                        int64_t H) {
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) {
+    const __m256 ig = sigmoid8(gate8(gates, bias, 0 * H + j)), fg = sigmoid8(gate8(gates, bias, H + j));
+    const __m256 gg = tanh8(gate8(gates, bias, 2 * H + j)), og = sigmoid8(gate8(gates, bias, 3 * H + j));
+    const __m256 cn = _mm256_fmadd_ps(fg, _mm256_loadu_ps(c + j), _mm256_mul_ps(ig, gg));
+    _mm256_storeu_ps(c + j, cn);
+    _mm256_storeu_ps(h + j, _mm256_mul_ps(og, tanh8(cn)));
+  }
+  for (; j < H; ++j) {
+    const float one = 1;
+    const float ig = one / (one + std::exp(-(gates[j] + bias[j])));
+    const float fg = one / (one + std::exp(-(gates[H + j] + bias[H + j])));
+    const float gg = std::tanh(gates[2 * H + j] + bias[2 * H + j]);
+    const float og = one / (one + std::exp(-(gates[3 * H + j] + bias[3 * H + j])));
+    c[j] = fg * c[j] + ig * gg;
+    h[j] = og * std::tanh(c[j]);
+  }
+}
+#endif
+
+// The cell of lstm_blas: vectorised for float where the CPU has AVX2.
+template <typename V>
+void lstm_cell_fast(const V* gates, const V* bias, V* c, V* h, int64_t H) {
+#if AOTI_X86_SIMD
+  if constexpr (std::is_same<V, float>::value) {
+    if (cpu::cpu_has_avx2_fma()) return lstm_cell_avx2(gates, bias, c, h, H);
+  }
+#endif
+  lstm_cell(gates, bias, c, h, H);
+}
+
 // float32/float64: the input projection of every step in one GEMM per batch row (M = T), then per step
 // the recurrent GEMM (M = B) accumulated into that step's gates; h is read back from the output rows
 // written the step before.
@@ -85,7 +156,7 @@ void lstm_blas(const LstmDims& d, const Tensor& input, const Tensor& w_ih, const
     V* g = gates.data() + t * B * G4;
     cpu::gemm<V>(MatView<const V>{h_prev, B, H, h_rs, 1}, wh.t(), MatView<V>{g, B, G4, G4, 1}, V(1), V(1));
     V* yt = y + t * d.ot_t;
-    for (int64_t b = 0; b < B; ++b) lstm_cell(g + b * G4, bias.data(), c.data() + b * H, yt + b * d.ot_b, H);
+    for (int64_t b = 0; b < B; ++b) lstm_cell_fast(g + b * G4, bias.data(), c.data() + b * H, yt + b * d.ot_b, H);
     h_prev = yt, h_rs = d.ot_b;
   }
   V* hyp = static_cast<V*>(hy.data_ptr());
