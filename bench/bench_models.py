@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_models.py [--models resnet18,lstm_acoustic,...] [--threads 1,2]
                                            [--rounds 3] [--seconds 2] [--reexport] [--no-build]
     BENCH_QUICK=1 .venv/bin/python bench/bench_models.py     # one round, ~0.3 s per measurement
+    [--env OMP_WAIT_POLICY=passive]   # extra environment for both sides
 
 The models (bench/real_models.py) are torchvision's and an LSTM acoustic model's layer configurations,
 written out with torch.nn and randomly initialised (seed 0; nothing downloaded). Each is exported once
@@ -128,7 +129,8 @@ def bench_model(name: str, args: argparse.Namespace) -> list[str]:
     torch_out.mkdir(exist_ok=True)
     ours_cmd = aoti_run_command(pt2, xs, ours_out)
     torch_cmd = torch_runner_command(pt2, xs)  # + calls, output file, warm-up calls
-    env0 = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(WORK)}
+    extra = dict(e.split("=", 1) for e in args.env)
+    env0 = {**os.environ, **extra, "OMP_NUM_THREADS": "1", "TMPDIR": str(WORK)}
 
     # correctness (and the calibration of N): one call each, outputs against eager
     out, _ = run_measured([*ours_cmd, "--repeat", "3"], env0)
@@ -173,6 +175,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=0.3 if quick else 2.0,
                     help="about how long one measurement (one side, one round) runs")
     ap.add_argument("--reexport", action="store_true", help="export again even when a current export is cached")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra environment for both sides (e.g. OMP_WAIT_POLICY=passive on a loaded machine)")
     ap.add_argument("--no-build", action="store_true", help="use the built aoti-run as it is (no scons)")
     args = ap.parse_args()
     args.threads = [int(t) for t in args.threads.split(",")]
@@ -188,7 +192,8 @@ def main() -> int:
         return 2
     WORK.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; rounds {args.rounds}, ~{args.seconds} s each",
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; rounds {args.rounds}, ~{args.seconds} s each; "
+          f"extra env: {' '.join(args.env) or 'none'}",
           flush=True)
     for name in args.models.split(","):
         for line in bench_model(name, args):
