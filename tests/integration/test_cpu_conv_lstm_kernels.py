@@ -34,8 +34,8 @@ def ops(rt):
 TOL = {"float32": 1e-5, "float64": 1e-12}
 
 
-def _close(got, want, dtype: str) -> None:
-    tol = TOL[dtype]
+def _close(got, want, dtype: str, tol: float | None = None) -> None:
+    tol = TOL[dtype] if tol is None else tol
     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
@@ -46,12 +46,12 @@ def _operand(g, shape, dtype: str, layout: str):
     return _strided(t, layout, g)
 
 
-def _check_conv(rt, x, w, b, stride, padding, dilation, groups, dtype):
+def _check_conv(rt, x, w, b, stride, padding, dilation, groups, dtype, tol=None):
     got = _run_conv(rt, x, w, b, stride, padding, dilation, False, [0] * len(stride), groups)
     want = torch.ops.aten.convolution(x, w, b, stride, padding, dilation, False, [0] * len(stride), groups)
     assert tuple(got.shape) == tuple(want.shape)
     assert got.stride() == want.stride(), (got.stride(), want.stride())
-    _close(got, want, dtype)
+    _close(got, want, dtype, tol)
 
 
 # Depthwise: (spatial sizes, kernel, stride, padding, dilation); channels 13 (one vector block and a
@@ -208,3 +208,32 @@ def test_lstm_layer_sizes(ops, shape):
     torch.testing.assert_close(out, ey, rtol=tol, atol=tol)
     torch.testing.assert_close(hy, eh, rtol=tol, atol=tol)
     torch.testing.assert_close(cy, ec, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------- work split across threads
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+@pytest.mark.parametrize("geometry", [((1, 1), (1, 1)), ((2, 2), (1, 1)), ((1, 1), (0, 0))], ids=["same", "strided",
+                                                                                                  "valid"])
+def test_large_conv_split_over_threads(rt, dtype, layout, geometry):
+    """A batch-1 convolution above the threading threshold (16M multiply-adds): blocks of output positions
+    per OpenMP thread, each with its own im2col rows and GEMM (the test process has one thread per core)."""
+    stride, padding = geometry
+    g = torch.Generator().manual_seed(5)
+    x = _operand(g, (1, 64, 37, 41), dtype, layout)
+    w = _operand(g, (48, 64, 3, 3), dtype, layout)
+    tol = 1e-4 if dtype == "float32" else None  # sums of 576 products: float32 rounding differs from oneDNN's
+    _check_conv(rt, x, w, _operand(g, (48,), dtype, "contiguous"), list(stride), list(padding), [1, 1], 1, dtype,
+                tol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(700, 300, 90), (20, 400, 3000)], ids=["by-rows", "by-columns"])
+def test_large_gemm_split_over_threads(rt, dtype, shape):
+    m, k, n = shape
+    g = torch.Generator().manual_seed(6)
+    a, b = _operand(g, (m, k), dtype, "transposed"), _operand(g, (k, n), dtype, "contiguous")
+    out = torch.full((m, n), float("nan"), dtype=a.dtype)
+    assert rt.lib.aoti_torch_cpu_mm_out(rt.from_torch(out), rt.from_torch(a), rt.from_torch(b)) == 0
+    torch.testing.assert_close(out, a @ b, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-4)

@@ -124,6 +124,39 @@ bool gemv_row(const T* x, int64_t incx, const MatView<const T>& B, T* y, int64_t
   return true;
 }
 
+// A large GEMM on the plugins' OpenMP pool: C's rows (or, for few rows, its columns) split into one block
+// per thread, each block a single-threaded BLAS call. The pthread build of OpenBLAS is kept to one thread
+// (blas_threads_once), so without this a GEMM ran on one core at any OMP_NUM_THREADS (ResNet-18 at 2
+// threads was slower than at 1); the OpenMP build would sync its threads several times per call where
+// this takes one region. False (nothing done) when the GEMM is small, already inside a parallel region,
+// or one thread is allowed.
+template <typename T>
+bool split_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a,
+                int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, double work) {
+#ifdef _OPENMP
+  const int64_t nt = omp_get_max_threads();
+  if (work < 16.0 * 1024 * 1024 || omp_in_parallel() || nt < 2) return false;
+  const bool by_rows = M >= 8 * nt || M >= N;
+  const int64_t extent = by_rows ? M : N;
+  const int64_t block = (extent + nt - 1) / nt;
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(nt))
+  for (int64_t t = 0; t < nt; ++t) {
+    const int64_t lo = t * block, n = std::min(block, extent - lo);
+    if (n <= 0) continue;
+    if (by_rows) {  // rows lo.. of A (row lo of a row-major A, column lo of a transposed one) and of C
+      call(ta, tb, n, N, K, alpha, ta == CblasNoTrans ? a + lo * lda : a + lo, lda, b, ldb, beta, c + lo * ldc, ldc);
+    } else {  // columns lo.. of B and of C
+      call(ta, tb, M, n, K, alpha, a, lda, tb == CblasNoTrans ? b + lo : b + lo * ldb, ldb, beta, c + lo, ldc);
+    }
+  }
+  return true;
+#else
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta,
+      (void)c, (void)ldc, (void)work;
+  return false;
+#endif
+}
+
 }  // namespace
 
 template <typename T>
@@ -185,7 +218,9 @@ void gemm(const MatView<const T>& A, const MatView<const T>& B, const MatView<T>
   if (!blas_layout(K, N, B.rs, B.cs, &tb, &ldb)) {
     pb = pack(B), b = pb.data(), tb = CblasNoTrans, ldb = N;
   }
-  BlasThreads threads(static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K));
+  const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (split_call(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C.p, ldc, work)) return;
+  BlasThreads threads(work);
   call(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C.p, ldc);
 }
 

@@ -10,6 +10,10 @@
 #include <type_traits>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "shims/cpu/conv_depthwise.h"
 #include "shims/cpu/strided.h"
 #include "shims/cpu_gemm.h"
@@ -385,15 +389,16 @@ const std::vector<int64_t>& implicit_offsets(const ConvGeometry& geo, const std:
   return offs;
 }
 
-// One sample and group's im2col matrix [Osp, (kd, kh, kw, ci)] from xg (channel stride xs_c, spatial xsp).
+// Rows [p0, p1) of one sample and group's im2col matrix [Osp, (kd, kh, kw, ci)] from xg (channel stride
+// xs_c, spatial xsp).
 template <typename T>
-void im2col_fill(const ConvGeometry& geo, const T* xg, int64_t xs_c, const std::vector<int64_t>& xsp, T* c) {
+void im2col_fill(const ConvGeometry& geo, const T* xg, int64_t xs_c, const std::vector<int64_t>& xsp, int64_t p0,
+                 int64_t p1, T* c) {
   const std::vector<int64_t>&I = geo.I, &K = geo.K, &O = geo.O, &S = geo.S, &P = geo.P, &D = geo.D;
   const int64_t Cin_g = geo.Cin_g;
   const bool run_kw = xs_c == 1 && xsp[2] == Cin_g && D[2] == 1;
-  for (int64_t od = 0; od < O[0]; ++od)
-    for (int64_t oh = 0; oh < O[1]; ++oh)
-      for (int64_t ow = 0; ow < O[2]; ++ow)
+  for (int64_t pos = p0; pos < p1; ++pos) {
+    const int64_t od = pos / (O[1] * O[2]), oh = pos / O[2] % O[1], ow = pos % O[2];
         for (int64_t kd = 0; kd < K[0]; ++kd) {
           const int64_t id = od * S[0] - P[0] + kd * D[0];
           for (int64_t kh = 0; kh < K[1]; ++kh) {
@@ -423,18 +428,20 @@ void im2col_fill(const ConvGeometry& geo, const T* xg, int64_t xs_c, const std::
             }
           }
         }
+  }
 }
 
 // One sample and group's GEMM: cols [Osp, Kc] against the weight, into the output where it lies.
 template <typename T>
 void im2col_gemm(const MatView<const T>& cols, const Im2colWeight<T>& wt, int64_t g, const ConvGeometry& geo,
-                 T* yn, bool channels_last_out, T beta, const T* bias_row) {
-  const int64_t Cout = geo.Cout, Cout_g = geo.Cout_g, Osp = geo.Osp;
+                 T* yn, bool channels_last_out, T beta, const T* bias_row, int64_t p0 = 0) {
+  const int64_t Cout = geo.Cout, Cout_g = geo.Cout_g, Osp = geo.Osp, rows = cols.rows;
+  yn += channels_last_out ? p0 * Cout : p0;  // the first of the rows' output positions
   if constexpr (std::is_same<T, float>::value) {
     if (!wt.packed.empty()) {
       // C as [positions, Cout_g]: channels-last rows, or a contiguous output's planes transposed.
-      const MatView<float> C = channels_last_out ? MatView<float>{yn + g * Cout_g, Osp, Cout_g, Cout, 1}
-                                                 : MatView<float>{yn + g * Cout_g * Osp, Osp, Cout_g, 1, Osp};
+      const MatView<float> C = channels_last_out ? MatView<float>{yn + g * Cout_g, rows, Cout_g, Cout, 1}
+                                                 : MatView<float>{yn + g * Cout_g * Osp, rows, Cout_g, 1, Osp};
       const MatView<const float> unused{nullptr, cols.cols, Cout_g, Cout_g, 1};
       if (fast_gemm(cols, unused, wt.packed[static_cast<size_t>(g)].get(), C, 1.0f, beta,
                     bias_row != nullptr ? bias_row + g * Cout_g : nullptr, 1))
@@ -443,9 +450,9 @@ void im2col_gemm(const MatView<const T>& cols, const Im2colWeight<T>& wt, int64_
   }
   const MatView<const T> Wg = wt.group(g, Cout_g);
   if (channels_last_out) {
-    gemm<T>(cols, Wg.t(), MatView<T>{yn + g * Cout_g, Osp, Cout_g, Cout, 1}, T(1), beta);
+    gemm<T>(cols, Wg.t(), MatView<T>{yn + g * Cout_g, rows, Cout_g, Cout, 1}, T(1), beta);
   } else {
-    gemm<T>(Wg, cols.t(), MatView<T>{yn + g * Cout_g * Osp, Cout_g, Osp, Osp, 1}, T(1), beta);
+    gemm<T>(Wg, cols.t(), MatView<T>{yn + g * Cout_g * Osp, Cout_g, rows, Osp, 1}, T(1), beta);
   }
 }
 
@@ -499,12 +506,52 @@ AOTI_OMP(omp for schedule(static))
       MatView<const T> cols{xg, Osp, Cin_g, pos_stride, xs[1]};
       if (!pointwise) {
         if (col.size() < static_cast<size_t>(Osp * Kc)) col.resize(static_cast<size_t>(Osp * Kc));
-        im2col_fill<T>(geo, xg, xs[1], xsp, col.data());
+        im2col_fill<T>(geo, xg, xs[1], xsp, 0, Osp, col.data());
         cols = MatView<const T>{col.data(), Osp, Kc, Kc, 1};
       }
       im2col_gemm<T>(cols, wt, g, geo, y + n * ysn, channels_last_out, beta, bias_row);
     }
   }
+}
+
+// One sample and group (the common batch-1 dense convolution) on several threads: each takes a block of
+// output positions, fills their im2col rows and runs their GEMM, so that neither phase leaves a thread
+// idle (the BLAS runs on the calling thread). False when that does not apply.
+template <typename T>
+bool conv_im2col_split(Tensor& out, const Tensor& input, const Tensor& weight, const Tensor* bias,
+                       const ConvParams& p, bool channels_last_out) {
+#ifdef _OPENMP
+  const ConvGeometry geo(input, weight, out, p);
+  const int64_t Kc = geo.Ksp * geo.Cin_g, nt = omp_get_max_threads();
+  const bool fast = std::is_same<T, float>::value && fast_gemm_available();
+  if (geo.N * geo.G != 1 || fast || nt < 2 || omp_in_parallel() || Kc == 0 || geo.Osp < 8 * nt ||
+      static_cast<double>(geo.Osp) * Kc * geo.Cout < 16.0 * 1024 * 1024)
+    return false;
+  std::vector<T> xbuf;
+  std::vector<int64_t> xs;
+  const T* x = typed_data<T>(input, xbuf, xs);
+  const std::vector<int64_t> xsp = geo.spatial({xs.begin() + 2, xs.end()}, 0);
+  const Im2colWeight<T> wt = im2col_weight<T>(weight, geo, false);
+  std::vector<T> bias_buf;
+  const T* bias_row = nullptr;
+  const T beta = im2col_bias<T>(out, bias, geo, false, channels_last_out, bias_buf, &bias_row);
+  const int64_t block = (geo.Osp + nt - 1) / nt;
+  T* y = static_cast<T*>(out.data_ptr());
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(nt))
+  for (int64_t t = 0; t < nt; ++t) {
+    const int64_t p0 = t * block, p1 = std::min(geo.Osp, p0 + block);
+    if (p0 >= p1) continue;
+    static thread_local std::vector<T> col;
+    if (col.size() < static_cast<size_t>((p1 - p0) * Kc)) col.resize(static_cast<size_t>((p1 - p0) * Kc));
+    im2col_fill<T>(geo, x, xs[1], xsp, p0, p1, col.data());
+    im2col_gemm<T>(MatView<const T>{col.data(), p1 - p0, Kc, Kc, 1}, wt, 0, geo, y, channels_last_out, beta,
+                   bias_row, p0);
+  }
+  return true;
+#else
+  (void)out, (void)input, (void)weight, (void)bias, (void)p, (void)channels_last_out;
+  return false;
+#endif
 }
 
 // Depthwise (groups == input channels > 1): the direct kernel of conv_depthwise.h, any strides.
@@ -703,9 +750,11 @@ Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bia
     }
   } else if (out->numel() > 0 && !p.transposed && (input.dtype() == kFloat32 || input.dtype() == kFloat64)) {
     if (input.dtype() == kFloat32) {
-      conv_im2col<float>(*out, input, weight, bias, p, fmt != 0);
+      if (!conv_im2col_split<float>(*out, input, weight, bias, p, fmt != 0))
+        conv_im2col<float>(*out, input, weight, bias, p, fmt != 0);
     } else {
-      conv_im2col<double>(*out, input, weight, bias, p, fmt != 0);
+      if (!conv_im2col_split<double>(*out, input, weight, bias, p, fmt != 0))
+        conv_im2col<double>(*out, input, weight, bias, p, fmt != 0);
     }
   } else if (out->numel() > 0 && input.dtype() == kFloat32) {
     conv_gemm<float>(*out, input, weight, bias, p);
