@@ -8,11 +8,15 @@ $XDG_CACHE_HOME/aoti-toolchain/parsed/ (else ~/.cache/aoti-toolchain/parsed/) an
 of the source files' paths and bytes, the loader's own module and the Python version: a changed file or loader
 makes the entry stale, and it is rebuilt. Nothing of it is committed or shipped; deleting it is always safe.
 
+Only the command line writes entries (`toolchain.cli.main` calls `enable_writes()`): a program that imports
+the library (a server, the Python runtime module) reads what the command line stored and writes nothing to the
+user's home, as loading a plugin writes nothing to disk by default.
+
 An entry is used only if this user wrote it: a regular file (not a symlink) owned by the effective user and
 writable by no one else, whose header names this key and whose contents match the digest stored with them.
 Anything else (corrupt, stale, planted by another user, unreadable) is ignored and the files are parsed as
 without a cache. Entries are written only into a directory this user owns that no one else can write (created
-0700), under a random name opened with O_EXCL|O_NOFOLLOW, then renamed into place, so a reader sees a whole
+0700), below an aoti-toolchain directory that is the same (not a link: the plugin cache's root rules), under a random name opened with O_EXCL|O_NOFOLLOW, then renamed into place, so a reader sees a whole
 entry or none. A cache that cannot be written (no HOME, a read-only home, another user's directory) costs a
 parse, nothing else.
 """
@@ -39,6 +43,13 @@ MAGIC = b"aoti-toolchain parsed 1\n"  # the entry format; a new one makes old en
 SUBDIR = "parsed"
 _DIGEST = 32
 _HEAD = len(MAGIC) + 2 * _DIGEST  # magic, key, digest of the payload
+_writes = False
+
+
+def enable_writes() -> None:
+    """Store what is parsed from now on (the command line's start; see the module's docstring)."""
+    global _writes
+    _writes = True
 
 
 def cache_dir() -> str | None:
@@ -86,7 +97,8 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]], build: Callable[[
         except (TypeError, ValueError, IndexError, KeyError, AttributeError):
             pass  # written by a loader of another shape: rebuilt below
     value = build()
-    _write(directory, leaf, key, lambda: marshal.dumps(encode(value)))
+    if _writes:
+        _write(directory, leaf, key, lambda: marshal.dumps(encode(value)))
     return value
 
 
@@ -176,23 +188,34 @@ def _write(directory: str, leaf: str, key: bytes, payload: Callable[[], bytes]) 
 
 
 def _private_dir(directory: str) -> int | None:
-    """A descriptor of `directory`, created 0700 (with its aoti-toolchain parent) when missing; None when it
-    is not a real directory of this user's that no one else can write, or cannot be made."""
+    """A descriptor of `directory`, created 0700 (with its aoti-toolchain parent) when missing; None when it or
+    its parent is not a real directory of this user's that no one else can write, or cannot be made. The leaf
+    is made and opened relative to the checked parent, so no path is looked up twice."""
     parent = os.path.dirname(directory)
     try:
         os.makedirs(os.path.dirname(parent), exist_ok=True)  # ~/.cache itself, as the XDG spec has it made
-        for d in (parent, directory):
-            try:
-                os.mkdir(d, 0o700)
-            except FileExistsError:
-                pass
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.mkdir(parent, 0o700)
+        except FileExistsError:
+            pass
+        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    dfd = None
     try:
-        if _ours(os.fstat(dfd)):
-            return dfd
+        if _ours(os.fstat(pfd)):
+            leaf = os.path.basename(directory)
+            try:
+                os.mkdir(leaf, 0o700, dir_fd=pfd)
+            except FileExistsError:
+                pass
+            dfd = os.open(leaf, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+            if _ours(os.fstat(dfd)):
+                return dfd
     except OSError:
         pass
-    os.close(dfd)
+    finally:
+        os.close(pfd)
+    if dfd is not None:
+        os.close(dfd)
     return None

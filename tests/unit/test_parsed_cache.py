@@ -25,6 +25,7 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting a file of anoth
 def cache_home(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "xdg"
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    monkeypatch.setattr(parsed_cache, "_writes", True)  # as the command line has it
     return home
 
 
@@ -162,6 +163,38 @@ def test_nothing_is_written_into_a_directory_of_another_user(loader, cache_home)
     assert loader.builds == 2 and not list(d.iterdir())
 
 
+def test_a_program_that_imports_the_library_reads_the_cache_and_writes_nothing(tmp_path):
+    """Only the command line stores entries: a server or the runtime module, importing the same loaders, parses
+    (cold) or reads what the command line stored (warm), and leaves the user's home as it found it."""
+    xdg = tmp_path / "xdg"
+    library = _dump(str(xdg), who="library")
+    assert library["tomllib"] and not xdg.exists()
+    _dump(str(xdg))  # the command line stores
+    stored = sorted(p.name for p in (xdg / "aoti-toolchain" / parsed_cache.SUBDIR).iterdir())
+    warm = _dump(str(xdg), who="library")
+    assert not warm["tomllib"] and warm["reprs"] == library["reprs"]
+    assert sorted(p.name for p in (xdg / "aoti-toolchain" / parsed_cache.SUBDIR).iterdir()) == stored
+
+
+@pytest.mark.parametrize("how", ["link", "shared"])
+def test_nothing_is_written_below_a_linked_or_shared_aoti_toolchain_directory(loader, cache_home, tmp_path, how):
+    """The aoti-toolchain directory itself follows the plugin cache's root rules: a symlink to (or a
+    world-writable directory of) someone else's gets no parsed/ made inside it."""
+    root = cache_home / "aoti-toolchain"
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    theirs.chmod(0o777)
+    cache_home.mkdir()
+    if how == "link":
+        root.symlink_to(theirs)
+    else:
+        root.mkdir()
+        root.chmod(0o777)
+    loader.load(), loader.load()
+    assert loader.builds == 2
+    assert not list(theirs.iterdir()) and (how == "link" or not list(root.iterdir()))
+
+
 def test_nothing_is_written_into_a_shared_or_linked_directory(loader, cache_home, tmp_path):
     d = cache_home / "aoti-toolchain" / parsed_cache.SUBDIR
     d.mkdir(parents=True)
@@ -230,6 +263,9 @@ def test_a_missing_source_is_the_loaders_error(tmp_path, cache_home):
 
 _DUMP = """
 import json, sys
+from toolchain import parsed_cache
+if sys.argv[1] == "cli":
+    parsed_cache.enable_writes()
 from toolchain import errors, findings
 from toolchain.spec import load_abi, load_spec
 from toolchain.spec.cpu_isa import load_isa_spec
@@ -240,10 +276,10 @@ json.dump({"reprs": {k: repr(v) for k, v in tables.items()}, "tomllib": "tomllib
 """
 
 
-def _dump(xdg: str) -> dict:
+def _dump(xdg: str, who: str = "cli") -> dict:
     env = {**os.environ, "XDG_CACHE_HOME": xdg, "PYTHONHASHSEED": "0",  # sets print in one order
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    proc = subprocess.run([sys.executable, "-c", _DUMP], capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", _DUMP, who], capture_output=True, text=True, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -34,6 +34,9 @@ _NO_TEARDOWN = frozenset({"verify"})
 def main(argv: list[str] | None = None) -> int:
     """The `aoti-toolchain` program (argv None: sys.argv, as the console script and `python -m toolchain` call
     it), or one command line run in this process (argv given: it returns the exit code and nothing else)."""
+    from toolchain import parsed_cache
+
+    parsed_cache.enable_writes()  # the command line keeps the parsed spec tables (toolchain/parsed_cache.py)
     args_in = sys.argv[1:] if argv is None else argv
     command = _command(args_in)
     try:
