@@ -193,7 +193,7 @@ void depthwise_conv(const DepthwiseShape& s, const T* x, const int64_t* xs, cons
   int64_t ow_lo, ow_hi;
   interior(s.I[2], s.K[2], s.O[2], s.S[2], s.P[2], s.D[2], &ow_lo, &ow_hi);
   const int64_t rows = s.N * s.O[0] * s.O[1];
-  const double work = static_cast<double>(rows) * static_cast<double>(s.O[2] * C * taps);
+  [[maybe_unused]] const double work = static_cast<double>(rows) * static_cast<double>(s.O[2] * C * taps);  // read by the OpenMP clause only
 AOTI_OMP(omp parallel for schedule(static) if (rows > 1 && work > (1 << 17)))
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t n = row / (s.O[0] * s.O[1]), od = row / s.O[1] % s.O[0], oh = row % s.O[1];
