@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +57,8 @@ struct Api {
   int32_t (*get_dtype)(Tensor, int32_t*) = nullptr;
   int32_t (*get_dim)(Tensor, int64_t*) = nullptr;
   int32_t (*get_sizes)(Tensor, int64_t**) = nullptr;
+  int32_t (*get_strides)(Tensor, int64_t**) = nullptr;
+  int32_t (*get_device_type)(Tensor, int32_t*) = nullptr;
   int32_t (*delete_tensor)(Tensor) = nullptr;
 };
 Api g_api;
@@ -91,7 +95,10 @@ TRITONSERVER_Error* open_runtime() {
     path = info.dli_fname;
     path = path.substr(0, path.rfind('/') + 1) + "libaoti_host.so";
   }
-  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  // RTLD_NODELETE: TRITONBACKEND_Finalize drops this reference, but the runtime stays mapped for the life of the
+  // process (what it loaded, OpenBLAS's thread pool, the CUDA libraries, cannot be unmapped under a live
+  // process); when Triton loads the backend again, dlopen finds it loaded.
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
   if (h == nullptr) {
     const char* why = ::dlerror();
     return error(TRITONSERVER_ERROR_UNAVAILABLE, path + ": cannot load the host runtime: " + (why ? why : "") +
@@ -116,11 +123,14 @@ TRITONSERVER_Error* open_runtime() {
             resolve(h, "aoti_host_program_synchronize", a.synchronize) &&
             resolve(h, "aoti_torch_get_data_ptr", a.get_data_ptr) &&
             resolve(h, "aoti_torch_get_dtype", a.get_dtype) && resolve(h, "aoti_torch_get_dim", a.get_dim) &&
-            resolve(h, "aoti_torch_get_sizes", a.get_sizes) &&
+            resolve(h, "aoti_torch_get_sizes", a.get_sizes) && resolve(h, "aoti_torch_get_strides", a.get_strides) &&
+            resolve(h, "aoti_torch_get_device_type", a.get_device_type) &&
             resolve(h, "aoti_torch_delete_tensor_object", a.delete_tensor);
-  if (!ok)
+  if (!ok) {
+    ::dlclose(h);
     return error(TRITONSERVER_ERROR_UNAVAILABLE, path + ": lacks a C API function this backend needs (an older "
                                                         "runtime?): rebuild it with scons");
+  }
   g_api = a;
   return nullptr;
 }
@@ -176,22 +186,66 @@ std::vector<std::string> config_names(const Json& config, const char* key) {
   return out;
 }
 
+// An integer field of the configuration's JSON (Triton writes int64 fields as strings); `otherwise` when absent.
+int64_t integer_at(const Json& object, const std::string& key, int64_t otherwise) {
+  const Json* v = object.get(key);
+  if (v != nullptr && v->is_integer()) return v->integer();
+  if (v != nullptr && v->is_string() && !v->string().empty()) {
+    char* end = nullptr;
+    long long n = std::strtoll(v->string().c_str(), &end, 10);
+    if (*end == '\0') return n;
+  }
+  return otherwise;
+}
+
+// The instances the configuration's instance groups give on the CPU (count per group, default 1).
+size_t cpu_instance_count(const Json& config) {
+  size_t n = 0;
+  const Json* groups = config.get("instance_group");
+  if (groups != nullptr && groups->is_array())
+    for (const Json& g : groups->array())
+      if (string_at(g, "kind") == "KIND_CPU") n += static_cast<size_t>(std::max<int64_t>(integer_at(g, "count", 1), 0));
+  return n;
+}
+
 struct ModelState {
   std::string artifact;  // model.pt2, or a program directory / methods.json
   std::string method;    // empty: the first ("forward" when present)
   bool cuda_graphs = false;
   std::vector<std::string> config_inputs, config_outputs;  // the configuration's names, in its order
+  // > 0: dimension 0 of every input and output is the batch (the configuration's max_batch_size, which
+  // triton-repo writes only when the contract says so): the requests of an Execute are stacked along it
+  int64_t max_batch_size = 0;
+  // The program the model's CPU instances share (a stateless one): loaded once with one run slot per CPU
+  // instance, so the weights (and their packed copies) are held once per model, not once per instance.
+  size_t cpu_instances = 0;
+  std::mutex mu;  // guards the three below (Triton may create instances on several threads)
+  aoti_host_program* shared = nullptr;
+  size_t shared_users = 0;
+  bool stateful = false;  // the program has mutable state: each instance loads its own (runs would serialise)
 };
 
 struct InstanceState {
-  aoti_host_program* program = nullptr;
+  ModelState* model = nullptr;
+  aoti_host_program* program = nullptr;  // the instance's own, or its model's shared one
+  bool shared = false;
   aoti_host_session* session = nullptr;  // the instance's own mutable state, for a stateful program
   bool on_gpu = false;
   size_t method = 0, num_inputs = 0, num_outputs = 0;
   std::vector<std::string> input_names, output_names;  // method 0: from the contract; else INPUT__k/OUTPUT__k
+  std::vector<std::vector<char>> scratch;  // per input: the stacked (or gathered) input of a run, reused
   ~InstanceState() {
     if (session) g_api.session_free(session);
-    if (program) g_api.free_program(program);
+    if (program == nullptr) return;
+    if (!shared) {
+      g_api.free_program(program);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(model->mu);
+    if (--model->shared_users == 0) {
+      g_api.free_program(model->shared);
+      model->shared = nullptr;
+    }
   }
 };
 
@@ -217,16 +271,36 @@ long slot_of(const std::vector<std::string>& names, const char* name, const char
   return -1;
 }
 
-TRITONSERVER_Error* run_request(InstanceState* st, TRITONBACKEND_Request* request, TRITONBACKEND_Response* response) {
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// One input of a request as Triton hands it over, checked: datatype, shape, and its host buffers in order.
+struct RequestInput {
+  const Dtype* dtype = nullptr;
+  std::vector<int64_t> shape;
+  std::vector<std::pair<const char*, uint64_t>> buffers;
+  uint64_t byte_size = 0;
+};
+
+// A request of the Execute call: its response, its inputs by the method's input slot, its error (sent in its
+// response; nullptr: it succeeded) and when its run computed.
+struct Pending {
+  TRITONBACKEND_Request* request = nullptr;
+  TRITONBACKEND_Response* response = nullptr;
+  TRITONSERVER_Error* error = nullptr;
+  std::vector<RequestInput> inputs;
+  uint64_t compute_start = 0, compute_end = 0;
+};
+
+TRITONSERVER_Error* read_inputs(const InstanceState* st, TRITONBACKEND_Request* request, std::vector<RequestInput>& out) {
   uint32_t input_count = 0;
   RETURN_IF_ERROR(TRITONBACKEND_RequestInputCount(request, &input_count));
   if (input_count != st->num_inputs)
     return error(TRITONSERVER_ERROR_INVALID_ARG, "the model takes " + std::to_string(st->num_inputs) +
                                                      " input(s), the request has " + std::to_string(input_count));
-  std::vector<aoti_host_tensor_view> views(st->num_inputs);
-  std::vector<bool> seen(st->num_inputs, false);
-  std::vector<std::vector<int64_t>> shapes(st->num_inputs);
-  std::vector<std::vector<char>> gathered(st->num_inputs);
+  out.assign(st->num_inputs, RequestInput{});
   for (uint32_t i = 0; i < input_count; ++i) {
     TRITONBACKEND_Input* input = nullptr;
     RETURN_IF_ERROR(TRITONBACKEND_RequestInputByIndex(request, i, &input));
@@ -237,11 +311,11 @@ TRITONSERVER_Error* run_request(InstanceState* st, TRITONBACKEND_Request* reques
     uint64_t byte_size = 0;
     RETURN_IF_ERROR(TRITONBACKEND_InputProperties(input, &name, &datatype, &shape, &dims, &byte_size, &buffers));
     long slot = slot_of(st->input_names, name, "INPUT__", st->num_inputs);
-    if (slot < 0 || seen[slot])
+    if (slot < 0 || out[slot].dtype != nullptr)
       return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("unexpected or repeated input '") + name + "'");
-    seen[slot] = true;
-    const Dtype* dt = by_triton(datatype);
-    if (dt == nullptr)
+    RequestInput& in = out[slot];
+    in.dtype = by_triton(datatype);
+    if (in.dtype == nullptr)
       return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("input '") + name + "': datatype " +
                                                        TRITONSERVER_DataTypeString(datatype) + " is not supported");
     uint64_t numel = 1;
@@ -249,13 +323,14 @@ TRITONSERVER_Error* run_request(InstanceState* st, TRITONBACKEND_Request* reques
       if (shape[d] < 0) return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("input '") + name + "': negative dim");
       numel *= static_cast<uint64_t>(shape[d]);
     }
-    if (numel * dt->size != byte_size)
+    if (numel * in.dtype->size != byte_size)
       return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("input '") + name + "': " + std::to_string(byte_size) +
                                                        " bytes for " + std::to_string(numel) + " elements");
-    shapes[slot].assign(shape, shape + dims);
-    // One buffer in host memory is used in place; several are gathered; device memory is refused (the CPU
-    // copy is Triton's job: the config asks for host inputs, see docs/serving.md).
-    const void* data = nullptr;
+    in.shape.assign(shape, shape + dims);
+    in.byte_size = byte_size;
+    // Host memory only: device memory is refused (the CPU copy is Triton's job: the backend asks for host
+    // buffers, see docs/serving.md); a GPU instance's runtime uploads the (stacked) input once per run.
+    uint64_t total = 0;
     for (uint32_t b = 0; b < buffers; ++b) {
       const void* buf = nullptr;
       uint64_t size = 0;
@@ -264,75 +339,197 @@ TRITONSERVER_Error* run_request(InstanceState* st, TRITONBACKEND_Request* reques
       RETURN_IF_ERROR(TRITONBACKEND_InputBuffer(input, b, &buf, &size, &mem, &mem_id));
       if (mem == TRITONSERVER_MEMORY_GPU)
         return error(TRITONSERVER_ERROR_UNSUPPORTED, std::string("input '") + name + "' is in GPU memory");
-      if (buffers == 1) {
-        data = buf;
-      } else {
-        auto& g = gathered[slot];
-        g.insert(g.end(), static_cast<const char*>(buf), static_cast<const char*>(buf) + size);
-      }
+      in.buffers.emplace_back(static_cast<const char*>(buf), size);
+      total += size;
     }
-    if (buffers != 1) data = gathered[slot].data();
-    if (buffers != 1 && gathered[slot].size() != byte_size)
+    if (total != byte_size)
       return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("input '") + name + "': buffers do not add up");
-    views[slot] = aoti_host_tensor_view{const_cast<void*>(data), dt->code, static_cast<int32_t>(dims),
-                                        shapes[slot].data(), nullptr, 0, 0};
   }
-  std::vector<Tensor> raw(st->num_outputs, nullptr);
-  // the runtime checks the inputs against the method's contract (dtype, rank, each dimension's range)
-  int rc = g_api.run_method(st->program, st->method, st->session, views.data(), views.size(), raw.data(), raw.size());
-  std::vector<TensorPtr> outputs;
-  for (Tensor t : raw) outputs.emplace_back(t);
-  if (rc != 0) {
-    const std::string detail_text = g_api.last_error() ? g_api.last_error() : "";
-    // A device-side assert (or any sticky CUDA error) leaves the context unusable for every later run, as
-    // in torch: when the device cannot even synchronise after a failed run, end the process so that the
-    // server's supervisor restarts it, instead of failing every request from now on.
-    if (st->on_gpu && g_api.synchronize(st->program) != 0) {
-      std::fprintf(stderr, "aoti_toolchain: the CUDA context is unusable after a failed run (%s): aborting\n",
-                   detail_text.c_str());
-      std::abort();
-    }
-    const char* detail = detail_text.c_str();
-    return error(rc == AOTI_HOST_INVALID_ARGUMENT ? TRITONSERVER_ERROR_INVALID_ARG : TRITONSERVER_ERROR_INTERNAL,
-                 detail ? detail : "run failed");
+  return nullptr;
+}
+
+// Rows of dimension 0 a request brings to a stacked run: every input's dimension 0 when they agree, else -1
+// (the request then runs alone).
+int64_t batch_rows(const Pending& p) {
+  int64_t rows = -1;
+  for (const RequestInput& in : p.inputs) {
+    if (in.shape.empty() || (rows >= 0 && in.shape[0] != rows)) return -1;
+    rows = in.shape[0];
   }
+  return rows;
+}
+
+// Whether two requests' inputs can be stacked: the same datatypes and the same shapes beyond dimension 0.
+bool same_trailing(const Pending& a, const Pending& b) {
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    const RequestInput &x = a.inputs[i], &y = b.inputs[i];
+    if (x.dtype != y.dtype || x.shape.size() != y.shape.size() ||
+        !std::equal(x.shape.begin() + 1, x.shape.end(), y.shape.begin() + 1))
+      return false;
+  }
+  return true;
+}
+
+// An output of a run as host memory to copy responses from: the run's own tensor when it is a contiguous host
+// tensor, else a contiguous host copy (a GPU instance's outputs come back to the host here).
+struct HostOutput {
+  TensorPtr copy;
+  const char* data = nullptr;
+  const Dtype* dtype = nullptr;
+  std::vector<int64_t> sizes;
+  uint64_t bytes = 0;
+};
+
+TRITONSERVER_Error* host_output(Tensor t, HostOutput& out) {
+  int32_t device_type = -1;
+  int64_t ndim = 0;
+  int64_t *sizes = nullptr, *strides = nullptr;
+  if (g_api.get_device_type(t, &device_type) || g_api.get_dim(t, &ndim) || g_api.get_sizes(t, &sizes) ||
+      g_api.get_strides(t, &strides))
+    return runtime_error("reading an output");
+  bool contiguous = true;
+  for (int64_t d = ndim - 1, expected = 1; d >= 0; expected *= sizes[d], --d)
+    if (sizes[d] != 1 && strides[d] != expected) contiguous = false;
+  Tensor host = t;
+  if (device_type != 0 || !contiguous) {
+    Tensor raw = nullptr;
+    if (g_api.to_cpu(t, &raw) != 0) return runtime_error("copying an output to the host");
+    out.copy.reset(raw);
+    host = raw;
+  }
+  void* data = nullptr;
+  int32_t code = 0;
+  if (g_api.get_data_ptr(host, &data) || g_api.get_dtype(host, &code) || g_api.get_dim(host, &ndim) ||
+      g_api.get_sizes(host, &sizes))
+    return runtime_error("reading an output");
+  out.dtype = by_code(code);
+  if (out.dtype == nullptr) return error(TRITONSERVER_ERROR_UNSUPPORTED, "output dtype " + std::to_string(code));
+  out.data = static_cast<const char*>(data);
+  out.sizes.assign(sizes, sizes + ndim);
+  out.bytes = out.dtype->size;
+  for (int64_t s : out.sizes) out.bytes *= static_cast<uint64_t>(s);
+  return nullptr;
+}
+
+// Copies the outputs `request` asks for into its response: rows [first, first + rows) of dimension 0 of a
+// stacked run's outputs (rows < 0: the whole of each output).
+TRITONSERVER_Error* respond(const InstanceState* st, const Pending& p, std::vector<Tensor>& raw,
+                            std::vector<HostOutput>& host, int64_t first, int64_t rows) {
   uint32_t requested = 0;
-  RETURN_IF_ERROR(TRITONBACKEND_RequestOutputCount(request, &requested));
+  RETURN_IF_ERROR(TRITONBACKEND_RequestOutputCount(p.request, &requested));
   for (uint32_t r = 0; r < requested; ++r) {
     const char* name = nullptr;
-    RETURN_IF_ERROR(TRITONBACKEND_RequestOutputName(request, r, &name));
+    RETURN_IF_ERROR(TRITONBACKEND_RequestOutputName(p.request, r, &name));
     long k = slot_of(st->output_names, name, "OUTPUT__", st->num_outputs);
     if (k < 0) return error(TRITONSERVER_ERROR_INVALID_ARG, std::string("unknown output '") + name + "'");
-    Tensor host_raw = nullptr;  // a contiguous host copy (device outputs come back to the host here)
-    if (g_api.to_cpu(outputs[k].get(), &host_raw) != 0) return runtime_error("copying an output to the host");
-    TensorPtr host(host_raw);
-    void* src = nullptr;
-    int32_t code = 0;
-    int64_t ndim = 0;
-    int64_t* sizes = nullptr;
-    if (g_api.get_data_ptr(host.get(), &src) || g_api.get_dtype(host.get(), &code) ||
-        g_api.get_dim(host.get(), &ndim) || g_api.get_sizes(host.get(), &sizes))
-      return runtime_error("reading an output");
-    const Dtype* dt = by_code(code);
-    if (dt == nullptr) return error(TRITONSERVER_ERROR_UNSUPPORTED, "output dtype " + std::to_string(code));
-    uint64_t bytes = dt->size;
-    for (int64_t d = 0; d < ndim; ++d) bytes *= static_cast<uint64_t>(sizes[d]);
+    HostOutput& h = host[k];
+    if (h.dtype == nullptr) RETURN_IF_ERROR(host_output(raw[k], h));
+    std::vector<int64_t> shape = h.sizes;
+    uint64_t offset = 0, bytes = h.bytes;
+    if (rows >= 0) {  // the caller checked that dimension 0 is the stacked rows
+      const uint64_t row_bytes = shape[0] > 0 ? h.bytes / static_cast<uint64_t>(shape[0]) : 0;
+      offset = row_bytes * static_cast<uint64_t>(first);
+      bytes = row_bytes * static_cast<uint64_t>(rows);
+      shape[0] = rows;
+    }
     TRITONBACKEND_Output* out = nullptr;
-    RETURN_IF_ERROR(TRITONBACKEND_ResponseOutput(response, &out, name, dt->triton, sizes, static_cast<uint32_t>(ndim)));
+    RETURN_IF_ERROR(TRITONBACKEND_ResponseOutput(p.response, &out, name, h.dtype->triton, shape.data(),
+                                                 static_cast<uint32_t>(shape.size())));
     void* dst = nullptr;
     TRITONSERVER_MemoryType mem = TRITONSERVER_MEMORY_CPU;
     int64_t mem_id = 0;
     RETURN_IF_ERROR(TRITONBACKEND_OutputBuffer(out, &dst, bytes, &mem, &mem_id));
     if (mem == TRITONSERVER_MEMORY_GPU)
       return error(TRITONSERVER_ERROR_UNSUPPORTED, std::string("output '") + name + "': Triton gave GPU memory");
-    if (bytes) std::memcpy(dst, src, bytes);
+    if (bytes) std::memcpy(dst, h.data + offset, bytes);
   }
   return nullptr;
 }
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+// Runs the requests `group` (indexes into `pending`) in one run and answers each: one request with its inputs
+// as they are (a single host buffer used in place); several with their inputs stacked along dimension 0 into
+// one contiguous buffer per input, each response getting its own rows of every output. Returns false, having
+// answered nothing, when a stacked run fails or an output's dimension 0 is not the stacked rows: the caller
+// then runs each request alone, so that one request never fails another. A lone request's failure is its
+// response's error. Reports the run to Triton (execution count, batch size = the rows run).
+bool run_group(InstanceState* st, TRITONBACKEND_ModelInstance* instance, std::vector<Pending>& pending,
+               const std::vector<size_t>& group, bool batched) {
+  const bool stacked = group.size() > 1;
+  Pending& lead = pending[group[0]];
+  int64_t total_rows = 0;
+  for (size_t idx : group) total_rows += batched ? batch_rows(pending[idx]) : 0;
+  std::vector<aoti_host_tensor_view> views(st->num_inputs);
+  std::vector<std::vector<int64_t>> shapes(st->num_inputs);
+  if (st->scratch.size() < st->num_inputs) st->scratch.resize(st->num_inputs);
+  for (size_t slot = 0; slot < st->num_inputs; ++slot) {
+    const RequestInput& in = lead.inputs[slot];
+    shapes[slot] = in.shape;
+    const char* data = nullptr;
+    if (!stacked && in.buffers.size() == 1) {
+      data = in.buffers[0].first;
+    } else {
+      uint64_t bytes = 0;
+      for (size_t idx : group) bytes += pending[idx].inputs[slot].byte_size;
+      std::vector<char>& buf = st->scratch[slot];
+      buf.resize(bytes);
+      char* dst = buf.data();
+      for (size_t idx : group)
+        for (const auto& [src, size] : pending[idx].inputs[slot].buffers) {
+          if (size) std::memcpy(dst, src, size);
+          dst += size;
+        }
+      data = buf.data();
+      if (stacked) shapes[slot][0] = total_rows;
+    }
+    views[slot] = aoti_host_tensor_view{const_cast<char*>(data), in.dtype->code, static_cast<int32_t>(shapes[slot].size()),
+                                        shapes[slot].data(), nullptr, 0, 0};
+  }
+  std::vector<Tensor> raw(st->num_outputs, nullptr);
+  const uint64_t start = now_ns();
+  // the runtime checks the inputs against the method's contract (dtype, rank, each dimension's range)
+  int rc = g_api.run_method(st->program, st->method, st->session, views.data(), views.size(), raw.data(), raw.size());
+  const uint64_t end = now_ns();
+  std::vector<TensorPtr> outputs;
+  for (Tensor t : raw) outputs.emplace_back(t);
+  if (rc != 0) {
+    const std::string detail = g_api.last_error() ? g_api.last_error() : "";
+    // A device-side assert (or any sticky CUDA error) leaves the context unusable for every later run, as
+    // in torch: when the device cannot even synchronise after a failed run, end the process so that the
+    // server's supervisor restarts it, instead of failing every request from now on.
+    if (st->on_gpu && g_api.synchronize(st->program) != 0) {
+      std::fprintf(stderr, "aoti_toolchain: the CUDA context is unusable after a failed run (%s): aborting\n",
+                   detail.c_str());
+      std::abort();
+    }
+    if (stacked) return false;
+    lead.error = error(rc == AOTI_HOST_INVALID_ARGUMENT ? TRITONSERVER_ERROR_INVALID_ARG : TRITONSERVER_ERROR_INTERNAL,
+                       detail.empty() ? "run failed" : detail);
+  } else {
+    if (stacked) {
+      for (Tensor t : raw) {
+        int64_t ndim = 0;
+        int64_t* sizes = nullptr;
+        if (g_api.get_dim(t, &ndim) || g_api.get_sizes(t, &sizes) || ndim < 1 || sizes[0] != total_rows)
+          return false;
+      }
+    }
+    std::vector<HostOutput> host(st->num_outputs);
+    int64_t first = 0;
+    for (size_t idx : group) {
+      Pending& p = pending[idx];
+      const int64_t rows = stacked ? batch_rows(p) : -1;
+      p.error = respond(st, p, raw, host, first, rows);
+      first += stacked ? rows : 0;
+    }
+  }
+  for (size_t idx : group) {
+    pending[idx].compute_start = start;
+    pending[idx].compute_end = end;
+  }
+  TRITONSERVER_Error* stat = TRITONBACKEND_ModelInstanceReportBatchStatistics(
+      instance, batched ? static_cast<uint64_t>(std::max<int64_t>(total_rows, 1)) : 1, start, start, end, now_ns());
+  if (stat) TRITONSERVER_ErrorDelete(stat);
+  return true;
 }
 
 // Deletes the State a model or instance holds (read with `get`: TRITONBACKEND_ModelState or
@@ -359,6 +556,20 @@ TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
                                                      std::to_string(TRITONBACKEND_API_VERSION_MINOR) + ", the server has " +
                                                      std::to_string(major) + "." + std::to_string(minor));
   return open_runtime();
+}
+
+// Triton unloads the backend once no model uses it (every ModelFinalize has run): drop the runtime library's
+// reference (it stays mapped: RTLD_NODELETE, see open_runtime) and forget its functions, so that a later
+// Initialize opens it afresh.
+TRITONSERVER_Error* TRITONBACKEND_Finalize(TRITONBACKEND_Backend* backend) {
+  (void)backend;
+  if (g_api.handle != nullptr && ::dlclose(g_api.handle) != 0) {
+    const char* why = ::dlerror();
+    g_api = Api{};
+    return error(TRITONSERVER_ERROR_INTERNAL, std::string("closing the host runtime: ") + (why ? why : ""));
+  }
+  g_api = Api{};
+  return nullptr;
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
@@ -396,6 +607,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   state->cuda_graphs = graphs == "true" || graphs == "1";
   state->config_inputs = config_names(doc, "input");
   state->config_outputs = config_names(doc, "output");
+  state->max_batch_size = integer_at(doc, "max_batch_size", 0);
+  state->cpu_instances = cpu_instance_count(doc);
   RETURN_IF_ERROR(TRITONBACKEND_ModelSetState(model, state.release()));
   return nullptr;
 }
@@ -404,8 +617,11 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
   return delete_state<ModelState>(model, TRITONBACKEND_ModelState);
 }
 
-// Each instance loads the program on its own device (cpu, or cuda:<device id> for KIND_GPU), so instances
-// run concurrently and each GPU instance has its program's own stream (and CUDA graph, when asked).
+// A GPU instance loads the program on its device (cuda:<device id>): its own stream, staging buffers and CUDA
+// graph, which one run at a time uses. CPU instances share one program, loaded by the first with a run slot
+// per CPU instance (the AOTInductor container's models share its constants, and runs of a stateless program
+// go concurrently), unless it has mutable state: then each loads its own (with a session), since runs of
+// one program in several sessions take turns.
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance) {
   TRITONBACKEND_Model* model = nullptr;
   void* mstate = nullptr;
@@ -415,12 +631,34 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &mstate));
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceKind(instance, &kind));
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceDeviceId(instance, &device_id));
-  const ModelState* ms = static_cast<ModelState*>(mstate);
-  const std::string device = kind == TRITONSERVER_INSTANCEGROUPKIND_GPU ? "cuda:" + std::to_string(device_id) : "cpu";
-  aoti_host_load_options options{nullptr, device.c_str(), 1, 0};
+  ModelState* ms = static_cast<ModelState*>(mstate);
   auto st = std::make_unique<InstanceState>();
+  st->model = ms;
   st->on_gpu = kind == TRITONSERVER_INSTANCEGROUPKIND_GPU;
-  if (g_api.load(ms->artifact.c_str(), &options, &st->program) != 0) return runtime_error(ms->artifact + ": load");
+  const std::string device = st->on_gpu ? "cuda:" + std::to_string(device_id) : "cpu";
+  if (!st->on_gpu && ms->cpu_instances > 1) {
+    std::lock_guard<std::mutex> lock(ms->mu);
+    if (ms->shared != nullptr) {
+      st->program = ms->shared;
+      st->shared = true;
+      ++ms->shared_users;
+    } else if (!ms->stateful) {
+      aoti_host_load_options options{nullptr, device.c_str(), ms->cpu_instances, 0};
+      if (g_api.load(ms->artifact.c_str(), &options, &st->program) != 0) return runtime_error(ms->artifact + ": load");
+      size_t state_tensors = 0;
+      if (g_api.num_state_tensors(st->program, &state_tensors) == 0 && state_tensors == 0) {
+        ms->shared = st->program;
+        ms->shared_users = 1;
+        st->shared = true;
+      } else {
+        ms->stateful = true;  // this instance keeps the program as its own
+      }
+    }
+  }
+  if (st->program == nullptr) {
+    aoti_host_load_options options{nullptr, device.c_str(), 1, 0};
+    if (g_api.load(ms->artifact.c_str(), &options, &st->program) != 0) return runtime_error(ms->artifact + ": load");
+  }
   if (ms->cuda_graphs && kind == TRITONSERVER_INSTANCEGROUPKIND_GPU &&
       g_api.set_cuda_graphs(st->program, true) != 0)
     return runtime_error("enabling CUDA graphs");
@@ -476,39 +714,64 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInsta
   return delete_state<InstanceState>(instance, TRITONBACKEND_ModelInstanceState);
 }
 
-// Every request gets its own response (an error response for a bad one) and is released here; requests
-// run one after the other on this instance (see docs/serving.md for batching along the dynamic dim 0).
+// Every request gets its own response (an error response for a bad one) and is released here. For a model
+// with a batch dimension (max_batch_size > 0) the requests Triton's dynamic batcher hands over together are
+// stacked along dimension 0 into runs of at most max_batch_size rows: requests whose inputs have the same
+// datatypes and the same shapes beyond dimension 0 share a run, in order; the others run alone. Each run is
+// reported to Triton as one execution of its rows (the model's statistics: execution_count, batch_stats).
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance,
                                                        TRITONBACKEND_Request** requests, const uint32_t count) {
   void* state = nullptr;
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &state));
   auto* st = static_cast<InstanceState*>(state);
   const uint64_t exec_start = now_ns();
-  uint64_t compute_start = exec_start, compute_end = exec_start;
+  std::vector<Pending> pending(count);
   for (uint32_t r = 0; r < count; ++r) {
-    TRITONBACKEND_Request* request = requests[r];
-    TRITONBACKEND_Response* response = nullptr;
-    TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, request);
-    const uint64_t start = now_ns();
-    if (err == nullptr) err = run_request(st, request, response);
-    const uint64_t end = now_ns();
-    if (r == 0) compute_start = start;
-    compute_end = end;
-    const bool ok = err == nullptr;
-    if (response != nullptr) {
-      TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
-      if (sent) TRITONSERVER_ErrorDelete(sent);
-    } else if (err != nullptr) {
-      TRITONSERVER_ErrorDelete(err);
+    Pending& p = pending[r];
+    p.request = requests[r];
+    p.compute_start = p.compute_end = exec_start;
+    p.error = TRITONBACKEND_ResponseNew(&p.response, p.request);
+    if (p.error == nullptr) p.error = read_inputs(st, p.request, p.inputs);
+  }
+  const int64_t max_rows = st->model->max_batch_size;
+  const bool batched = max_rows > 0;
+  std::vector<std::vector<size_t>> groups;  // requests run together, each group one run
+  std::vector<int64_t> group_rows;
+  for (size_t r = 0; r < pending.size(); ++r) {
+    if (pending[r].error != nullptr) continue;
+    const int64_t rows = batched ? batch_rows(pending[r]) : -1;
+    size_t g = groups.size();
+    if (rows > 0 && rows <= max_rows)
+      for (size_t k = 0; k < groups.size(); ++k)
+        if (group_rows[k] > 0 && group_rows[k] + rows <= max_rows && same_trailing(pending[groups[k][0]], pending[r])) {
+          g = k;
+          break;
+        }
+    if (g == groups.size()) {
+      groups.emplace_back();
+      group_rows.push_back(rows > 0 && rows <= max_rows ? 0 : -1);  // -1: runs alone
     }
-    TRITONSERVER_Error* stat = TRITONBACKEND_ModelInstanceReportStatistics(instance, request, ok, start, start, end, end);
+    groups[g].push_back(r);
+    if (group_rows[g] >= 0) group_rows[g] += rows;
+  }
+  for (const std::vector<size_t>& group : groups)
+    if (!run_group(st, instance, pending, group, batched))
+      for (size_t r : group) run_group(st, instance, pending, {r}, batched);  // a lone request always answers
+  const uint64_t exec_end = now_ns();
+  for (Pending& p : pending) {
+    const bool ok = p.error == nullptr;
+    if (p.response != nullptr) {
+      TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(p.response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, p.error);
+      if (sent) TRITONSERVER_ErrorDelete(sent);
+    } else if (p.error != nullptr) {
+      TRITONSERVER_ErrorDelete(p.error);
+    }
+    TRITONSERVER_Error* stat = TRITONBACKEND_ModelInstanceReportStatistics(instance, p.request, ok, exec_start,
+                                                                           p.compute_start, p.compute_end, exec_end);
     if (stat) TRITONSERVER_ErrorDelete(stat);
-    TRITONSERVER_Error* rel = TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_ALL);
+    TRITONSERVER_Error* rel = TRITONBACKEND_RequestRelease(p.request, TRITONSERVER_REQUEST_RELEASE_ALL);
     if (rel) TRITONSERVER_ErrorDelete(rel);
   }
-  TRITONSERVER_Error* stat =
-      TRITONBACKEND_ModelInstanceReportBatchStatistics(instance, count, exec_start, compute_start, compute_end, now_ns());
-  if (stat) TRITONSERVER_ErrorDelete(stat);
   return nullptr;
 }
 

@@ -33,7 +33,7 @@ SERVER = TRITON_DIR / "pytriton" / "tritonserver" / "bin" / "tritonserver"
 SERVER_LIBS = TRITON_DIR / "nvidia_pytriton.libs"
 API_HEADER = REPO_ROOT / "runtime" / "triton" / "triton_api.h"
 MAX_ROWS = 16
-ENTRY_POINTS = {"TRITONBACKEND_Initialize", "TRITONBACKEND_ModelInitialize", "TRITONBACKEND_ModelFinalize",
+ENTRY_POINTS = {"TRITONBACKEND_Initialize", "TRITONBACKEND_Finalize", "TRITONBACKEND_ModelInitialize", "TRITONBACKEND_ModelFinalize",
                 "TRITONBACKEND_ModelInstanceInitialize", "TRITONBACKEND_ModelInstanceFinalize",
                 "TRITONBACKEND_ModelInstanceExecute"}
 
@@ -383,6 +383,38 @@ def test_harness_runs_the_lifecycle_and_answers_bad_requests_with_errors(host_bu
     x = ((np.arange(rows * 16) % 97) * 0.01 - 0.5).astype(np.float32).reshape(rows, 16)
     out = np.fromfile(tmp_path / "out.bin", dtype=np.float32).reshape(rows, 8)
     np.testing.assert_allclose(out, eager(x), rtol=1e-5, atol=1e-5)
+    assert [ln for ln in lines if ln.startswith("run:")] == ["run: 1 rows"] * 3  # unbatched: a run per request
+
+
+def _harness_rows(rows: int, offset: int) -> np.ndarray:
+    return (((np.arange(rows * 16) + offset) % 97) * 0.01 - 0.5).astype(np.float32).reshape(rows, 16)
+
+
+def test_harness_stacks_the_requests_of_an_execute(host_build, backend_dir, dyn_mlp, tmp_path):
+    """max_batch_size 4, one Execute of six requests: [1, 16], a float64 [1, 16], a [1, 17], then [2, 16],
+    [1, 16], [3, 16]. The backend stacks requests 0, 3 and 4 (same datatype and trailing shape, 4 rows) into
+    one run; the float64 and the [1, 17] requests run alone (and fail alone, with the runtime's reason); the
+    [3, 16] request would take the first run over 4 rows, so it runs on its own. Every good response holds
+    its own rows, equal to eager."""
+    pt2, eager = dyn_mlp
+    model_dir = tmp_path / "repo" / "mlp"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.pt2").write_bytes(pt2.read_bytes())
+    run = subprocess.run([host_build.tests_dir / "triton_harness", backend_dir / "aoti_toolchain" /
+                          "libtriton_aoti_toolchain.so", model_dir, "1", "1", tmp_path / "out.bin", "stack"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert [ln for ln in lines if ln.startswith("run:")] == ["run: 4 rows", "run: 1 rows", "run: 1 rows",
+                                                             "run: 3 rows"], lines
+    responses = [ln for ln in lines if ln.startswith("response")]
+    assert responses[0] == "response 0: ok [1,8]" and responses[3:] == ["response 3: ok [2,8]", "response 4: ok [1,8]",
+                                                                        "response 5: ok [3,8]"], responses
+    assert responses[1].startswith("response 1: error 3:") and "float64" in responses[1]
+    assert responses[2].startswith("response 2: error 3:") and "dimension 1 must be 16" in responses[2]
+    out = np.fromfile(tmp_path / "out.bin", dtype=np.float32).reshape(7, 8)
+    want = np.concatenate([eager(_harness_rows(n, off)) for n, off in ((1, 0), (2, 3), (1, 4), (3, 5))])
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------- the real server
@@ -409,16 +441,21 @@ def test_the_real_server_loads_a_model_through_the_backend(tritonserver, backend
                 _close(_infer(mod, client, "mlp", {"input": x})["output_0"], eager(x))
 
 
-def test_dynamic_batching_answers_each_request_with_its_own_rows(tritonserver, backend_dir, dyn_mlp, tmp_path):
-    """Concurrent requests of 1-3 rows through Triton's dynamic batcher (a 20 ms queue delay, so that it has
-    requests to gather): the model runs fewer times than it gets requests, and each response holds the rows
-    of its own request, equal to eager."""
+def test_dynamic_batching_stacks_requests_and_answers_each_with_its_own_rows(tritonserver, backend_dir, dyn_mlp,
+                                                                             tmp_path):
+    """Concurrent requests of mixed batch sizes (1-16 rows) through Triton's dynamic batcher (a 20 ms queue
+    delay, so that it has requests to gather): the backend stacks the requests of an Execute along dimension 0
+    into runs of at most max_batch_size rows and gives each response its own rows, equal to eager. The
+    backend reports each run to Triton with its rows as the batch size: the model's statistics show fewer
+    runs than requests, runs of more rows than any one request sent (only stacking makes those), every batch
+    within max_batch_size, and the batches' rows adding up to the requests' rows."""
     from concurrent.futures import ThreadPoolExecutor
 
     pt2, eager = dyn_mlp
     repo = tmp_path / "repo"
     triton_repo(pt2, "--repo", repo, "--batch-delay-us", "20000")
-    requests = [_rows(1 + k % 3, 100 + k) for k in range(48)]
+    sizes = (1, 2, 3, 5, 1, 8, 2, 16, 3, 1, 4, 2)
+    requests = [_rows(sizes[k % len(sizes)], 100 + k) for k in range(48)]
     with triton(repo, backend_dir, tmp_path / "server.log") as server:
         th, _ = _client("http", server)
 
@@ -433,8 +470,13 @@ def test_dynamic_batching_answers_each_request_with_its_own_rows(tritonserver, b
         status, body = server.get("/v2/models/mlp/stats")
         assert status == 200, body
         stats = json.loads(body)["model_stats"][0]
-        assert int(stats["inference_count"]) == sum(x.shape[0] for x in requests)
-        assert int(stats["execution_count"]) < len(requests), stats  # the batcher gathered requests
+        rows = sum(x.shape[0] for x in requests)
+        assert int(stats["inference_count"]) == rows
+        assert int(stats["execution_count"]) < len(requests), stats
+        batches = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
+        assert sum(size * n for size, n in batches.items()) == rows, batches
+        assert max(batches) <= MAX_ROWS, batches
+        assert set(batches) - set(sizes), batches  # a run of a size no single request has: stacked requests
 
 
 def test_several_models_and_a_program_of_methods_in_one_repository(tritonserver, backend_dir, dyn_mlp, heads, prog,
@@ -489,6 +531,46 @@ def test_two_cpu_instances_of_a_model(tritonserver, backend_dir, dyn_mlp, tmp_pa
                                                      {"input": x})["output_0"], requests, timeout=300))
         for x, out in zip(requests, results, strict=True):
             _close(out, eager(x))
+
+
+@pytest.fixture(scope="session")
+def wide(torch, tmp_path_factory):
+    """An MLP with 16 MiB of float32 weights (1024 -> 2048 -> 1024), dynamic batch 1..16: (pt2, eager)."""
+    nn = torch.nn
+    torch.manual_seed(5)
+    module = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 1024)).eval()
+    batch = torch.export.Dim("batch", min=1, max=MAX_ROWS)
+    pt2 = shared_export(shared_dir(tmp_path_factory, "triton") / "wide.pt2", module, (torch.randn(4, 1024),),
+                        dynamic_shapes={"input": {0: batch}})
+    run = _eager(torch, module)
+    return pt2, lambda a: run(a).numpy()
+
+
+def test_cpu_instances_of_a_model_share_its_weights(tritonserver, backend_dir, wide, tmp_path):
+    """Four CPU instances of a model with 16 MiB of weights share one program (one run slot each): the server
+    holds the weights once, its resident memory with four instances within 8 MiB of the server with one (four
+    programs would hold three more copies, 48 MiB), and concurrent requests, which Triton spreads over the
+    instances, are answered as eager."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pt2, eager = wide
+    x = _rows(3, 11, 1024)
+    resident = {}
+    for n in (1, 4):
+        repo = tmp_path / f"repo{n}"
+        triton_repo(pt2, "--repo", repo, "--instances", str(n), "--max-batch", "0")
+        with triton(repo, backend_dir, tmp_path / f"server{n}.log", verbose=True) as server:
+            th, _ = _client("http", server)
+            with ThreadPoolExecutor(max_workers=2 * n) as pool:
+                results = list(pool.map(lambda _, t=th, url=server.http: _infer(
+                    t, t.InferenceServerClient(url), "wide", {"input": x})["output_0"], range(8 * n), timeout=300))
+            for out in results:
+                _close(out, eager(x))
+            if n == 4:
+                assert all(f"wide_0_{k}" in server.log_text() for k in range(4))
+            resident[n] = _process(server.proc.pid)["rss_kib"]
+    print(f"server RSS with 1 instance {resident[1]} KiB, with 4 {resident[4]} KiB")
+    assert resident[4] - resident[1] < 8 * 1024, resident
 
 
 def _error(fn) -> str:

@@ -2,13 +2,16 @@
 // real tritonserver runs it in tests/integration/test_triton_server.py): this program provides the
 // TRITONBACKEND_*/TRITONSERVER_* calls the backend imports (exported, so the backend opened RTLD_LOCAL binds
 // them, as it binds libtritonserver.so in Triton), then runs the lifecycle: Initialize, ModelInitialize, ModelInstanceInitialize (KIND_CPU), one Execute of three
-// requests, the finalizers.
+// requests, the finalizers (the backend's last).
 //
-//   triton_harness BACKEND.so MODEL_DIR VERSION ROWS OUT.bin
+//   triton_harness BACKEND.so MODEL_DIR VERSION ROWS OUT.bin [stack]
 //
 // Request 0: input "input" FP32 [ROWS, 16], element i = (i % 97) * 0.01 - 0.5; its output_0 is written raw
 // to OUT.bin. Request 1: the same data as FP64 (wrong datatype). Request 2: FP32 [ROWS, 17] (outside the
-// contract). Prints one line per response: "response K: ok [shape]" or "response K: error CODE: message",
+// contract). With `stack`, the model has max_batch_size 4 and the Execute gets, after those three, request 3
+// [2, 16] (element i = ((i + 3) % 97) * 0.01 - 0.5), request 4 [1, 16] (offset 4), request 5 [3, 16] (offset
+// 5); each good response's output_0 is appended to OUT.bin in request order. Prints one line per response:
+// "response K: ok [shape]" or "response K: error CODE: message", "run: N rows" per run the backend reports
 // and "released K" per request; exits 0 when the lifecycle itself worked.
 #include <dlfcn.h>
 
@@ -132,9 +135,11 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(TRITONBAC
                                                                        const uint64_t, const uint64_t) {
   return nullptr;
 }
-EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(TRITONBACKEND_ModelInstance*, const uint64_t,
+EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(TRITONBACKEND_ModelInstance*,
+                                                                            const uint64_t rows, const uint64_t,
                                                                             const uint64_t, const uint64_t,
-                                                                            const uint64_t, const uint64_t) {
+                                                                            const uint64_t) {
+  std::printf("run: %llu rows\n", static_cast<unsigned long long>(rows));
   return nullptr;
 }
 EXPORT TRITONSERVER_Error* TRITONBACKEND_RequestInputCount(TRITONBACKEND_Request* r, uint32_t* count) {
@@ -235,10 +240,10 @@ bool failed(TRITONSERVER_Error* err, const char* what) {
   return true;
 }
 
-TRITONBACKEND_Input input(TRITONSERVER_DataType dt, int64_t rows, int64_t cols) {
+TRITONBACKEND_Input input(TRITONSERVER_DataType dt, int64_t rows, int64_t cols, int64_t offset = 0) {
   TRITONBACKEND_Input in{"input", dt, {rows, cols}, {}};
   for (int64_t i = 0; i < rows * cols; ++i) {
-    double v = static_cast<double>(i % 97) * 0.01 - 0.5;
+    double v = static_cast<double>((i + offset) % 97) * 0.01 - 0.5;
     if (dt == TRITONSERVER_TYPE_FP32) {
       float f = static_cast<float>(v);
       in.data.insert(in.data.end(), reinterpret_cast<char*>(&f), reinterpret_cast<char*>(&f) + sizeof f);
@@ -251,8 +256,9 @@ TRITONBACKEND_Input input(TRITONSERVER_DataType dt, int64_t rows, int64_t cols) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: triton_harness BACKEND.so MODEL_DIR VERSION ROWS OUT.bin\n");
+  const bool stack = argc == 7 && std::strcmp(argv[6], "stack") == 0;
+  if (argc != 6 && !stack) {
+    std::fprintf(stderr, "usage: triton_harness BACKEND.so MODEL_DIR VERSION ROWS OUT.bin [stack]\n");
     return 2;
   }
   void* backend = ::dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);  // as Triton opens backends
@@ -265,7 +271,9 @@ int main(int argc, char** argv) {
   using InstFn = TRITONSERVER_Error* (*)(TRITONBACKEND_ModelInstance*);
   using Exec = TRITONSERVER_Error* (*)(TRITONBACKEND_ModelInstance*, TRITONBACKEND_Request**, const uint32_t);
   TRITONBACKEND_Model model{argv[2], std::stoull(argv[3]),
-                            "{\"name\":\"mlp\",\"parameters\":{\"method\":{\"string_value\":\"forward\"}}}", nullptr};
+                            std::string("{\"name\":\"mlp\",") + (stack ? "\"max_batch_size\":4," : "") +
+                                "\"parameters\":{\"method\":{\"string_value\":\"forward\"}}}",
+                            nullptr};
   TRITONBACKEND_ModelInstance inst{&model, nullptr};
   if (failed(entry<Init>(backend, "TRITONBACKEND_Initialize")(nullptr), "Initialize") ||
       failed(entry<ModelFn>(backend, "TRITONBACKEND_ModelInitialize")(&model), "ModelInitialize") ||
@@ -275,20 +283,24 @@ int main(int argc, char** argv) {
   TRITONBACKEND_Request good{{input(TRITONSERVER_TYPE_FP32, rows, 16)}, {"output_0"}, 0};
   TRITONBACKEND_Request wrong_dtype{{input(TRITONSERVER_TYPE_FP64, rows, 16)}, {"output_0"}, 1};
   TRITONBACKEND_Request wrong_shape{{input(TRITONSERVER_TYPE_FP32, rows, 17)}, {"output_0"}, 2};
-  TRITONBACKEND_Request* requests[] = {&good, &wrong_dtype, &wrong_shape};
-  if (failed(entry<Exec>(backend, "TRITONBACKEND_ModelInstanceExecute")(&inst, requests, 3), "Execute")) return 1;
-  for (const auto& r : g_sent) {
-    if (r->request->index != 0) continue;
-    FILE* f = std::fopen(argv[5], "wb");
+  TRITONBACKEND_Request more[] = {{{input(TRITONSERVER_TYPE_FP32, 2, 16, 3)}, {"output_0"}, 3},
+                                  {{input(TRITONSERVER_TYPE_FP32, 1, 16, 4)}, {"output_0"}, 4},
+                                  {{input(TRITONSERVER_TYPE_FP32, 3, 16, 5)}, {"output_0"}, 5}};
+  TRITONBACKEND_Request* requests[] = {&good, &wrong_dtype, &wrong_shape, &more[0], &more[1], &more[2]};
+  const uint32_t count = stack ? 6 : 3;
+  if (failed(entry<Exec>(backend, "TRITONBACKEND_ModelInstanceExecute")(&inst, requests, count), "Execute")) return 1;
+  FILE* f = std::fopen(argv[5], "wb");
+  for (const auto& r : g_sent) {  // in request order: the backend sends the responses in that order
     if (f == nullptr || std::fwrite(r->outputs.at(0)->data.data(), 1, r->outputs.at(0)->data.size(), f) !=
                             r->outputs.at(0)->data.size()) {
       std::fprintf(stderr, "triton_harness: cannot write %s\n", argv[5]);
       return 1;
     }
-    std::fclose(f);
   }
+  if (f != nullptr) std::fclose(f);
   if (failed(entry<InstFn>(backend, "TRITONBACKEND_ModelInstanceFinalize")(&inst), "ModelInstanceFinalize") ||
-      failed(entry<ModelFn>(backend, "TRITONBACKEND_ModelFinalize")(&model), "ModelFinalize"))
+      failed(entry<ModelFn>(backend, "TRITONBACKEND_ModelFinalize")(&model), "ModelFinalize") ||
+      failed(entry<Init>(backend, "TRITONBACKEND_Finalize")(nullptr), "Finalize"))
     return 1;
   return 0;
 }
