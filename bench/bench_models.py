@@ -5,8 +5,10 @@
     BENCH_QUICK=1 .venv/bin/python bench/bench_models.py     # one round, ~0.3 s per measurement
     [--env OMP_WAIT_POLICY=passive]   # extra environment for both sides
 
-The models (bench/real_models.py) are torchvision's and an LSTM acoustic model's layer configurations,
-written out with torch.nn and randomly initialised (seed 0; nothing downloaded). Each is exported once
+The models (bench/real_models.py) are the layer configurations of torchvision's CNNs and ViT-B/16, of
+BERT-base, GPT-2 small (prefill), a Llama decoder-block stack (GQA, RoPE), T5-small, Whisper-tiny's encoder,
+wav2vec2-base and an LSTM acoustic model, written out with torch.nn and randomly initialised (seed 0;
+nothing downloaded; each builder's docstring gives its batch and sequence). Each is exported once
 (`aoti-toolchain export`'s settings: a vectorised link_libtorch=False plugin, cached under
 build/bench-models/ and re-exported when real_models.py or torch changes) together with its eager outputs.
 Then, at each OMP_NUM_THREADS of --threads, --rounds interleaved rounds of:
@@ -178,6 +180,7 @@ def main() -> int:
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra environment for both sides (e.g. OMP_WAIT_POLICY=passive on a loaded machine)")
     ap.add_argument("--no-build", action="store_true", help="use the built aoti-run as it is (no scons)")
+    ap.add_argument("--export-only", action="store_true", help="export the models (or find them cached), time nothing")
     args = ap.parse_args()
     args.threads = [int(t) for t in args.threads.split(",")]
     unknown = [m for m in args.models.split(",") if m not in MODELS]
@@ -196,6 +199,9 @@ def main() -> int:
           f"extra env: {' '.join(args.env) or 'none'}",
           flush=True)
     for name in args.models.split(","):
+        if args.export_only:
+            export_model(name, args.reexport)
+            continue
         for line in bench_model(name, args):
             print(line, flush=True)
     return 0

@@ -1,6 +1,13 @@
-"""Real architectures written out with torch.nn only, random init (no weights downloaded, no torchvision):
-the layer configurations of torchvision's ResNet-18/50, MobileNetV3-Small, LRASPP (MobileNetV3-Large,
-dilated), EfficientNet-B0, ShuffleNetV2 x1.0 and ConvNeXt-T, and an LSTM acoustic model.
+"""Real architectures written out with torch.nn only, random init (no weights downloaded, no torchvision, no
+transformers): the layer configurations of torchvision's ResNet-18/50, MobileNetV3-Small, LRASPP
+(MobileNetV3-Large, dilated), EfficientNet-B0, ShuffleNetV2 x1.0, ConvNeXt-T and ViT-B/16, of Hugging Face's
+bert-base-uncased, gpt2, TinyLlama-1.1B (its decoder block), t5-small, whisper-tiny (encoder) and
+wav2vec2-base, and an LSTM acoustic model. The transformers follow the Hugging Face modules' computation
+(attention through F.scaled_dot_product_attention where they use SDPA; T5's relative position bias and
+unscaled attention through explicit matmul + softmax, as T5's eager attention does).
+
+Sizes are the real configurations; batch 1 and short sequences keep a 2-core machine's runs short (each
+builder's docstring says what it feeds).
 
 Each builder returns (module in eval mode, example inputs). bench/bench_models.py exports and runs them.
 """
@@ -306,6 +313,354 @@ def lstm_acoustic() -> tuple[Any, tuple[Any, ...]]:
     return Acoustic().eval(), (torch.randn(1, 200, 80),)
 
 
+# ---- transformers ----
+
+def _sdpa_self_attention(d: int, heads: int, *, bias: bool = True, k_bias: bool = True, kv_heads: int | None = None,
+                         causal: bool = False) -> Any:
+    """Multi-head self-attention through F.scaled_dot_product_attention: separate q/k/v/out projections
+    (Hugging Face's BERT, ViT, Whisper, wav2vec2 layout), grouped-query when kv_heads < heads. rope, when
+    given to forward, is (cos, sin) over the sequence (Llama's rotary embedding on q and k)."""
+    import torch
+    import torch.nn.functional as F
+
+    nn = _nn()
+    kv_heads = kv_heads or heads
+    hd = d // heads
+
+    def rotate_half(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = nn.Linear(d, heads * hd, bias=bias)
+            self.k = nn.Linear(d, kv_heads * hd, bias=bias and k_bias)
+            self.v = nn.Linear(d, kv_heads * hd, bias=bias)
+            self.o = nn.Linear(heads * hd, d, bias=bias)
+
+        def forward(self, x, rope=None):
+            b, t, _ = x.shape
+            q = self.q(x).view(b, t, heads, hd).transpose(1, 2)
+            k = self.k(x).view(b, t, kv_heads, hd).transpose(1, 2)
+            v = self.v(x).view(b, t, kv_heads, hd).transpose(1, 2)
+            if rope is not None:
+                cos, sin = rope
+                q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            if kv_heads != heads:  # Llama's repeat_kv
+                rep = heads // kv_heads
+                k = k[:, :, None].expand(b, kv_heads, rep, t, hd).reshape(b, heads, t, hd)
+                v = v[:, :, None].expand(b, kv_heads, rep, t, hd).reshape(b, heads, t, hd)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return self.o(y.transpose(1, 2).reshape(b, t, heads * hd))
+
+    return Attention()
+
+
+def _encoder_layer(d: int, heads: int, ffn: int, act: Any, eps: float, pre_norm: bool, k_bias: bool = True) -> Any:
+    """A transformer encoder layer: pre-norm (ViT, Whisper) or post-norm (BERT, wav2vec2-base)."""
+    nn = _nn()
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = _sdpa_self_attention(d, heads, k_bias=k_bias)
+            self.ln1, self.ln2 = nn.LayerNorm(d, eps=eps), nn.LayerNorm(d, eps=eps)
+            self.ffn = nn.Sequential(nn.Linear(d, ffn), act(), nn.Linear(ffn, d))
+
+        def forward(self, x):
+            if pre_norm:
+                x = x + self.attn(self.ln1(x))
+                return x + self.ffn(self.ln2(x))
+            x = self.ln1(x + self.attn(x))
+            return self.ln2(x + self.ffn(x))
+
+    return Layer()
+
+
+def vit_b16() -> tuple[Any, tuple[Any, ...]]:
+    """torchvision's vit_b_16: 16x16 patches of a 224x224 image (196 + class token), 12 pre-norm layers,
+    d 768, 12 heads, MLP 3072, classifier 1000. Batch 1."""
+    import torch
+
+    nn = _nn()
+
+    class ViT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch = nn.Conv2d(3, 768, 16, 16)
+            self.cls = nn.Parameter(torch.randn(1, 1, 768) * 0.02)
+            self.pos = nn.Parameter(torch.randn(1, 197, 768) * 0.02)
+            self.layers = nn.Sequential(*[_encoder_layer(768, 12, 3072, nn.GELU, 1e-6, True) for _ in range(12)])
+            self.ln, self.head = nn.LayerNorm(768, eps=1e-6), nn.Linear(768, 1000)
+
+        def forward(self, x):
+            x = self.patch(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+            return self.head(self.ln(self.layers(x))[:, 0])
+
+    return ViT().eval(), (torch.randn(1, 3, 224, 224),)
+
+
+def bert_base() -> tuple[Any, tuple[Any, ...]]:
+    """bert-base-uncased: vocab 30522, 12 post-norm layers, d 768, 12 heads, FFN 3072 (erf GELU), LayerNorm
+    eps 1e-12; outputs the last hidden state and the pooler's tanh(dense(CLS)). Batch 1, 128 tokens, no
+    padding mask (all tokens attended, as with an all-ones mask)."""
+    import torch
+
+    nn = _nn()
+
+    class Bert(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok, self.pos, self.typ = nn.Embedding(30522, 768), nn.Embedding(512, 768), nn.Embedding(2, 768)
+            self.ln = nn.LayerNorm(768, eps=1e-12)
+            self.layers = nn.Sequential(*[_encoder_layer(768, 12, 3072, nn.GELU, 1e-12, False) for _ in range(12)])
+            self.pool = nn.Linear(768, 768)
+
+        def forward(self, ids):
+            t = ids.shape[1]
+            pos = torch.arange(t, device=ids.device)
+            x = self.ln(self.tok(ids) + self.pos(pos)[None] + self.typ(torch.zeros_like(ids)))
+            h = self.layers(x)
+            return h, torch.tanh(self.pool(h[:, 0]))
+
+    return Bert().eval(), (torch.randint(0, 30522, (1, 128)),)
+
+
+def gpt2_small() -> tuple[Any, tuple[Any, ...]]:
+    """gpt2 (small) prefill: vocab 50257, 12 pre-norm layers, d 768, 12 heads, causal attention, MLP 3072
+    (tanh GELU), LM head tied to the token embedding; logits of every position. Batch 1, 128 tokens."""
+    import torch
+
+    nn = _nn()
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(768), nn.LayerNorm(768)
+            self.attn = _sdpa_self_attention(768, 12, causal=True)
+            self.mlp = nn.Sequential(nn.Linear(768, 3072), nn.GELU(approximate="tanh"), nn.Linear(3072, 768))
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+
+    class GPT2(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(50257, 768), nn.Embedding(1024, 768)
+            self.blocks = nn.Sequential(*[Block() for _ in range(12)])
+            self.ln_f = nn.LayerNorm(768)
+            self.lm_head = nn.Linear(768, 50257, bias=False)
+            self.lm_head.weight = self.wte.weight
+
+        def forward(self, ids):
+            pos = torch.arange(ids.shape[1], device=ids.device)
+            return self.lm_head(self.ln_f(self.blocks(self.wte(ids) + self.wpe(pos)[None])))
+
+    return GPT2().eval(), (torch.randint(0, 50257, (1, 128)),)
+
+
+def llama_blocks() -> tuple[Any, tuple[Any, ...]]:
+    """A stack of 2 Llama decoder blocks of TinyLlama-1.1B's configuration: d 2048, 32 query heads and 4
+    key/value heads (grouped-query), head 64, rotary embedding (theta 10000), RMSNorm eps 1e-5, SwiGLU MLP
+    5632, no biases, causal. Input: hidden states, batch 1, 128 positions."""
+    import torch
+
+    nn = _nn()
+
+    class RMSNorm(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(1 + 0.1 * torch.randn(d))
+
+        def forward(self, x):
+            return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n1, self.n2 = RMSNorm(2048), RMSNorm(2048)
+            self.attn = _sdpa_self_attention(2048, 32, bias=False, kv_heads=4, causal=True)
+            self.gate = nn.Linear(2048, 5632, bias=False)
+            self.up = nn.Linear(2048, 5632, bias=False)
+            self.down = nn.Linear(5632, 2048, bias=False)
+
+        def forward(self, x, rope):
+            x = x + self.attn(self.n1(x), rope)
+            h = self.n2(x)
+            return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([Block() for _ in range(2)])
+            self.register_buffer("inv_freq", 1.0 / 10000.0 ** (torch.arange(0, 64, 2).float() / 64), persistent=False)
+
+        def forward(self, x):
+            freqs = torch.arange(x.shape[1], device=x.device).float()[:, None] * self.inv_freq[None]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            rope = (emb.cos(), emb.sin())
+            for block in self.blocks:
+                x = block(x, rope)
+            return x
+
+    return Stack().eval(), (torch.randn(1, 128, 2048),)
+
+
+def t5_small() -> tuple[Any, tuple[Any, ...]]:
+    """t5-small: vocab 32128, d 512, 6 encoder and 6 decoder layers, 8 heads of 64, FFN 2048 (ReLU), RMS
+    LayerNorm eps 1e-6, relative position bias (32 buckets, max distance 128, bidirectional in the
+    encoder, causal in the decoder), unscaled attention, LM head tied and scaled by d^-0.5. Batch 1, 64
+    input and 64 decoder tokens; outputs the logits."""
+    import math
+
+    import torch
+
+    nn = _nn()
+    d, heads, hd = 512, 8, 64
+
+    def bucket(rel, bidirectional: bool):
+        buckets, out = 32, 0
+        if bidirectional:
+            buckets //= 2
+            out = (rel > 0).to(torch.long) * buckets
+            rel = rel.abs()
+        else:
+            rel = -torch.clamp(rel, max=0)
+        exact = buckets // 2
+        large = exact + (torch.log(rel.float().clamp(min=1) / exact) / math.log(128 / exact) *
+                         (buckets - exact)).to(torch.long)
+        large = torch.clamp(large, max=buckets - 1)
+        return out + torch.where(rel < exact, rel, large)
+
+    class Norm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(1 + 0.1 * torch.randn(d))
+
+        def forward(self, x):
+            return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    class Attention(nn.Module):
+        def __init__(self, relative: bool, bidirectional: bool) -> None:
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(d, heads * hd, bias=False) for _ in range(4))
+            self.rel = nn.Embedding(32, heads) if relative else None
+            self.bidirectional = bidirectional
+
+        def bias(self, tq: int, tk: int, device):
+            rel = torch.arange(tk, device=device)[None, :] - torch.arange(tq, device=device)[:, None]
+            return self.rel(bucket(rel, self.bidirectional)).permute(2, 0, 1)[None]
+
+        def forward(self, x, kv, bias):
+            b, tq, tk = x.shape[0], x.shape[1], kv.shape[1]
+            q = self.q(x).view(b, tq, heads, hd).transpose(1, 2)
+            k = self.k(kv).view(b, tk, heads, hd).transpose(1, 2)
+            v = self.v(kv).view(b, tk, heads, hd).transpose(1, 2)
+            w = torch.softmax((q @ k.transpose(-1, -2) + bias).float(), dim=-1)
+            return self.o((w @ v).transpose(1, 2).reshape(b, tq, heads * hd))
+
+    class Layer(nn.Module):
+        def __init__(self, decoder: bool, relative: bool) -> None:
+            super().__init__()
+            self.self_attn, self.n1 = Attention(relative, not decoder), Norm()
+            self.cross, self.nc = (Attention(False, False), Norm()) if decoder else (None, None)
+            self.wi, self.wo, self.n2 = nn.Linear(d, 2048, bias=False), nn.Linear(2048, d, bias=False), Norm()
+
+        def forward(self, x, bias, enc=None):
+            h = self.n1(x)
+            x = x + self.self_attn(h, h, bias)
+            if self.cross is not None:
+                x = x + self.cross(self.nc(x), enc, 0.0)
+            return x + self.wo(torch.relu(self.wi(self.n2(x))))
+
+    class T5(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shared = nn.Embedding(32128, d)
+            self.enc = nn.ModuleList([Layer(False, i == 0) for i in range(6)])
+            self.dec = nn.ModuleList([Layer(True, i == 0) for i in range(6)])
+            self.enc_norm, self.dec_norm = Norm(), Norm()
+
+        def forward(self, ids, dec_ids):
+            x = self.shared(ids)
+            bias = self.enc[0].self_attn.bias(ids.shape[1], ids.shape[1], ids.device)
+            for layer in self.enc:
+                x = layer(x, bias)
+            enc = self.enc_norm(x)
+            y, t = self.shared(dec_ids), dec_ids.shape[1]
+            causal = torch.triu(torch.full((t, t), float("-inf"), device=ids.device), diagonal=1)
+            bias = self.dec[0].self_attn.bias(t, t, ids.device) + causal
+            for layer in self.dec:
+                y = layer(y, bias, enc)
+            return self.dec_norm(y) * d ** -0.5 @ self.shared.weight.t()
+
+    return T5().eval(), (torch.randint(0, 32128, (1, 64)), torch.randint(0, 32128, (1, 64)))
+
+
+def whisper_tiny_encoder() -> tuple[Any, tuple[Any, ...]]:
+    """whisper-tiny's encoder: 80 log-mel bins, two GELU convolutions (the second stride 2), sinusoidal
+    positions, 4 pre-norm layers of d 384, 6 heads (no key bias), FFN 1536, final LayerNorm. Batch 1, 10 s
+    of audio (1000 frames, 500 positions; Whisper pads to 30 s, 3000 frames)."""
+    import torch
+
+    nn = _nn()
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv1d(80, 384, 3, padding=1)
+            self.conv2 = nn.Conv1d(384, 384, 3, stride=2, padding=1)
+            scale = torch.exp(-torch.arange(192) * (torch.log(torch.tensor(10000.0)) / 191))
+            t = torch.arange(1500)[:, None] * scale[None]
+            self.register_buffer("pos", torch.cat([t.sin(), t.cos()], dim=1))
+            self.layers = nn.Sequential(*[_encoder_layer(384, 6, 1536, nn.GELU, 1e-5, True, k_bias=False)
+                                          for _ in range(4)])
+            self.ln = nn.LayerNorm(384)
+
+        def forward(self, mel):
+            x = nn.functional.gelu(self.conv2(nn.functional.gelu(self.conv1(mel)))).transpose(1, 2)
+            return self.ln(self.layers(x + self.pos[: x.shape[1]]))
+
+    return Encoder().eval(), (torch.randn(1, 80, 1000),)
+
+
+def wav2vec2_base() -> tuple[Any, tuple[Any, ...]]:
+    """wav2vec2-base: the convolutional feature encoder (7 convolutions of 512 channels, kernels 10,3,3,3,3,2,2,
+    strides 5,2,2,2,2,2,2, GroupNorm on the first, GELU), feature projection (LayerNorm, 512 -> 768), the
+    convolutional position embedding (kernel 128, 16 groups; its weight norm folded into the weight, as at
+    inference), 12 post-norm layers of d 768, 12 heads, FFN 3072. Batch 1, 1 s of 16 kHz audio (49 frames)."""
+    import torch
+
+    nn = _nn()
+
+    class W2V(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            kernels, strides = (10, 3, 3, 3, 3, 2, 2), (5, 2, 2, 2, 2, 2, 2)
+            convs, cin = [], 1
+            for i, (k, s) in enumerate(zip(kernels, strides, strict=True)):
+                convs.append(nn.Conv1d(cin, 512, k, s, bias=False))
+                if i == 0:
+                    convs.append(nn.GroupNorm(512, 512))
+                convs.append(nn.GELU())
+                cin = 512
+            self.features = nn.Sequential(*convs)
+            self.proj_ln, self.proj = nn.LayerNorm(512), nn.Linear(512, 768)
+            self.pos_conv = nn.Conv1d(768, 768, 128, padding=64, groups=16)
+            self.ln = nn.LayerNorm(768)
+            self.layers = nn.Sequential(*[_encoder_layer(768, 12, 3072, nn.GELU, 1e-5, False) for _ in range(12)])
+
+        def forward(self, wave):
+            x = self.proj(self.proj_ln(self.features(wave[:, None]).transpose(1, 2)))
+            pos = nn.functional.gelu(self.pos_conv(x.transpose(1, 2))[:, :, :-1]).transpose(1, 2)
+            return self.layers(self.ln(x + pos))
+
+    return W2V().eval(), (torch.randn(1, 16000),)
+
+
 MODELS: dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]] = {
     "lstm_acoustic": lstm_acoustic,
     "mobilenet_v3_small": mobilenet_v3_small,
@@ -315,4 +670,11 @@ MODELS: dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]] = {
     "shufflenet_v2": shufflenet_v2,
     "resnet18": resnet18,
     "resnet50": resnet50,
+    "vit_b16": vit_b16,
+    "bert_base": bert_base,
+    "gpt2_small": gpt2_small,
+    "llama_blocks": llama_blocks,
+    "t5_small": t5_small,
+    "whisper_tiny_encoder": whisper_tiny_encoder,
+    "wav2vec2_base": wav2vec2_base,
 }
