@@ -463,6 +463,7 @@ SDPA_CASES = [
     (1, 2, 2, 5, 6, 4, False, "float4d"),
     (2, 2, 2, 3, 5, 4, False, "float2d"),  # broadcast over batch and heads
     (2, 2, 2, 4, 4, 4, True, "float4d"),
+    (1, 2, 2, 3, 21, 8, True, None),       # softmax rows of whole vectors and a tail, -inf past the diagonal
 ]
 
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <type_traits>
 
-#include "shims/cpu/simd.h"
+#include "shims/cpu/simd_math.h"
 #include "shims/cpu_gemm.h"
 #include "shims/ops/op_util.h"
 #include "shims/ops/ops.h"
@@ -54,33 +54,15 @@ void lstm_cell(const V* gates, const V* bias, V* c, V* h_out, int64_t H) {
 }
 
 #if AOTI_X86_SIMD
-// exp(x) (Cephes expf's polynomial, 2^n built in the exponent bits; x clamped to [-88, 88]).
-__attribute__((target("avx2,fma"), always_inline)) inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-88.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
 __attribute__((target("avx2,fma"), always_inline)) inline __m256 sigmoid8(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+  return _mm256_div_ps(one, _mm256_add_ps(one, cpu::exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1): exact at 0 and saturating at +-1.
 __attribute__((target("avx2,fma"), always_inline)) inline __m256 tanh8(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 e = exp8(_mm256_add_ps(x, x));
+  const __m256 e = cpu::exp8(_mm256_add_ps(x, x));
   return _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
 }
 
