@@ -179,6 +179,24 @@ def scatter_pool() -> tuple[Any, tuple[Any, ...]]:
     return Pool().eval(), (torch.randn(10, 8), torch.tensor([0, 2, 1, 0, 2, 2, 3, 1, 0, 2]))
 
 
+def resnet18_batch8() -> tuple[Any, tuple[Any, ...]]:
+    """ResNet-18 (torchvision's layer configuration written out in bench/real_models.py, random init, seed 0),
+    batch 8, 224x224, float32: the real-architecture row of bench/bench_gpu.py (convolutions on cuDNN)."""
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "real_models.py"
+    spec = importlib.util.spec_from_file_location("real_models", path)
+    assert spec is not None and spec.loader is not None, path
+    real_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(real_models)
+    torch.manual_seed(0)
+    model, _ = real_models.resnet18()
+    return model, (torch.randn(8, 3, 224, 224, generator=torch.Generator().manual_seed(1)),)
+
+
 # name -> (factory, weights mode, extra inductor configs)
 MODELS: dict[str, tuple[Callable[[], tuple[Any, tuple[Any, ...]]], str, dict[str, Any]]] = {
     "mlp": (examples.mlp, "embedded", {}),
@@ -195,6 +213,11 @@ MODELS: dict[str, tuple[Callable[[], tuple[Any, tuple[Any, ...]]], str, dict[str
     "embedding_bag_rec": (embedding_bag_rec, "embedded", {}),
     "scatter_pool": (scatter_pool, "embedded", {}),
 }
+# Models only the benchmark runs (bench/bench_gpu.py; tests/gpu/prepare.py exports them like MODELS, without
+# the replay variants): name -> (factory, weights mode, extra inductor configs).
+BENCH_MODELS: dict[str, tuple[Callable[[], tuple[Any, tuple[Any, ...]]], str, dict[str, Any]]] = {
+    "resnet18": (resnet18_batch8, "embedded", {}),
+}
 # Models whose plugins call the CUDA fallback ops of runtime/src/shims/cuda/ops/ (and transposed
 # convolution): checked like the others.
 FALLBACK_OPS = ["causal_decoder", "upsample_decoder", "ranking_head", "embedding_bag_rec", "scatter_pool"]
@@ -208,7 +231,8 @@ REPLAY_CALLS = 6  # input variants (each with its eager reference) for checking 
 # tests/gpu/test_cuda_state.py: the stateful model ("mutated_buffer") run in sessions, step by step. A step
 # is (op, session[, source]): "new" a session, "clone" source into a new one, "reset" one to the state as
 # loaded, "run" in one (None: the program's own state). prepare.py replays the steps on eager torch (each
-# session a copy of the module) and writes mutated_buffer.session<i>.in0.npy / .ref0.npy for each run step i.
+# session a copy of the module) and writes sessions/step<i>.in0.npy / .ref0.npy for each run step i, beside the
+# model's plugin sessions/mutated_buffer.pt2.
 SESSION_STEPS: list[tuple[str | None, ...]] = [
     ("new", "a"), ("run", "a"), ("run", "a"),
     ("new", "b"), ("run", "b"),                   # b sees the state as loaded, not a's

@@ -6,9 +6,11 @@ methods' constants with the same FQN and layout are compared on the device, so a
 is not shared. The weight_stats counters show it: nothing is copied through host memory.
 
 Needs the GPU machine: tests/gpu/run.sh builds the CUDA runtime and tests/gpu/prepare.py exports the
-stateful model with its session steps (models.SESSION_STEPS) and the two-method programs
-(models.METHOD_PROGRAMS); run with AOTI_GPU_ARTIFACTS and AOTI_HOST_LIBRARY set. Anywhere else every test
-skips, saying why.
+stateful model with its session steps (models.SESSION_STEPS), the two-method programs
+(models.METHOD_PROGRAMS) and the stateful two-method program; run with AOTI_GPU_ARTIFACTS and
+AOTI_HOST_LIBRARY set. Anywhere else every test skips, saying why. These plugins need the constants-map entries
+call (torch >= 2.13): prepare.py adds it to the exports of an older torch (tests/gpu/entries_scaffold.py, test
+scaffolding), and run.sh fails when a test of this file skips.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ if _REASON:
     pytest.skip(_REASON, allow_module_level=True)
 
 ART = Path(os.environ["AOTI_GPU_ARTIFACTS"])
-STATE = "mutated_buffer"
+SESSIONS = ART / "sessions"  # prepare.py's "sessions" job: mutated_buffer.pt2, step<i>.in0.npy / .ref0.npy
 STATE_BYTES = 4 * 4  # examples.mutated_buffer's one Buffer: float32[4]
 WIDTH = 32  # examples.two_methods(32)
 
@@ -41,8 +43,9 @@ ENTRIES_CALL = b"AOTInductorModelContainerExtractConstantsMapEntries"
 
 def require_entries_call(pt2: Path) -> None:
     """Sessions and weight sharing read a plugin's constants through the entries call, which torch emits from
-    2.13 on; the GPU machine's torch may be older. Such plugins get NotSupported / no sharing by design (the
-    runtime says so at load), so the test skips, naming the reason, instead of failing on them."""
+    2.13 on; prepare.py gives it to an older torch's exports (tests/gpu/entries_scaffold.py). Plugins without
+    it get NotSupported / no sharing by design (the runtime says so at load), so the test skips, naming the
+    reason (run.sh then fails: these tests must run there)."""
     import zipfile
 
     with zipfile.ZipFile(pt2) as zf:
@@ -51,8 +54,8 @@ def require_entries_call(pt2: Path) -> None:
     if not exports:
         import torch
 
-        pytest.skip(f"{pt2.name}: exported by torch {torch.__version__}, whose plugins lack {ENTRIES_CALL.decode()} "
-                    "(torch >= 2.13): CUDA sessions and weight sharing need it (FACTS.md)")
+        pytest.skip(f"{pt2}: exported by torch {torch.__version__} without {ENTRIES_CALL.decode()} (torch >= 2.13 "
+                    "writes it; prepare.py's scaffolding adds it): CUDA sessions and weight sharing need it (FACTS.md)")
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -69,10 +72,11 @@ def test_sessions_match_eager_step_by_step(graphs: bool, device_io: bool) -> Non
     from toolchain import runtime
     from toolchain.runtime import cuda
 
-    if not (ART / f"{STATE}.pt2").exists() or not (ART / f"{STATE}.session1.ref0.npy").exists():
-        pytest.fail(f"{STATE} and its session steps were not exported (see prepare.py's output in the run log)")
-    require_entries_call(ART / f"{STATE}.pt2")
-    prog = runtime.load(ART / f"{STATE}.pt2", device="cuda", cuda_graphs=graphs)
+    pt2 = SESSIONS / "mutated_buffer.pt2"
+    if not pt2.exists() or not (SESSIONS / "step1.ref0.npy").exists():
+        pytest.fail(f"{pt2} and its session steps were not exported (see prepare.py's output in the run log)")
+    require_entries_call(pt2)
+    prog = runtime.load(pt2, device="cuda", cuda_graphs=graphs)
     assert prog.num_state_tensors == 1
     sessions: dict[str, runtime.Session] = {}
     runs = 0
@@ -84,8 +88,8 @@ def test_sessions_match_eager_step_by_step(graphs: bool, device_io: bool) -> Non
         elif op == "reset":
             sessions[str(name)].reset()
         else:
-            x = np.load(ART / f"{STATE}.session{i}.in0.npy")
-            want = np.load(ART / f"{STATE}.session{i}.ref0.npy")
+            x = np.load(SESSIONS / f"step{i}.in0.npy")
+            want = np.load(SESSIONS / f"step{i}.ref0.npy")
             session = None if name is None else sessions[str(name)]
             if device_io:
                 (out,) = prog.run([cuda.DeviceArray.from_numpy(x)], session=session, device_outputs=True)
