@@ -1,7 +1,16 @@
 """GPU benchmark: our CUDA runtime against eager torch and torch's own AOTI runner, in one run.
 
     python bench/bench_gpu.py --artifacts DIR --aoti-run PATH [--json OUT.json]
-(tests/gpu/run.sh runs it after tests/gpu/prepare.py has exported the plugins into DIR.)
+(tests/gpu/run.sh runs it after tests/gpu/prepare.py has exported the plugins into DIR; the JSON is rewritten
+after each part, so a run stopped early keeps what it measured.) BENCH_PART=resnet: the real architecture alone,
+e.g. `python tests/gpu/prepare.py DIR --only resnet18 && BENCH_PART=resnet python bench/bench_gpu.py ...`.
+
+Real architecture (tests/gpu/models.BENCH_MODELS, when DIR holds its export: ResNet-18, batch 8, 224x224,
+float32): torch eager and torch's CUDA-graph replay, against `aoti-run --cuda-graphs --device-inputs` on the
+same package with the runtime's convolutions on cuDNN (and, but for BENCH_QUICK, cuDNN with
+AOTI_HOST_CUDNN_BENCHMARK=1, the direct kernel with AOTI_HOST_CUDNN=off, and torch's AOTI runner), each of our
+outputs against eager's (prepare.py's reference, TF32 off; both sides here run torch's defaults, where cuDNN
+float32 convolutions may use TF32).
 
 Every measurement runs in its own process, so torch and our runtime never share one (both define the
 aoti_torch_* shims). Per-call latency includes a device synchronisation (median of N calls, device
@@ -35,8 +44,9 @@ REPO = Path(__file__).resolve().parents[1]
 N_CALLS = 1000
 PROCESS_ROUNDS = 3
 # BENCH_QUICK=1: leave out torch's AOTI runner (about a minute per process to load a package on the
-# H200 machine) and torch's cold start; everything else is measured as usual.
+# H200 machine), torch's cold start and the real architecture's slow rows (the direct kernel, cudnnFind).
 QUICK = os.environ.get("BENCH_QUICK") == "1"
+DIRECT_CALLS = 5  # the direct convolution kernel takes tens of milliseconds per ResNet-18 call
 T0 = time.perf_counter()
 
 
@@ -83,10 +93,10 @@ def child_torch_eager(art: Path, name: str) -> dict:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from tests.gpu.models import MODELS
+    from tests.gpu.models import BENCH_MODELS, MODELS
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    model, _ = MODELS[name][0]()
+    model, _ = {**MODELS, **BENCH_MODELS}[name][0]()
     model = model.cuda()
     x = torch.from_numpy(np.load(art / f"{name}.in0.npy")).cuda()
     res = {}
@@ -266,14 +276,20 @@ def child_torch_default(art: Path, promote: str = "0") -> dict:
 
 # ---------- orchestration ----------
 
-def aoti_run(exe: str, art: Path, name: str, extra: list[str], inputs: str | None = None) -> tuple[int, str]:
+def aoti_run(exe: str, art: Path, name: str, extra: list[str], inputs: str | None = None,
+             env: dict[str, str] | None = None, outputs: list | None = None) -> tuple[int, str]:
+    """aoti-run on DIR/<name>.pt2 with its example input; `outputs`, when given, receives the outputs."""
+    import numpy as np
+
     with tempfile.TemporaryDirectory() as tmp:
         try:
             proc = subprocess.run([exe, str(art / f"{name}.pt2"), "--device", "cuda", "-i",
                                    str(art / f"{inputs or name}.in0.npy"), "-o", tmp, "--quiet", *extra],
-                                  capture_output=True, text=True, timeout=120)
+                                  capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
         except subprocess.TimeoutExpired:
             return -1, "timed out after 120 s"
+        if outputs is not None and proc.returncode == 0:
+            outputs += [np.load(p) for p in sorted(Path(tmp).glob("output_*.npy"))]
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -312,6 +328,47 @@ def wall(cmd: list[str], n: int, timeout: int = 120) -> float:
             return float("nan")
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def real_model(exe: str, art: Path, name: str) -> dict:
+    """A real architecture end to end (see the module's doc): per call in milliseconds, ratios to torch's
+    CUDA-graph replay and to eager, and the max relative error of each of our rows against eager."""
+    import numpy as np
+
+    ref = np.load(art / f"{name}.ref0.npy").astype(np.float32)
+    r: dict = {}
+    progress(f"{name}: torch eager and CUDA-graph replay")
+    eager = _child("--child", "eager", str(art), name, timeout=300)
+    r.update({k: v / 1000 if isinstance(v, float) else v for k, v in eager.items()})  # us -> ms
+    r = {k.replace("_us", "_ms"): v for k, v in r.items()}
+    if not QUICK:
+        progress(f"{name}: torch's AOTI runner")
+        aoti = _child("--child", "aoti", str(art), name, timeout=300)
+        r["torch_aoti_ms"] = aoti["torch_aoti_us"] / 1000 if "torch_aoti_us" in aoti else aoti
+    timed = ["--device-inputs", "--cuda-graphs", "--repeat", str(N_CALLS), "--warmup", str(WARMUP)]
+    rows: list[tuple[str, dict[str, str], list[str]]] = [("cudnn", {}, timed)]
+    if not QUICK:
+        rows += [("cudnn_benchmark", {"AOTI_HOST_CUDNN_BENCHMARK": "1"}, timed),
+                 ("direct", {"AOTI_HOST_CUDNN": "off"},
+                  ["--device-inputs", "--cuda-graphs", "--repeat", str(DIRECT_CALLS), "--warmup", "1"])]
+    for label, env, args in rows:
+        progress(f"{name}: ours, aoti-run --cuda-graphs, {label}")
+        outs: list = []
+        rc, text = aoti_run(exe, art, name, args, env={"AOTI_HOST_LOG": "info", **env}, outputs=outs)
+        med = parse_median(text) if rc == 0 else None
+        row: dict = {"ms": med / 1000 if med is not None else None}
+        if rc != 0 or not outs:
+            row["error"] = text[-600:]
+        else:
+            got = outs[0].astype(np.float32)
+            row["max_rel_err_vs_eager"] = float(np.abs(got - ref).max() / np.abs(ref).max())
+        row["cudnn_log"] = [ln for ln in text.splitlines() if "cudnn" in ln.lower()][:6]
+        for ref_key in ("torch_graph_replay_ms", "eager_ms", "torch_aoti_ms"):
+            if isinstance(row["ms"], float) and isinstance(r.get(ref_key), float):
+                row[f"ratio_vs_{ref_key[:-3]}"] = row["ms"] / r[ref_key]
+        r[f"ours_graphs_{label}"] = row
+        print(f"  {name} ours ({label}): {json.dumps(row)}", flush=True)
+    return r
 
 
 def weight_load(art: Path, results: dict, sweep: bool = False) -> None:
@@ -375,11 +432,15 @@ def main() -> int:
         print(json.dumps(fn()))
         return 0
     art, exe = a.artifacts.resolve(), a.aoti_run
-    results: dict = {"n_calls": N_CALLS}
-    if os.environ.get("BENCH_PART") == "upload":  # the weight load alone, with the host ring's sweep
-        weight_load(art, results, sweep=True)
+    results: dict = {"n_calls": N_CALLS, "quick": QUICK}
+
+    def save() -> None:
         if a.json:
             a.json.write_text(json.dumps(results, indent=1))
+
+    if os.environ.get("BENCH_PART") == "upload":  # the weight load alone, with the host ring's sweep
+        weight_load(art, results, sweep=True)
+        save()
         return 0
     if os.environ.get("BENCH_PART") == "torch":  # only what BENCH_QUICK leaves out (a second, warm call)
         for name in ("small_mlp", "wide_mlp_blob"):
@@ -395,10 +456,22 @@ def main() -> int:
             results[f"torch_default_plugin_promote{promote}"] = d = _child("--child", "default", str(art), promote,
                                                                            timeout=240)
             print(f"  torch runner on its default plugin (promote={promote}): {json.dumps(d)}")
-        if a.json:
-            a.json.write_text(json.dumps(results, indent=1))
+        save()
         return 0
     print(f"bench_gpu: per call = median of {N_CALLS} calls, each followed by a device sync; device inputs")
+    sys.path.insert(0, str(REPO))
+    from tests.gpu.models import BENCH_MODELS  # (imports no torch)
+
+    real = [n for n in BENCH_MODELS if (art / f"{n}.pt2").is_file()]
+    for name in real:
+        results[name] = real_model(exe, art, name)
+        save()
+    if os.environ.get("BENCH_PART") == "resnet":
+        if not real:
+            print(f"bench_gpu: no {', '.join(BENCH_MODELS)} package in {art}: export it first "
+                  f"(python tests/gpu/prepare.py {art} --only {' '.join(BENCH_MODELS)})")
+            return 2
+        return 0
     for name in ("small_mlp", "wide_mlp_blob"):
         r: dict = {}
         if not QUICK:
@@ -454,6 +527,7 @@ def main() -> int:
             r["ratio_graphs_vs_" + ref_name] = r["ours_graphs_us"] / r[ref_name]
         results[name] = r
         print(f"  {name}: {json.dumps(r)}")
+        save()
     # cold start: exec to first result, new process each time
     progress("cold start: ours")
     rc, _ = aoti_run(exe, art, "small_mlp", [])
@@ -467,10 +541,10 @@ def main() -> int:
                              "torch_exec_to_result_s": torch_wall, "ratio": ours_cold / torch_wall,
                              "ratio_vs_import_torch_alone": ours_cold / import_torch}
     print(f"  cold start: {json.dumps(results['cold_start'])}")
+    save()
     weight_load(art, results)
     if QUICK:  # torch's runner (a minute per load there) is what QUICK leaves out
-        if a.json:
-            a.json.write_text(json.dumps(results, indent=1))
+        save()
         return 0
     progress("torch's runner on its default plugin")
     d = _child("--child", "default", str(art))
@@ -478,8 +552,7 @@ def main() -> int:
     results["torch_runner_default_plugin"] = {"torch": d, "ours_rc": rc_ours, "ours_msg": text_ours[-500:]}
     print(f"  torch runner on its default (libtorch-linked) plugin: {json.dumps(d)}")
     print(f"  our aoti-run on that plugin: rc={rc_ours}: {text_ours[-300:].strip()}")
-    if a.json:
-        a.json.write_text(json.dumps(results, indent=1))
+    save()
     return 0
 
 

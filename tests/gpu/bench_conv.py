@@ -2,13 +2,16 @@
 torch's own (aten.convolution, cuDNN) on the same inputs, layer by layer.
 
     AOTI_HOST_LIBRARY=.../libaoti_host.so python tests/gpu/bench_conv.py [--quick]
-Prints one line per shape, dtype and layout: the GPU time per call (the sum of the kernels torch's profiler
-records over 10 calls after 3 warm-up calls: cuDNN's and ours, such as a layout copy or the bias) of ours
-through cuDNN and of torch's, their ratio, ours' wall time per call through ctypes (CUDA events around 20
-calls: Python's argument marshalling dominates small shapes), and the direct kernel's wall time (a child
-process with AOTI_HOST_CUDNN=off; --quick skips it). Both sides run with torch's defaults (float32 may use
-TF32, torch.backends.cudnn.allow_tf32=True, benchmark=False); the float32-ieee rows turn TF32 off on both
-(allow_tf32=False, AOTI_HOST_CUDNN_ALLOW_TF32=0). Every row checks ours against torch's output first.
+Prints one line per shape, dtype and layout as it is measured: the GPU time per call (the sum of the kernels
+torch's profiler records over 10 calls after 3 warm-up calls: cuDNN's and ours, such as a layout copy or the
+bias) of ours through cuDNN and of torch's, their ratio, and the wall time per call of ours through ctypes
+(CUDA events around 20 calls: Python's argument marshalling dominates small shapes) and of torch's; then the
+direct kernel's wall time per row (a child process with AOTI_HOST_CUDNN=off). Both sides run with torch's
+defaults (float32 may use TF32, torch.backends.cudnn.allow_tf32=True, benchmark=False); the float32-ieee rows
+turn TF32 off on both (allow_tf32=False, AOTI_HOST_CUDNN_ALLOW_TF32=0). Every row checks ours against torch's
+output first.
+--quick (or BENCH_QUICK=1, as tests/gpu/run.sh passes it): QUICK_SHAPES in float32, float16 and bfloat16, NCHW
+and channels-last (24 of the 76 rows), without the direct kernel's child.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ SHAPES = {
 ROWS = [("float32", torch.float32, True), ("float32-ieee", torch.float32, False), ("float16", torch.float16, True),
         ("bfloat16", torch.bfloat16, True)]
 LAYOUTS = ("nchw", "channels_last")
+# The quick table: ResNet-18's stem, a 3x3 layer early and late, and a depthwise layer; torch's default dtypes.
+QUICK_SHAPES = ["resnet18 stem 7x7/2", "resnet18 3x3 64", "resnet18 3x3 256", "mobilenet dw 3x3 96"]
+QUICK_ROWS = [r for r in ROWS if r[0] != "float32-ieee"]
 
 
 def kernel_ms(fn, iters: int = 10) -> float:
@@ -73,7 +79,9 @@ def operands(shape, dtype, layout):
     return x, w, b, args
 
 
-def measure(names, rows, layouts, check: bool) -> dict:
+def measure(names, rows, layouts, check: bool, report=None) -> dict:
+    """Each row's timings (check: also the output against torch's and both sides' GPU time), passed to
+    `report(key, row)` as soon as measured."""
     host = Host()
     out = {}
     for name in names:
@@ -103,39 +111,42 @@ def measure(names, rows, layouts, check: bool) -> dict:
                 if check:
                     r.update(torch=timed(theirs), ours_gpu=kernel_ms(ours), torch_gpu=kernel_ms(theirs))
                 out[f"{name}|{row}|{layout}"] = r
+                if report is not None:
+                    report(f"{name}|{row}|{layout}", r)
     return out
 
 
+def print_row(key: str, r: dict) -> None:
+    name, row, layout = key.split("|")
+    print(f"{name:26s} {row:13s} {layout:13s}: gpu ours {r['ours_gpu']:7.3f} torch {r['torch_gpu']:7.3f} ms "
+          f"({r['ours_gpu'] / r['torch_gpu']:5.2f}x)  wall ours {r['ours']:7.3f} torch {r['torch']:7.3f} ms  "
+          f"max rel err {r['err']:.1e}", flush=True)
+
+
 def main() -> int:
-    quick = "--quick" in sys.argv
+    quick = "--quick" in sys.argv or os.environ.get("BENCH_QUICK") == "1"
     if "--child" in sys.argv:  # the direct kernel's timings (AOTI_HOST_CUDNN=off in this process)
         print("CHILD " + json.dumps(measure(list(SHAPES), ROWS, LAYOUTS, check=False)))
         return 0
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"torch.backends.cudnn.allow_tf32 default {torch.backends.cudnn.allow_tf32}, "
-          f"benchmark {torch.backends.cudnn.benchmark}", flush=True)
-    res = measure(list(SHAPES), ROWS, LAYOUTS, check=True)
-    direct = {}
+          f"benchmark {torch.backends.cudnn.benchmark}" + (" (quick: QUICK_SHAPES, no direct kernel)" if quick else ""),
+          flush=True)
+    print("GPU ms per call (ours through cuDNN / torch's), wall ms per call (ours through ctypes, torch's)")
+    res = measure(QUICK_SHAPES if quick else list(SHAPES), QUICK_ROWS if quick else ROWS, LAYOUTS, check=True,
+                  report=print_row)
     if not quick:
         env = {**os.environ, "AOTI_HOST_CUDNN": "off"}
         proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
                               timeout=400)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("CHILD ")), None)
-        direct = json.loads(line[6:]) if line else {}
         if not line:
             print("direct-kernel child failed:", proc.stderr[-2000:])
-    ratios = []
-    print("GPU ms per call (ours through cuDNN / torch's), ours' wall ms through ctypes, the direct kernel's wall ms")
-    for key, r in res.items():
-        name, row, layout = key.split("|")
-        d = direct.get(key, {}).get("ours")
-        dtxt = f"direct {d:8.3f} ms" if d else ""
-        ratio = r["ours_gpu"] / r["torch_gpu"]
-        ratios.append(ratio)
-        print(f"{name:26s} {row:13s} {layout:13s}: gpu ours {r['ours_gpu']:7.3f} torch {r['torch_gpu']:7.3f} ms "
-              f"({ratio:5.2f}x)  wall ours {r['ours']:7.3f} torch {r['torch']:7.3f} ms  {dtxt}  "
-              f"max rel err {r['err']:.1e}", flush=True)
-    ratios.sort()
+        print("the direct kernel (AOTI_HOST_CUDNN=off): wall ms per call through ctypes")
+        for key, r in (json.loads(line[6:]) if line else {}).items():
+            name, row, layout = key.split("|")
+            print(f"{name:26s} {row:13s} {layout:13s}: direct {r['ours']:8.3f} ms", flush=True)
+    ratios = sorted(r["ours_gpu"] / r["torch_gpu"] for r in res.values())
     print(f"GPU time ours/torch over {len(ratios)} rows: median {ratios[len(ratios) // 2]:.2f}x, "
           f"worst {ratios[-1]:.2f}x, best {ratios[0]:.2f}x")
     return 0

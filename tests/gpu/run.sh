@@ -1,20 +1,46 @@
 #!/usr/bin/env bash
-# The ONE command for the GPU machine: build the CUDA runtime with its nvcc, export CUDA plugins with its
-# torch, run the GPU tests (aoti-run and the Python module against eager torch) and the GPU benchmark.
-#   bash tests/gpu/run.sh            (from the repository root; writes logs/results under $OUT if set)
-# Exit status: non-zero if the build, the export or any test fails (the benchmark runs regardless).
-# The log starts with the commit it ran at ($OUT/commit.txt, also the first line of pytest.log):
-# AOTI_GPU_COMMIT when set (the GPU machine's copy of the tree carries a .git that need not match it), else
-# git's HEAD with the number of tracked files changed since.
+# The ONE command for the GPU machine: build the CUDA runtime with its nvcc while the CUDA plugins are exported
+# with its torch (tests/gpu/prepare.py, several processes), run the GPU tests (aoti-run and the Python module
+# against eager torch; the test files spread over pytest-xdist workers) and the GPU benchmarks.
+#   bash tests/gpu/run.sh            (from the repository root; logs and results under $OUT if set)
+# On the lent H200 (device tool, carry .whl .deps; about 400 s with BENCH_QUICK=1):
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl &&
+#   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH && AOTI_GPU_COMMIT=<sha> BENCH_QUICK=1 timeout 580 bash tests/gpu/run.sh
+# Knobs (environment):
+#   BENCH_QUICK=1         quick benchmarks: bench_conv's subset, bench_gpu without torch's AOTI runner (a minute
+#                         per load there) and without the direct-kernel and cudnn.benchmark rows of ResNet-18
+#   GPU_BENCH=0           no benchmarks (tests only)
+#   GPU_RUN_BUDGET_S=520  seconds the whole command may take: a benchmark runs only in what is left (stopped at
+#                         the budget, skipped when too little is left), so the run always ends with its summary
+#                         and the tests' exit status instead of being killed by an outer timeout
+#   GPU_TEST_JOBS=4       pytest-xdist workers for the tests (each test file on one worker); 1: one process
+#   PREPARE_JOBS=4        processes exporting the plugins
+#   TORCH_RUNNER_TRACE=1  also trace torch's own runner on its default plugin (a minute per load there);
+#                         default 0 with BENCH_QUICK=1, else 1
+#   PREPARE_ONLY="..."    extra arguments for prepare.py (e.g. --only mlp)
+# Exit status: 2 if the build fails, 3 if no plugin was exported, else non-zero if a test failed, an export job
+# failed or a test of tests/gpu/test_cuda_state.py skipped (they must run here); the benchmarks never decide it.
+# $OUT (at most 8 files: what the device tool brings back): run.log (all of this command's output), commit.txt,
+# pytest.log, bench.log, bench.json, and from the tests corpus-cuda.txt, preflight-messages.txt; the runtime
+# library only when a smoke test failed (to resolve a crash trace's offsets with addr2line).
+# The logs start with the commit they ran at: AOTI_GPU_COMMIT when set (the GPU machine's copy of the tree
+# carries a .git that need not match it), else git's HEAD with the number of tracked files changed since.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
 OUT=${OUT:-$REPO/build/gpu-out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$REPO/build"
+exec > >(tee "$OUT/run.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 NPROC=$(nproc 2>/dev/null || echo 4)
-step() { echo; echo "=== $* ($(date -u +%T))"; }
+BENCH_QUICK=${BENCH_QUICK:-0}
+BUDGET=${GPU_RUN_BUDGET_S:-520}
+TEST_JOBS=${GPU_TEST_JOBS:-4}
+PREPARE_JOBS=${PREPARE_JOBS:-4}
+if [ "$BENCH_QUICK" = 1 ]; then TORCH_RUNNER_TRACE=${TORCH_RUNNER_TRACE:-0}; else TORCH_RUNNER_TRACE=${TORCH_RUNNER_TRACE:-1}; fi
+step() { echo; echo "=== $* ($(date -u +%T), ${SECONDS} s)"; }
+noise() { grep -v "^W[0-9]"; }  # torch's glog warnings
 
 step "commit"
 if [ -n "${AOTI_GPU_COMMIT:-}" ]; then
@@ -26,6 +52,8 @@ else
   COMMIT_LINE="commit unknown (not a git checkout and AOTI_GPU_COMMIT unset)"
 fi
 echo "$COMMIT_LINE" | tee "$OUT/commit.txt"
+echo "BENCH_QUICK=$BENCH_QUICK GPU_BENCH=${GPU_BENCH:-1} GPU_RUN_BUDGET_S=$BUDGET GPU_TEST_JOBS=$TEST_JOBS" \
+     "PREPARE_JOBS=$PREPARE_JOBS TORCH_RUNNER_TRACE=$TORCH_RUNNER_TRACE"
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -34,7 +62,6 @@ $PY -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torc
 $PY -c 'from cuda.bindings import runtime as r; print("cuda.bindings ok, devices:", r.cudaGetDeviceCount()[1])' \
   || echo "cuda-python missing: the Python device-buffer tests will skip"
 
-step "build (scons cuda=on with this machine's nvcc)"
 # OpenBLAS and Sleef (the CPU fallbacks and vectorised plugins need them) are not installed on the GPU
 # machine and it has no network: take them along unpacked from the .debs (`.deps`, docs/scons.md "CUDA and the GPU machine").
 DEPS_ARG=""
@@ -44,22 +71,36 @@ if [ -d "$REPO/.deps/lib/x86_64-linux-gnu" ]; then
   export LD_LIBRARY_PATH="$REPO/.deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 command -v scons >/dev/null || { echo "scons not found: install the scons wheel (docs/scons.md, \"CUDA and the GPU machine\")"; exit 2; }
-if ! scons -Q cuda=on $DEPS_ARG -j"$NPROC" >"$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"; exit 2
+
+step "export CUDA plugins with this machine's torch ($PREPARE_JOBS processes), while scons cuda=on builds"
+# Plugins load from a sealed memfd (the default); cubins go to the private file cache, kept in the build dir.
+# One inductor cache for the export and the tests' own exports: its precompiled header is built once.
+export AOTI_GPU_ARTIFACTS=$REPO/build/gpu-artifacts XDG_CACHE_HOME=$REPO/build/xdg-cache
+export TORCHINDUCTOR_CACHE_DIR=$AOTI_GPU_ARTIFACTS/build/torch/inductor-cache
+SKIP=()  # what nothing in this run uses: the benchmark's model, torch's own default plugin
+[ "${GPU_BENCH:-1}" = 0 ] && SKIP+=(resnet18)
+[ "$TORCH_RUNNER_TRACE" = 1 ] || [ "$BENCH_QUICK" != 1 ] || SKIP+=(small_mlp_default)
+# shellcheck disable=SC2086  # PREPARE_ONLY is a list of arguments
+$PY tests/gpu/prepare.py "$AOTI_GPU_ARTIFACTS" --jobs "$PREPARE_JOBS" --skip "${SKIP[@]}" ${PREPARE_ONLY:-} \
+  >"$REPO/build/gpu-prepare.log" 2>&1 &
+PREPARE_PID=$!
+if ! scons -Q cuda=on $DEPS_ARG -j"$NPROC" >"$REPO/build/gpu-build.log" 2>&1; then
+  tail -40 "$REPO/build/gpu-build.log"; kill "$PREPARE_PID"; exit 2
 fi
 BUILD_VARIANT=$(ls -d build/cuda-*-release | head -1)
-echo "scons cuda=on: built $BUILD_VARIANT"
+echo "scons cuda=on: built $BUILD_VARIANT (${SECONDS} s)"
 export AOTI_HOST_LIBRARY=$REPO/$BUILD_VARIANT/dist/lib/libaoti_host.so AOTI_RUN=$REPO/$BUILD_VARIANT/dist/bin/aoti-run
-ls -la "$AOTI_HOST_LIBRARY" "$AOTI_RUN" || exit 2
-
-step "export CUDA plugins with this machine's torch"
-# Plugins load from a sealed memfd (the default); cubins go to the private file cache, kept in the build dir.
-export AOTI_GPU_ARTIFACTS=$REPO/build/gpu-artifacts XDG_CACHE_HOME=$REPO/build/xdg-cache
-$PY tests/gpu/prepare.py "$AOTI_GPU_ARTIFACTS" ${PREPARE_ONLY:-} 2>&1 | grep -v "^W[0-9]" | tail -40
-[ -f "$AOTI_GPU_ARTIFACTS/manifest.json" ] || { echo "export failed"; exit 3; }
+ls -la "$AOTI_HOST_LIBRARY" "$AOTI_RUN" || { kill "$PREPARE_PID"; exit 2; }
+wait "$PREPARE_PID"
+PREPARE_RC=$?
+noise <"$REPO/build/gpu-prepare.log" | grep -E "^prepare|Error|error:|Traceback|^  File" | tail -60
+echo "prepare.py: exit $PREPARE_RC (${SECONDS} s)"
+# (a model list without a single model: every export failed)
+$PY -c 'import json, sys; sys.exit(not json.load(open(sys.argv[1])))' "$AOTI_GPU_ARTIFACTS/manifest.json" 2>/dev/null \
+  || { noise <"$REPO/build/gpu-prepare.log" | tail -40; echo "export failed: no model exported"; exit 3; }
 
 step "what a CUDA plugin imports"
-$PY - "$AOTI_GPU_ARTIFACTS" "$OUT/plugin.so" <<'PYEOF'
+$PY - "$AOTI_GPU_ARTIFACTS" "$REPO/build/gpu-plugin.so" <<'PYEOF'
 import pathlib, subprocess, sys, zipfile
 union = set()
 for pt2 in sorted(pathlib.Path(sys.argv[1]).glob("*.pt2")):
@@ -82,27 +123,26 @@ for pt2 in sorted(pathlib.Path(sys.argv[1]).glob("*.pt2")):
         print("  cuda runtime imports:", sorted({s.split("@")[0] for s in und if s.startswith("cuda")}))
 print(f"union of aoti_torch_ imports ({len(union)}):", " ".join(sorted(union)))
 PYEOF
-rm -f "$OUT/plugin.so"
+rm -f "$REPO/build/gpu-plugin.so"
 
 step "Python module smoke test (in-process load of a CUDA plugin, every fault traced to library+offset)"
 TRACE=""
 # The tracer is built outside $OUT: the device tool brings back at most 8 files, which the logs need.
-if gcc -shared -fPIC -O1 -o "$REPO/build/segv_trace.so" tests/gpu/segv_trace.c -ldl 2>>"$OUT/build.log"; then
+if gcc -shared -fPIC -O1 -o "$REPO/build/segv_trace.so" tests/gpu/segv_trace.c -ldl 2>>"$REPO/build/gpu-build.log"; then
   TRACE="$REPO/build/segv_trace.so"
 fi
 for variant in "" --torch-first; do
-  LD_PRELOAD=$TRACE $PY tests/gpu/smoke.py "$AOTI_GPU_ARTIFACTS" --device-buffers $variant 2>&1 | grep -v "^W[0-9]" | tail -40
+  LD_PRELOAD=$TRACE $PY tests/gpu/smoke.py "$AOTI_GPU_ARTIFACTS" --device-buffers $variant 2>&1 | noise | tail -40
   SMOKE_RC=${PIPESTATUS[0]}
   echo "smoke ${variant:-plain}: exit $SMOKE_RC"
   # the library comes back only to resolve a crash trace's offsets (addr2line)
   [ "$SMOKE_RC" = 0 ] || cp "$AOTI_HOST_LIBRARY" "$OUT/" 2>/dev/null || true
 done
 
-step "torch's runner on its own default (libtorch-linked) CUDA plugin, every fault traced"
-# (about a minute per load there; TORCH_RUNNER_TRACE=0 skips it)
-if [ "${TORCH_RUNNER_TRACE:-1}" = 1 ] && [ -f "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" ]; then
+if [ "$TORCH_RUNNER_TRACE" = 1 ] && [ -f "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" ]; then
+  step "torch's runner on its own default (libtorch-linked) CUDA plugin, every fault traced (a minute per load)"
   for promote in 0 1; do  # 1: the shared libstdc++.so.6 made global first, as our host does
-    PROMOTE=$promote LD_PRELOAD=$TRACE timeout 240 $PY tests/gpu/torch_runner.py "$AOTI_GPU_ARTIFACTS" 2>&1 | grep -v "^W[0-9]" | tail -40
+    PROMOTE=$promote LD_PRELOAD=$TRACE timeout 240 $PY tests/gpu/torch_runner.py "$AOTI_GPU_ARTIFACTS" 2>&1 | noise | tail -40
     echo "torch runner on its default plugin (libstdc++ global first: $promote): exit ${PIPESTATUS[0]}"
   done
   $PY -m toolchain verify "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" --profile host 2>&1 | tail -25
@@ -110,21 +150,54 @@ fi
 
 step "GPU tests"
 echo "$COMMIT_LINE" > "$OUT/pytest.log"
-# -o addopts=: not pyproject's `-n auto` (pytest-xdist is not installed here; one GPU runs the tests in turn)
+XDIST=()
+if [ "$TEST_JOBS" -gt 1 ] && $PY -c "import xdist" 2>/dev/null; then
+  XDIST=(-n "$TEST_JOBS" --dist loadfile)  # a test file's module fixtures (its exports) run once, on one worker
+else
+  echo "tests in one process (GPU_TEST_JOBS=$TEST_JOBS or pytest-xdist missing)"
+fi
+# -o addopts=: not pyproject's `-n auto` (one worker per core) but XDIST's workers, or none.
 # The tests compare with eager float32 under allow_tf32=False (cuDNN and cuBLAS): the runtime's cuDNN
 # convolutions leave TF32 off too (their default is torch's, allow_tf32=True; test_cudnn.py checks both).
-AOTI_HOST_CUDNN_ALLOW_TF32=0 OUT="$OUT" $PY -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_state.py tests/gpu/test_cuda_half.py tests/gpu/test_cuda_ops.py tests/gpu/test_cudnn.py tests/gpu/test_cudnn_decls.py tests/gpu/test_target_gpu.py tests/gpu/test_corpus_cuda.py tests/gpu/test_torch_packages_gpu.py -v -rs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
+AOTI_HOST_CUDNN_ALLOW_TF32=0 OUT="$OUT" $PY -m pytest "${XDIST[@]}" tests/gpu/test_cuda.py tests/gpu/test_cuda_state.py \
+  tests/gpu/test_cuda_half.py tests/gpu/test_cuda_ops.py tests/gpu/test_cudnn.py tests/gpu/test_cudnn_decls.py \
+  tests/gpu/test_target_gpu.py tests/gpu/test_corpus_cuda.py tests/gpu/test_torch_packages_gpu.py \
+  -v -rs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
+# CUDA sessions and device weight sharing must run here (prepare.py gives torch < 2.13's plugins the entries
+# call they need): a skip of that file's tests fails the run.
+STATE_SKIPS=$(grep -cE "SKIPPED.*tests/gpu/test_cuda_state\.py|tests/gpu/test_cuda_state\.py.*SKIPPED" "$OUT/pytest.log")
+STATE_PASSED=$(grep -cE "PASSED.*tests/gpu/test_cuda_state\.py::|tests/gpu/test_cuda_state\.py::.*PASSED" "$OUT/pytest.log")
+echo "tests/gpu/test_cuda_state.py: $STATE_PASSED passed, $STATE_SKIPS skip line(s)"
+if [ "$STATE_SKIPS" != 0 ] || [ "$STATE_PASSED" = 0 ]; then
+  echo "FAILED: tests/gpu/test_cuda_state.py must run on the GPU machine (skip reasons above and in pytest.log)"
+  [ "$TEST_RC" != 0 ] || TEST_RC=1
+fi
+[ "$PREPARE_RC" = 0 ] || { echo "FAILED: prepare.py exit $PREPARE_RC (export jobs above)"; [ "$TEST_RC" != 0 ] || TEST_RC=1; }
 
-step "attention fallback against torch's kernels"
-$PY tests/gpu/bench_attention.py 2>&1 | tee "$OUT/bench_attention.log" | grep -v "^W[0-9]"
-
-step "convolutions (cuDNN, the direct kernel) against torch's kernels"
-$PY tests/gpu/bench_conv.py 2>&1 | tee "$OUT/bench_conv.log" | grep -v "^W[0-9]"
-
-step "GPU benchmark"
-BENCH_QUICK=${BENCH_QUICK:-0} $PY bench/bench_gpu.py --artifacts "$AOTI_GPU_ARTIFACTS" --aoti-run "$AOTI_RUN" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^W[0-9]"
+# bench NAME MIN_S COMMAND...: runs COMMAND in what is left of the budget (at least MIN_S, else skipped)
+bench() {
+  local name=$1 min=$2 left=$((BUDGET - SECONDS))
+  shift 2
+  step "$name"
+  if [ "$left" -lt "$min" ]; then
+    echo "skipped: ${left} s left of GPU_RUN_BUDGET_S=$BUDGET, it needs ${min} s" | tee -a "$OUT/bench.log"
+    return
+  fi
+  echo "=== $name (at most ${left} s)" >>"$OUT/bench.log"
+  timeout -k 5 "$left" "$@" 2>&1 | tee -a "$OUT/bench.log" | noise
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || echo "$name: exit $rc$([ "$rc" = 124 ] && echo " (stopped at the budget)")" | tee -a "$OUT/bench.log"
+}
+if [ "${GPU_BENCH:-1}" != 0 ]; then
+  : >"$OUT/bench.log"
+  export BENCH_QUICK
+  bench "attention fallback against torch's kernels" 20 $PY tests/gpu/bench_attention.py
+  bench "convolutions (cuDNN, the direct kernel) against torch's kernels" 30 $PY tests/gpu/bench_conv.py
+  bench "GPU benchmark (ResNet-18, small and wide MLP, cold start, weight load)" 60 \
+    $PY bench/bench_gpu.py --artifacts "$AOTI_GPU_ARTIFACTS" --aoti-run "$AOTI_RUN" --json "$OUT/bench.json"
+fi
 
 step "done: tests exit $TEST_RC at $COMMIT_LINE"
 exit "$TEST_RC"
