@@ -3,9 +3,9 @@
 # with its torch (tests/gpu/prepare.py, several processes), run the GPU tests (aoti-run and the Python module
 # against eager torch; the test files spread over pytest-xdist workers) and the GPU benchmarks.
 #   bash tests/gpu/run.sh            (from the repository root; logs and results under $OUT if set)
-# On the lent H200 (device tool, carry .whl .deps; about 400 s with BENCH_QUICK=1):
+# On the lent H200 (device tool, carry .whl .deps; estimated 450 s with BENCH_QUICK=1, at most GPU_RUN_BUDGET_S):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl &&
-#   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH && AOTI_GPU_COMMIT=<sha> BENCH_QUICK=1 timeout 580 bash tests/gpu/run.sh
+#   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH && AOTI_GPU_COMMIT=<sha> BENCH_QUICK=1 timeout 560 bash tests/gpu/run.sh
 # Knobs (environment):
 #   BENCH_QUICK=1         quick benchmarks: bench_conv's subset, bench_gpu without torch's AOTI runner (a minute
 #                         per load there) and without the direct-kernel and cudnn.benchmark rows of ResNet-18
@@ -152,17 +152,19 @@ step "GPU tests"
 echo "$COMMIT_LINE" > "$OUT/pytest.log"
 XDIST=()
 if [ "$TEST_JOBS" -gt 1 ] && $PY -c "import xdist" 2>/dev/null; then
-  XDIST=(-n "$TEST_JOBS" --dist loadfile)  # a test file's module fixtures (its exports) run once, on one worker
+  # each test file on one worker, so its module fixtures (its exports) run once; the files start in the order
+  # given below (the longest first: the corpus exports ~20 models), not xdist's most-tests-first
+  XDIST=(-n "$TEST_JOBS" --dist loadfile --no-loadscope-reorder)
 else
   echo "tests in one process (GPU_TEST_JOBS=$TEST_JOBS or pytest-xdist missing)"
 fi
 # -o addopts=: not pyproject's `-n auto` (one worker per core) but XDIST's workers, or none.
 # The tests compare with eager float32 under allow_tf32=False (cuDNN and cuBLAS): the runtime's cuDNN
 # convolutions leave TF32 off too (their default is torch's, allow_tf32=True; test_cudnn.py checks both).
-AOTI_HOST_CUDNN_ALLOW_TF32=0 OUT="$OUT" $PY -m pytest "${XDIST[@]}" tests/gpu/test_cuda.py tests/gpu/test_cuda_state.py \
-  tests/gpu/test_cuda_half.py tests/gpu/test_cuda_ops.py tests/gpu/test_cudnn.py tests/gpu/test_cudnn_decls.py \
-  tests/gpu/test_target_gpu.py tests/gpu/test_corpus_cuda.py tests/gpu/test_torch_packages_gpu.py \
-  -v -rs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
+AOTI_HOST_CUDNN_ALLOW_TF32=0 OUT="$OUT" $PY -m pytest "${XDIST[@]}" tests/gpu/test_corpus_cuda.py \
+  tests/gpu/test_torch_packages_gpu.py tests/gpu/test_cuda_ops.py tests/gpu/test_cuda.py tests/gpu/test_cuda_state.py \
+  tests/gpu/test_cuda_half.py tests/gpu/test_cudnn.py tests/gpu/test_cudnn_decls.py tests/gpu/test_target_gpu.py \
+  -v -rfEs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
 # CUDA sessions and device weight sharing must run here (prepare.py gives torch < 2.13's plugins the entries
