@@ -50,12 +50,16 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANS
 // OpenBLAS's OpenMP build threads a GEMM called outside a parallel region over omp_get_max_threads();
 // for the small GEMMs of inference that sync costs more than it gains, and on a loaded machine its
 // spinning waits cost milliseconds per call (measured: 2 threads 60x slower than 1 on a 2-core VM).
-// Below ~16M multiply-adds the BLAS runs on the calling thread; our callers parallelise over batch.
+// Below ~16M multiply-adds the BLAS runs on the calling thread; our callers parallelise over batch. So it
+// does inside any OpenMP region, even an inactive one: a region the BLAS opened there would be nested, a
+// team of fresh threads per call.
 class BlasThreads {
  public:
   explicit BlasThreads(double work) {
 #ifdef _OPENMP
-    if (work < 16.0 * 1024 * 1024 && !omp_in_parallel() && (saved_ = omp_get_max_threads()) > 1) omp_set_num_threads(1);
+    if ((work < 16.0 * 1024 * 1024 || omp_get_level() > 0) && (saved_ = omp_get_max_threads()) > 1) {
+      omp_set_num_threads(1);
+    }
 #else
     (void)work;
 #endif
@@ -128,14 +132,15 @@ bool gemv_row(const T* x, int64_t incx, const MatView<const T>& B, T* y, int64_t
 // per thread, each block a single-threaded BLAS call. The pthread build of OpenBLAS is kept to one thread
 // (blas_threads_once), so without this a GEMM ran on one core at any OMP_NUM_THREADS (ResNet-18 at 2
 // threads was slower than at 1); the OpenMP build would sync its threads several times per call where
-// this takes one region. False (nothing done) when the GEMM is small, already inside a parallel region,
-// or one thread is allowed.
+// this takes one region. False (nothing done) when the GEMM is small, inside an OpenMP region (even an
+// inactive one), or one thread is allowed.
 template <typename T>
 bool split_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a,
                 int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, double work) {
 #ifdef _OPENMP
   const int64_t nt = omp_get_max_threads();
-  if (work < 16.0 * 1024 * 1024 || omp_in_parallel() || nt < 2) return false;
+  // Not inside any region, active or not: a region opened there would be a nested team of fresh threads.
+  if (work < 16.0 * 1024 * 1024 || omp_get_level() > 0 || nt < 2) return false;
   const bool by_rows = M >= 8 * nt || M >= N;
   const int64_t extent = by_rows ? M : N;
   const int64_t block = (extent + nt - 1) / nt;

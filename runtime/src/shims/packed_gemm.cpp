@@ -425,7 +425,7 @@ bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t c
   };
 #ifdef _OPENMP
   const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(taps * cin);
-  if (tiles > 1 && work >= 256.0 * 1024 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+  if (tiles > 1 && work >= 256.0 * 1024 && omp_get_level() == 0 && omp_get_max_threads() > 1) {
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) run_tile(t);
     return true;
@@ -527,7 +527,7 @@ bool fast_gemm(const MatView<const float>& A, const MatView<const float>& B, con
 #ifdef _OPENMP
   // Large enough GEMMs outside a parallel region use the plugins' OpenMP pool (tiles split statically).
   const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  if (tiles > 1 && work >= 256.0 * 1024 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+  if (tiles > 1 && work >= 256.0 * 1024 && omp_get_level() == 0 && omp_get_max_threads() > 1) {
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) run_tile(t);
   } else {

@@ -177,11 +177,9 @@ void conv_gemm(Tensor& out, const Tensor& input, const Tensor& weight, const Ten
   if (!p.transposed) {
     const int64_t Kc = Cin_g * Ksp;
     const bool pointwise = Ksp == 1 && all_ones(S) && P[0] == 0 && P[1] == 0 && P[2] == 0;
-AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cout_g > (1 << 17)))
-    {
+    for_blocks(N * Osp * Kc * Cout_g > (1 << 17), N * G, [&](int64_t ng0, int64_t ng1) {
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Kc * Osp));
-AOTI_OMP(omp for schedule(static))
-    for (int64_t ng = 0; ng < N * G; ++ng) {
+    for (int64_t ng = ng0; ng < ng1; ++ng) {
       {
         const int64_t n = ng / G, g = ng % G;
         const T* xg = x + (n * Cin + g * Cin_g) * Isp;
@@ -212,14 +210,12 @@ AOTI_OMP(omp for schedule(static))
         gemm<T>(A, B, C, T(1), beta);
       }
     }
-    }
+    });
   } else {
     const int64_t Kc = Cout_g * Ksp;
-AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cin_g > (1 << 17)))
-    {
+    for_blocks(N * Osp * Kc * Cin_g > (1 << 17), N * G, [&](int64_t ng0, int64_t ng1) {
     std::vector<T> cols(static_cast<size_t>(Kc * Isp));
-AOTI_OMP(omp for schedule(static))
-    for (int64_t ng = 0; ng < N * G; ++ng) {
+    for (int64_t ng = ng0; ng < ng1; ++ng) {
       {
         const int64_t n = ng / G, g = ng % G;
         // weight [Cin, Cout_g, K...]: this group's rows form a [Cin_g, Cout_g * Ksp] matrix
@@ -247,7 +243,7 @@ AOTI_OMP(omp for schedule(static))
         }
       }
     }
-    }
+    });
   }
   if (!direct) store_packed<T>(out, ybuf.data());
 }
@@ -490,11 +486,9 @@ void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const T
   static const std::vector<int64_t> no_offsets;
   const std::vector<int64_t>& offs = implicit ? implicit_offsets(geo, xsp) : no_offsets;
   // Threads only where the work pays for waking them (~100k multiply-adds per call and more).
-AOTI_OMP(omp parallel if (N * G > 1 && N * Osp * Kc * Cout > (1 << 17)))
-  {
+  for_blocks(N * Osp * Kc * Cout > (1 << 17), N * G, [&](int64_t ng0, int64_t ng1) {
     static thread_local std::vector<T> col;  // not zeroed: every element is written below
-AOTI_OMP(omp for schedule(static))
-    for (int64_t ng = 0; ng < N * G; ++ng) {
+    for (int64_t ng = ng0; ng < ng1; ++ng) {
       const int64_t n = ng / G, g = ng % G;
       const T* xg = x + n * xs[0] + g * Cin_g * xs[1];
       if constexpr (std::is_same<T, float>::value) {
@@ -511,7 +505,7 @@ AOTI_OMP(omp for schedule(static))
       }
       im2col_gemm<T>(cols, wt, g, geo, y + n * ysn, channels_last_out, beta, bias_row);
     }
-  }
+  });
 }
 
 // One sample and group (the common batch-1 dense convolution) on several threads: each takes a block of
@@ -524,7 +518,7 @@ bool conv_im2col_split(Tensor& out, const Tensor& input, const Tensor& weight, c
   const ConvGeometry geo(input, weight, out, p);
   const int64_t Kc = geo.Ksp * geo.Cin_g, nt = omp_get_max_threads();
   const bool fast = std::is_same<T, float>::value && fast_gemm_available();
-  if (geo.N * geo.G != 1 || fast || nt < 2 || omp_in_parallel() || Kc == 0 || geo.Osp < 8 * nt ||
+  if (geo.N * geo.G != 1 || fast || nt < 2 || !outside_omp_regions() || Kc == 0 || geo.Osp < 8 * nt ||
       static_cast<double>(geo.Osp) * Kc * geo.Cout < 16.0 * 1024 * 1024)
     return false;
   std::vector<T> xbuf;

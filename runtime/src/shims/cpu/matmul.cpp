@@ -89,14 +89,16 @@ void addmm_blas(Tensor& out, const Tensor* self, const Tensor& mat1, const Tenso
       store_packed<T>(out, tmp.data());
     }
   }
-  // One GEMM per batch entry; several at once on the OpenMP pool (the BLAS runs each single-threaded
-  // inside the parallel region), a single one with the BLAS's own threads.
-AOTI_OMP(omp parallel for if (batch > 1 && batch * mat1.sizes()[mat1.dim() - 1] * M * N > (1 << 17)) schedule(static))
-  for (int64_t b = 0; b < batch; ++b) {
-    const MatView<const T> co = mat_of<T>(out, b);
-    const MatView<T> c{const_cast<T*>(co.p), co.rows, co.cols, co.rs, co.cs};
-    gemm<T>(mat_of<T>(mat1, b), mat_of<T>(mat2, b), c, static_cast<T>(alpha), use_self ? static_cast<T>(beta) : T(0));
-  }
+  // One GEMM per batch entry; several at once on the OpenMP pool (each single-threaded inside the region),
+  // a single one outside any region, where gemm splits a large one over the pool itself.
+  for_blocks(batch * mat1.sizes()[mat1.dim() - 1] * M * N > (1 << 17), batch, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      const MatView<const T> co = mat_of<T>(out, b);
+      const MatView<T> c{const_cast<T*>(co.p), co.rows, co.cols, co.rs, co.cs};
+      gemm<T>(mat_of<T>(mat1, b), mat_of<T>(mat2, b), c, static_cast<T>(alpha),
+              use_self ? static_cast<T>(beta) : T(0));
+    }
+  });
 }
 
 }  // namespace

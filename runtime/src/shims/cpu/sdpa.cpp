@@ -59,11 +59,9 @@ void sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, c
   const std::vector<int64_t>& ls = lse.strides();
   const T ninf = -std::numeric_limits<T>::infinity();
   // (batch, head) pairs in parallel on the OpenMP pool; nothing in the loop throws.
-AOTI_OMP(omp parallel if (B * Hq > 1 && B * Hq * L * S * (E + Ev) > (1 << 17)))
-  {
+  for_blocks(B * Hq * L * S * (E + Ev) > (1 << 17), B * Hq, [&](int64_t bh0, int64_t bh1) {
   std::vector<T> scores(static_cast<size_t>(L * S));
-AOTI_OMP(omp for schedule(static))
-  for (int64_t bh = 0; bh < B * Hq; ++bh) {
+  for (int64_t bh = bh0; bh < bh1; ++bh) {
     {
       const int64_t b = bh / Hq, h = bh % Hq;
       const int64_t hk = h / group;
@@ -75,8 +73,10 @@ AOTI_OMP(omp for schedule(static))
       for (int64_t i = 0; i < L; ++i) {
         T* row = scores.data() + i * S;
         if constexpr (std::is_same<T, float>::value) {
-          if (m == nullptr && !causal) {  // the plain case: one vectorised pass per row
-            const float lsev = softmax_row(row, S);
+          if (m == nullptr) {  // no mask: one vectorised pass per row, over the keys causality leaves
+            const int64_t keys = causal ? std::min(i + 1, S) : S;  // top-left aligned: keys 0..i
+            const float lsev = softmax_row(row, keys);
+            std::fill(row + keys, row + S, 0.0f);
             const int64_t lo = b * ls[0] + h * ls[1] + i * ls[2];
             if (lf != nullptr) lf[lo] = lsev;
             if (ld != nullptr) ld[lo] = static_cast<double>(lsev);
@@ -109,7 +109,7 @@ AOTI_OMP(omp for schedule(static))
               MatView<T>{op + b * os[0] + h * os[1], L, Ev, os[2], os[3]}, T(1), T(0));
     }
   }
-  }
+  });
   if (!ob.empty()) {
     char* base = static_cast<char*>(out.data_ptr());
     const int64_t isz = static_cast<int64_t>(out.itemsize());

@@ -12,6 +12,7 @@
 
 // OpenMP pragmas where the build has OpenMP (gcc: the plugins' libgomp); serial loops elsewhere.
 #ifdef _OPENMP
+#include <omp.h>
 #define AOTI_OMP(...) _Pragma(#__VA_ARGS__)
 #else
 #define AOTI_OMP(...)
@@ -19,6 +20,39 @@
 
 namespace aoti_host {
 namespace cpu {
+
+// Whether the calling thread is outside every OpenMP region, active or not: the only place a kernel may
+// open a region of its own. Inside an inactive region (`parallel if (false)`, one thread)
+// omp_in_parallel() is false, yet a region opened there is nested, and libgomp starts fresh threads for
+// every nested team while the pool's workers keep spinning: three threads on two cores, per call.
+inline bool outside_omp_regions() {
+#ifdef _OPENMP
+  return omp_get_level() == 0;
+#else
+  return true;
+#endif
+}
+
+// body(lo, hi) over [0, n): [0, n) split into one static block per thread of the OpenMP pool when
+// `parallel` holds (and more than one item), else one call on the calling thread outside any region, so
+// that a GEMM in the body can still split over the pool. Per-thread scratch belongs inside the body.
+template <typename F>
+void for_blocks(bool parallel, int64_t n, F&& body) {
+#ifdef _OPENMP
+  if (parallel && n > 1 && outside_omp_regions()) {
+#pragma omp parallel
+    {
+      const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+      if (lo < hi) body(lo, hi);
+    }
+    return;
+  }
+#else
+  (void)parallel;
+#endif
+  if (n > 0) body(int64_t{0}, n);
+}
 namespace detail {
 
 inline std::string dims_str(const std::vector<int64_t>& v, const char* sep = "x") {
