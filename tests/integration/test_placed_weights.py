@@ -26,10 +26,13 @@ def eager(module, inputs):
         return module(*inputs).numpy()
 
 
-def rewrite(pt2: Path, out: Path, edit) -> Path:
-    """A copy of the package with its constants entry replaced by edit(text) (None drops it)."""
+def rewrite(pt2: Path, out: Path, edit, drop: tuple[str, ...] = ()) -> Path:
+    """A copy of the package with its constants entry replaced by edit(text) (None drops it), without the
+    members whose names end in one of `drop`."""
     with zipfile.ZipFile(pt2) as src, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as dst:
         for info in src.infolist():
+            if drop and info.filename.endswith(drop):
+                continue
             data = src.read(info.filename)
             if info.filename.endswith(export.CONSTANTS_ENTRY):
                 new = edit(data.decode())
@@ -71,9 +74,19 @@ def test_embedded_package_has_no_layouts(export_example):
         assert not any(n.endswith(export.CONSTANTS_ENTRY) for n in zf.namelist())
 
 
-def test_package_without_layouts_uses_the_plugins_loader(host_build, export_example, tmp_path):
+def test_package_without_layouts_derives_them_from_its_wrapper(host_build, export_example, tmp_path):
+    """Without the layouts entry (a package torch wrote), the host derives them from the generated wrapper."""
     pt2, module, inputs = export_example("mlp", "blob")
     bare = rewrite(pt2, tmp_path / "bare.pt2", lambda text: None)
+    proc = run_logged(host_build, bare, inputs[0].numpy(), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "constant layouts derived from" in proc.stderr and "placed by the host" in proc.stderr, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "output_0.npy"), eager(module, inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_package_without_layouts_or_wrapper_uses_the_plugins_loader(host_build, export_example, tmp_path):
+    pt2, module, inputs = export_example("mlp", "blob")
+    bare = rewrite(pt2, tmp_path / "bare.pt2", lambda text: None, drop=(".wrapper.cpp",))
     proc = run_logged(host_build, bare, inputs[0].numpy(), tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "placed by the host" not in proc.stderr and "loaded" in proc.stderr

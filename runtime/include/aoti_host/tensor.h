@@ -43,6 +43,12 @@ std::string list_str(const std::vector<int64_t>& v);
 size_t compute_storage_nbytes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                               size_t itemsize, int64_t storage_offset);
 
+// A function called on this thread with the storage bytes of each tensor a plugin wraps over memory of its own
+// (aoti_torch_create_tensor_from_blob and _v2): a load counts its plugin's embedded weights copied out at
+// container creation with it (host/weights.h). Null: none. Returns the hook it replaces.
+using BlobTensorHook = void (*)(uint64_t bytes);
+BlobTensorHook set_thread_blob_tensor_hook(BlobTensorHook hook);
+
 class Storage;
 
 class Tensor {

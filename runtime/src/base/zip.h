@@ -54,6 +54,9 @@ class ZipArchive {
   const unsigned char* unchecked_data(const ZipEntry& entry) const;
   void verify(const ZipEntry& entry, uint32_t actual) const;
   bool verified(const ZipEntry& entry) const;
+  // Whether the bytes are a read-only mapping of the file (not a caller's buffer): pages of it may be dropped
+  // after use (madvise MADV_DONTNEED) and come back from the file, the same bytes, when read again.
+  bool file_backed() const { return file_ != nullptr; }
   // The file's path, or the label of a memory view.
   const std::string& path() const { return label_; }
 

@@ -194,7 +194,13 @@ std::unique_ptr<Method> Method::load(const std::string& path, const aoti_host_lo
   if (p->plugin_->fns.AOTInductorGetLastError == nullptr) p->plugin_cerr_ = plugin_cerr(p->plugin_->handle);
   lap(dlopen_ms);
   const StreamScopePtr scope = stream_scope(*p);  // the device current for the rest of the load
-  p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);
+  {
+    // Embedded weights are copied out of the plugin's mapping as the container is created: its pages go
+    // behind the copy (and after it), so the weights are resident once, in the container.
+    const ReleaseBehindCopy release(p->plugin_->embedded_weight_bytes > 8 ? read_only_embedded_weights(*p->plugin_)
+                                                                          : FileRange{});
+    p->create_container(device, options.num_models ? options.num_models : 1, source.cubin_dir);
+  }
   lap(container_ms);
   p->apply_weights_policy(options, package, defer_weights);
   lap(weights_ms);
@@ -393,16 +399,17 @@ void Method::load_pending_weights() {
     // before anything reads it (load_weights).
     const BlobCheck check{pending_zip_.get(), pending_blob_};
     load_weights(pending_zip_->unchecked_data(*pending_blob_), pending_blob_->size, path_ + ":" + pending_blob_->name,
-                 &check);
+                 &check, pending_zip_->file_backed());
   } else {
     MappedFile weights(pending_weights_path_, "weights blob");
-    load_weights(weights.data(), weights.size(), pending_weights_path_);
+    load_weights(weights.data(), weights.size(), pending_weights_path_, nullptr, true);
   }
   weights_supplied();
   constants_changed();
 }
 
-void Method::load_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check) {
+void Method::load_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check,
+                          bool file_backed) {
   const AotiEntryPoints& fns = plugin_->fns;
   if (fns.AOTInductorModelUpdateConstantsFromBlob == nullptr) {
     throw Error(path_ + ": the plugin keeps its weights outside but does not export "
@@ -417,8 +424,10 @@ void Method::load_weights(const unsigned char* blob, size_t size, const std::str
                     std::to_string(expected) + "; pass the blob exported with this plugin",
                 AOTI_HOST_INVALID_ARGUMENT);
   }
-  if (place_weights(blob, size, from, check)) return;
+  if (place_weights(blob, size, from, check, file_backed)) return;
   if (check != nullptr) check->zip->data(*check->entry);  // the plugin's loader reads checked bytes only
+  if (file_backed) release_file_pages(blob, size);        // what the check read, until the plugin reads it
+  const unsigned char* const mapped = blob;
   clear_last_error();
 #if CUDA_AVAILABLE
   // The plugin copies the blob to the device with cudaMemcpy: from pageable memory that runs at a
@@ -433,8 +442,13 @@ void Method::load_weights(const unsigned char* blob, size_t size, const std::str
   }
   const auto t1 = std::chrono::steady_clock::now();
 #endif
-  if (fns.AOTInductorModelUpdateConstantsFromBlob(container_, blob) != AOTI_RUNTIME_SUCCESS)
-    throw Error(from + ": " + plugin_error("AOTInductorModelUpdateConstantsFromBlob"), AOTI_HOST_INVALID_PROGRAM);
+  if (file_backed && blob != mapped) release_file_pages(mapped, size);  // the plugin reads a pinned copy
+  {
+    // The plugin copies the blob out constant by constant: the mapping's pages go behind its copy.
+    const ReleaseBehindCopy release(file_backed && blob == mapped ? FileRange{blob, size} : FileRange{});
+    if (fns.AOTInductorModelUpdateConstantsFromBlob(container_, blob) != AOTI_RUNTIME_SUCCESS)
+      throw Error(from + ": " + plugin_error("AOTInductorModelUpdateConstantsFromBlob"), AOTI_HOST_INVALID_PROGRAM);
+  }
 #if CUDA_AVAILABLE
   if (cuda_) {
     const auto t2 = std::chrono::steady_clock::now();
@@ -447,7 +461,8 @@ void Method::load_weights(const unsigned char* blob, size_t size, const std::str
   log(LogLevel::Debug, "%s: loaded %zu bytes of weights from %s", path_.c_str(), size, from.c_str());
 }
 
-bool Method::place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check) {
+bool Method::place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check,
+                           bool file_backed) {
   if (constant_layouts_.empty()) return false;  // a package without layouts: the plugin's loader
   const char* device = "cpu";
 #if CUDA_AVAILABLE
@@ -493,13 +508,18 @@ bool Method::place_weights(const unsigned char* blob, size_t size, const std::st
   }
 #endif
   if (!placed) {
-    if (check != nullptr) check->zip->data(*check->entry);  // checked before it is read
-    placed = place_on_host(blob, plan);
+    // One pass: the CRC-32 computed as the bytes are copied (a mismatch throws here, before the plugin sees
+    // any of them), the mapping's pages dropped behind the copy.
+    const bool unchecked = check != nullptr && !check->zip->verified(*check->entry);
+    uint32_t crc = 0;
+    placed = place_on_host(blob, size, plan, unchecked ? &crc : nullptr, file_backed);
+    if (unchecked) check->zip->verify(*check->entry, crc);
     placed->hand_over(*plugin_, container_, plan, device_code::kCPU, 0);
     log(LogLevel::Debug, "%s: %zu constants (%llu bytes) from %s placed by the host", path_.c_str(), plan.items.size(),
         static_cast<unsigned long long>(plan.total), from.c_str());
   }
   placed_weights_ = std::move(placed);
+  if (file_backed) release_file_pages(blob, size);  // read once, never again: the program holds its copy
   return true;
 }
 

@@ -99,7 +99,9 @@ class Method {
     const ZipArchive* zip;
     const ZipEntry* entry;
   };
-  void load_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check = nullptr);
+  // `file_backed`: the blob is a clean read-only mapping of its file, whose pages are dropped behind the copy.
+  void load_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check,
+                    bool file_backed);
 
   std::string path_;
   std::shared_ptr<Plugin> plugin_;
@@ -131,7 +133,8 @@ class Method {
   std::vector<ConstantLayout> constant_layouts_;
   std::unique_ptr<PlacedWeights> placed_weights_;
   std::shared_ptr<cpu::PackCache> pack_cache_;  // this method's (or its program's) packed weights
-  bool place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check);
+  bool place_weights(const unsigned char* blob, size_t size, const std::string& from, const BlobCheck* check,
+                     bool file_backed);
 
   // The steps of run(), in order. input_tensor: input i checked (and converted to the plugin's layout, copied to
   // the device on CUDA) as a new tensor the caller owns.

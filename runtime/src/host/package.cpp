@@ -5,6 +5,7 @@
 
 #include "aoti_host/error.h"
 #include "aoti_host/input_file.h"
+#include "aoti_host/log.h"
 #include "aoti_host/package_layout.h"
 #include "aoti_host/status.h"
 #include "host/plugin_store.h"
@@ -121,14 +122,49 @@ void Package::read_contract() {
 }
 
 void Package::read_constant_layouts() {
-  const ZipEntry* c = blob_ != nullptr ? zip_->find(prefix_ + kConstantsEntry) : nullptr;
-  if (c == nullptr) return;
+  if (blob_ == nullptr) return;
+  const ZipEntry* c = zip_->find(prefix_ + kConstantsEntry);
+  if (c == nullptr) {
+    derive_constant_layouts();
+    return;
+  }
   const std::string text = member_text(*zip_, *c);
   try {
     constant_layouts_ = parse_constant_layouts(text, path_ + ":" + c->name, blob_->size);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "; re-export the model with aoti-toolchain export", AOTI_HOST_INVALID_PROGRAM);
   }
+}
+
+void Package::derive_constant_layouts() {
+  // A package torch wrote: the layouts from the wrapper source its plugin was built from, the one beside it.
+  const std::string dir = plugin_->name.substr(0, plugin_->name.rfind('/') + 1);
+  const ZipEntry* wrapper = nullptr;
+  for (const auto& e : zip_->entries()) {
+    if (e.name.size() <= dir.size() || e.name.compare(0, dir.size(), dir) != 0 || !ends_with(e.name, ".wrapper.cpp") ||
+        e.name.find('/', dir.size()) != std::string::npos)
+      continue;
+    if (wrapper != nullptr) {
+      log(LogLevel::Info, "%s: several generated wrappers beside the plugin: it loads its weights blob itself",
+          path_.c_str());
+      return;
+    }
+    wrapper = &e;
+  }
+  if (wrapper == nullptr) {
+    log(LogLevel::Info, "%s: no constant layouts and no generated wrapper to derive them from: the plugin loads its "
+        "weights blob itself", path_.c_str());
+    return;
+  }
+  std::string why;
+  if (!aoti_host::derive_constant_layouts(member_text(*zip_, *wrapper), blob_->size, &constant_layouts_, &why)) {
+    constant_layouts_.clear();
+    log(LogLevel::Info, "%s: constant layouts not derived from %s (%s): the plugin loads its weights blob itself",
+        path_.c_str(), wrapper->name.c_str(), why.c_str());
+    return;
+  }
+  log(LogLevel::Debug, "%s: %zu constant layouts derived from %s", path_.c_str(), constant_layouts_.size(),
+      wrapper->name.c_str());
 }
 
 void Package::read_target() {
@@ -149,6 +185,8 @@ PluginSource Package::store_plugin() const {
   src.shown = path_ + ":" + plugin_->name;
   try {
     src.load_path = aoti_host::store_plugin(zip_->data(*plugin_), plugin_->size, src.shown).load_path;
+    // The plugin now loads from its store: the package's pages of it (embedded weights too) need not stay.
+    if (zip_->file_backed()) release_file_pages(zip_->unchecked_data(*plugin_), plugin_->size);
     std::vector<CubinMember> members;
     for (const ZipEntry* c : cubins_) members.push_back({c->name, zip_->data(*c), c->size});
     if (!members.empty()) src.cubin_dir = store_cubins(members);

@@ -59,6 +59,7 @@ class Package {
   void find_members();
   void read_contract();
   void read_constant_layouts();
+  void derive_constant_layouts();
   void read_target();
 
   std::string path_;

@@ -1,7 +1,16 @@
 #include "host/weights.h"
 
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -9,6 +18,7 @@
 #include "aoti_host/log.h"
 #include "aoti_host/package_records.h"
 #include "aoti_host/status.h"
+#include "base/crc32.h"
 #include "base/json.h"
 #include "host/contract.h"
 
@@ -33,6 +43,61 @@ int64_t non_negative(const Json* j, const std::string& what) {
   if (j == nullptr || !j->is_integer() || j->integer() < 0 || j->integer() > kMaxContractInt)
     throw Error(what + " is missing or not an integer in [0, 2^62]", AOTI_HOST_INVALID_PROGRAM);
   return j->integer();
+}
+
+// The rules every constant layout meets, recorded or derived: the layout, at the dtype's item size (1 byte
+// when the name is unknown: plan_blob checks again with the plugin's own dtype), spans at most data_size
+// bytes, and the data sizes laid end to end (*total, advanced here) fit in the blob. "" when it does, else
+// the defect.
+std::string layout_defect(const ConstantLayout& l, const std::string& dtype, uint64_t* total, uint64_t blob_size) {
+  uint64_t itemsize = 1;
+  const int32_t code = dtype.empty() ? -1 : dtype_from_name(dtype);
+  if (code >= 0) itemsize = element_size(code);
+  uint64_t need = 0;
+  if (!storage_nbytes(l.sizes, l.strides, itemsize, static_cast<uint64_t>(l.offset), &need) || need > l.data_size)
+    return "shape " + list_str(l.sizes) + ", stride " + list_str(l.strides) + " and offset " + std::to_string(l.offset) +
+           " span more than its data_size of " + std::to_string(l.data_size) + " bytes";
+  if (__builtin_add_overflow(*total, l.data_size, total) || *total > blob_size)
+    return "it ends beyond the weights blob (" + std::to_string(blob_size) + " bytes)";
+  return "";
+}
+
+// "{1, 2, 3}" (or "{}") as integers in [0, kMaxContractInt], at most kMaxContractRank of them.
+bool brace_ints(std::string_view text, std::vector<int64_t>* out) {
+  if (text.size() < 2 || text.front() != '{' || text.back() != '}') return false;
+  text = text.substr(1, text.size() - 2);
+  out->clear();
+  if (text.find_first_not_of(" ") == std::string_view::npos) return true;
+  while (true) {
+    const size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.empty() || item.size() > 18 || out->size() >= kMaxContractRank) return false;
+    int64_t v = 0;
+    for (char c : item) {
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + (c - '0');
+    }
+    if (v > kMaxContractInt) return false;
+    out->push_back(v);
+    if (comma == std::string_view::npos) return true;
+    text.remove_prefix(comma + 1);
+  }
+}
+
+bool digits(std::string_view text, int64_t* out) {
+  std::vector<int64_t> one;
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  if (!brace_ints("{" + std::string(text) + "}", &one) || one.size() != 1) return false;
+  *out = one[0];
+  return true;
+}
+
+// What follows the last `marker` ("cached_torch_dtype_float32" -> "float32"); "" without one.
+std::string after_last(std::string_view text, std::string_view marker) {
+  const size_t at = text.rfind(marker);
+  return at == std::string_view::npos ? std::string() : std::string(text.substr(at + marker.size()));
 }
 
 // ": <the plugin's message>", or nothing.
@@ -96,25 +161,85 @@ std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, cons
       if (!d->is_string()) throw Error(w + "." + rc::kDevice + " is not a string", AOTI_HOST_INVALID_PROGRAM);
       l.device = d->string();
     }
-    // The dtype, when recorded as a name this runtime knows, gives the bytes the layout spans; otherwise
-    // at least one byte per element (plan_blob checks again with the plugin's own dtype).
-    uint64_t itemsize = 1;
+    std::string dtype;
     if (const Json* d = c.get(rc::kDtype)) {
       if (!d->is_string()) throw Error(w + "." + rc::kDtype + " is not a string", AOTI_HOST_INVALID_PROGRAM);
-      const int32_t code = dtype_from_name(d->string());
-      if (code >= 0) itemsize = element_size(code);
+      dtype = d->string();
     }
-    uint64_t need = 0;
-    if (!storage_nbytes(l.sizes, l.strides, itemsize, static_cast<uint64_t>(l.offset), &need) || need > l.data_size)
-      throw Error(w + ": shape " + list_str(l.sizes) + ", stride " + list_str(l.strides) + " and offset " +
-                      std::to_string(l.offset) + " span more than its data_size of " + std::to_string(l.data_size) +
-                      " bytes", AOTI_HOST_INVALID_PROGRAM);
-    if (__builtin_add_overflow(total, l.data_size, &total) || total > blob_size)
-      throw Error(w + " ends beyond the weights blob (" + std::to_string(blob_size) + " bytes)",
-                  AOTI_HOST_INVALID_PROGRAM);
+    const std::string defect = layout_defect(l, dtype, &total, blob_size);
+    if (!defect.empty()) throw Error(w + ": " + defect, AOTI_HOST_INVALID_PROGRAM);
     out.push_back(std::move(l));
   }
   return out;
+}
+
+bool derive_constant_layouts(const std::string& wrapper_cpp, uint64_t blob_size, std::vector<ConstantLayout>* out,
+                             std::string* why) {
+  // index -> field -> its value text, from lines `constants_info_[<i>].<field> = <value>;`
+  std::map<uint64_t, std::map<std::string, std::string>> fields;
+  constexpr std::string_view kPrefix = "constants_info_[";
+  const std::string_view src(wrapper_cpp);
+  for (size_t pos = 0; pos < src.size();) {
+    size_t eol = src.find('\n', pos);
+    if (eol == std::string_view::npos) eol = src.size();
+    std::string_view line = src.substr(pos, eol - pos);
+    pos = eol + 1;
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos) continue;
+    line.remove_prefix(first);
+    if (line.substr(0, kPrefix.size()) != kPrefix) continue;
+    line.remove_prefix(kPrefix.size());
+    size_t i = 0;
+    uint64_t index = 0;
+    while (i < line.size() && line[i] >= '0' && line[i] <= '9' && index <= (uint64_t{1} << 32))
+      index = index * 10 + static_cast<uint64_t>(line[i++] - '0');
+    if (i == 0 || index > (uint64_t{1} << 32) || line.substr(i, 2) != "].") continue;
+    line.remove_prefix(i + 2);
+    size_t j = 0;
+    while (j < line.size() && (std::isalnum(static_cast<unsigned char>(line[j])) || line[j] == '_')) ++j;
+    if (j == 0 || line.substr(j, 3) != " = ") continue;
+    const std::string field(line.substr(0, j));
+    line.remove_prefix(j + 3);
+    const size_t last = line.find_last_not_of(" \t\r");
+    if (last == std::string_view::npos || line[last] != ';') continue;
+    line = line.substr(0, last);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+    fields[index][field] = std::string(line);
+  }
+  if (fields.empty()) return *why = "its generated wrapper sets no constants_info_ fields", false;
+  if (fields.rbegin()->first != fields.size() - 1)
+    return *why = "its generated wrapper sets constants_info_ fields of indices that are not 0.." +
+                  std::to_string(fields.size() - 1), false;
+  std::vector<ConstantLayout> layouts;
+  uint64_t total = 0;
+  for (const auto& [index, f] : fields) {
+    const std::string w = "constant " + std::to_string(index);
+    auto get = [&f](const char* key) -> std::string {
+      auto it = f.find(key);
+      return it == f.end() ? std::string() : it->second;
+    };
+    ConstantLayout l;
+    const std::string name = get("name");
+    if (name.size() < 3 || name.front() != '"' || name.back() != '"' ||
+        name.find_first_of("\"\\", 1) != name.size() - 1)
+      return *why = w + "'s name is not a plain string literal", false;
+    l.name = name.substr(1, name.size() - 2);
+    if (!brace_ints(get("shape"), &l.sizes) || !brace_ints(get("stride"), &l.strides) ||
+        l.sizes.size() != l.strides.size())
+      return *why = w + " (" + l.name + ") has no shape and stride of one rank", false;
+    if (get("layout").find("layout_strided") == std::string::npos)
+      return *why = w + " (" + l.name + ") is not a strided tensor", false;
+    int64_t data_size = 0;
+    if (!digits(get("offset"), &l.offset) || !digits(get("data_size"), &data_size))
+      return *why = w + " (" + l.name + ") has no integer offset and data_size", false;
+    l.data_size = static_cast<uint64_t>(data_size);
+    l.device = after_last(get("device_type"), "device_type_");
+    const std::string defect = layout_defect(l, after_last(get("dtype"), "dtype_"), &total, blob_size);
+    if (!defect.empty()) return *why = w + " (" + l.name + "): " + defect, false;
+    layouts.push_back(std::move(l));
+  }
+  *out = std::move(layouts);
+  return true;
 }
 
 bool plan_blob(const Plugin& plugin, AOTInductorModelContainerHandle container,
@@ -227,12 +352,87 @@ std::vector<AtenTensorHandle> PlacedWeights::wrappers_among(const std::vector<At
   return out;
 }
 
-std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, const BlobPlan& plan) {
+size_t release_file_pages(const void* p, size_t n) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (p == nullptr || hi <= lo) return 0;
+  return ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) == 0 ? hi - lo : 0;
+}
+
+std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, size_t size, const BlobPlan& plan,
+                                             uint32_t* crc, bool release_source) {
   const size_t bytes = (plan.total + 63) / 64 * 64;
   void* mem = std::aligned_alloc(64, bytes > 0 ? bytes : 64);
   if (mem == nullptr) throw Error("cannot allocate " + std::to_string(bytes) + " bytes for the weights", AOTI_HOST_INTERNAL);
-  std::memcpy(mem, blob, plan.total);
-  return std::make_unique<PlacedWeights>(mem, [](void* p) { std::free(p); });
+  std::unique_ptr<PlacedWeights> placed = std::make_unique<PlacedWeights>(mem, [](void* p) { std::free(p); });
+  // Chunks small enough to stay in the cache between the CRC and the copy, large enough that the page drops
+  // behind them cost nothing measurable.
+  constexpr size_t kChunk = size_t{4} << 20;
+  auto* dst = static_cast<unsigned char*>(mem);
+  const size_t n = std::min<size_t>(plan.total, size);
+  for (size_t at = 0; at < size; at += kChunk) {
+    const size_t len = std::min(kChunk, size - at);
+    if (crc != nullptr) *crc = crc32(*crc, blob + at, len);
+    if (at < n) std::memcpy(dst + at, blob + at, std::min(len, n - at));
+    if (release_source) release_file_pages(blob + at, len);
+    if (crc == nullptr && at + len >= n) break;  // the tail past the constants is only read for its CRC
+  }
+  return placed;
+}
+
+FileRange read_only_embedded_weights(const Plugin& plugin) {
+  auto* start = static_cast<const unsigned char*>(::dlsym(plugin.handle, "_binary_constants_bin_start"));
+  auto* end = static_cast<const unsigned char*>(::dlsym(plugin.handle, "_binary_constants_bin_end"));
+  if (start == nullptr || end == nullptr || end <= start) return {};
+  struct Search {
+    uintptr_t lo, hi;
+    bool read_only = false;
+  } search{reinterpret_cast<uintptr_t>(start), reinterpret_cast<uintptr_t>(end)};
+  // The PT_LOAD segment holding the whole range, backed by the file (not its zero-filled tail), not writable:
+  // its pages are clean copies of the plugin's file.
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+          if (ph.p_type != PT_LOAD || s->lo < lo || s->hi > lo + ph.p_filesz) continue;
+          s->read_only = (ph.p_flags & PF_W) == 0;
+          return 1;
+        }
+        return 0;
+      },
+      &search);
+  if (!search.read_only) return {};
+  return {start, static_cast<size_t>(end - start)};
+}
+
+namespace {
+thread_local ReleaseBehindCopy* t_release = nullptr;
+}  // namespace
+
+ReleaseBehindCopy::ReleaseBehindCopy(FileRange range) : range_(range) {
+  if (range_.size == 0) return;
+  outer_ = t_release;
+  t_release = this;
+  outer_hook_ = set_thread_blob_tensor_hook(&ReleaseBehindCopy::on_tensor);
+}
+
+ReleaseBehindCopy::~ReleaseBehindCopy() {
+  if (range_.size == 0) return;
+  set_thread_blob_tensor_hook(outer_hook_);
+  t_release = outer_;
+  release_file_pages(range_.start, range_.size);
+}
+
+void ReleaseBehindCopy::on_tensor(uint64_t bytes) {
+  ReleaseBehindCopy* self = t_release;
+  if (self == nullptr) return;
+  self->pending_ += bytes;
+  if (self->pending_ < kReleaseStep) return;
+  self->pending_ = 0;
+  release_file_pages(self->range_.start, self->range_.size);
 }
 
 }  // namespace aoti_host

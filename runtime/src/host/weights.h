@@ -46,6 +46,16 @@ struct ConstantLayout {
 std::vector<ConstantLayout> parse_constant_layouts(const std::string& text, const std::string& what,
                                                    uint64_t blob_size);
 
+// The same layouts for a package torch wrote itself (no kConstantsEntry), read from the source its plugin was
+// built from: the generated wrapper (<hash>.wrapper.cpp beside the .so) sets each constant's fields in its
+// constructor, one per line (`constants_info_[i].shape = {...};`), in torch 2.11 to 2.13 alike; the
+// aoti-toolchain export reads them the same way (toolchain/export.py constant_layouts). Returns false with
+// `why` when the text has no such block, a constant is not a plain strided tensor, or the layouts break
+// parse_constant_layouts' rules: the plugin then loads its blob itself, as before. Whatever is derived is
+// checked against the plugin's own per-index calls by plan_blob like a recorded layout.
+bool derive_constant_layouts(const std::string& wrapper_cpp, uint64_t blob_size, std::vector<ConstantLayout>* out,
+                             std::string* why);
+
 // Bytes a strided tensor spans from its storage's start: itemsize * (offset + 1 + sum(stride * (size - 1))),
 // or 0 when a size is 0. False when that overflows 64 bits or a size or stride is negative.
 bool storage_nbytes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, uint64_t itemsize,
@@ -93,7 +103,48 @@ class PlacedWeights {
   std::vector<std::unique_ptr<Tensor>> tensors_;
 };
 
-// Host placement: one 64-byte aligned allocation holding a copy of the first plan.total bytes of `blob`.
-std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, const BlobPlan& plan);
+// Drops the whole pages inside [p, p + n) from the process (madvise MADV_DONTNEED). Only for a clean,
+// read-only mapping of a file or memfd (a package's zip mapping, a plugin's read-only segment): such a page
+// comes back with the same bytes from its file when it is read again, so this changes residency, never
+// contents. Returns the bytes dropped.
+size_t release_file_pages(const void* p, size_t n);
+
+// Host placement: one 64-byte aligned allocation holding a copy of the first plan.total bytes of `blob`
+// (`size` bytes). One pass in chunks: each chunk is copied, its CRC-32 continued into *crc when crc is not
+// null (the bytes past plan.total too, so *crc covers all `size`), and, with release_source (a clean
+// read-only file mapping only, see release_file_pages), its pages dropped behind the copy, so the weights are
+// resident about once, not twice, at the peak of a load.
+std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, size_t size, const BlobPlan& plan,
+                                             uint32_t* crc, bool release_source);
+
+// Where a plugin's embedded weights lie in its mapping (_binary_constants_bin_start/_end), when that range is
+// in a read-only PT_LOAD segment of the plugin; empty otherwise (nothing of it may be dropped).
+struct FileRange {
+  const unsigned char* start = nullptr;
+  size_t size = 0;
+};
+FileRange read_only_embedded_weights(const Plugin& plugin);
+
+// While it lives, the pages of `range` (a clean read-only file mapping, see release_file_pages) are dropped
+// progressively as a plugin copies its constants out of them on this thread: torch's loader (container
+// creation for embedded weights, AOTInductorModelUpdateConstantsFromBlob for a blob) copies one constant,
+// then wraps its copy in a tensor (aoti_torch_create_tensor_from_blob*), whose bytes the tensor shims count;
+// every kReleaseStep of them, the range's resident pages go. So the weights are resident about once at the
+// peak of a load, not twice; and once more at the end (the plugin holds its own copy).
+class ReleaseBehindCopy {
+ public:
+  static constexpr uint64_t kReleaseStep = uint64_t{16} << 20;
+  explicit ReleaseBehindCopy(FileRange range);
+  ~ReleaseBehindCopy();
+  ReleaseBehindCopy(const ReleaseBehindCopy&) = delete;
+  ReleaseBehindCopy& operator=(const ReleaseBehindCopy&) = delete;
+
+ private:
+  static void on_tensor(uint64_t bytes);
+  FileRange range_;
+  uint64_t pending_ = 0;
+  ReleaseBehindCopy* outer_ = nullptr;
+  BlobTensorHook outer_hook_ = nullptr;
+};
 
 }  // namespace aoti_host

@@ -51,12 +51,17 @@ int64_t dim_arg(const Tensor& t, int64_t d) {
   return w;
 }
 
+thread_local aoti_host::BlobTensorHook t_blob_tensor_hook = nullptr;
+
 Tensor* create_from_blob(void* data, int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr,
                          int64_t storage_offset, int32_t dtype, int32_t device_type, int32_t device_index) {
   std::vector<int64_t> sizes = int_array(sizes_ptr, ndim, "sizes_ptr");
   std::vector<int64_t> strides = int_array(strides_ptr, ndim, "strides_ptr");
-  return Tensor::from_blob(data, dtype, std::move(sizes), std::move(strides), storage_offset, device_type,
-                           device_index);
+  Tensor* t = Tensor::from_blob(data, dtype, std::move(sizes), std::move(strides), storage_offset, device_type,
+                                device_index);
+  if (t_blob_tensor_hook != nullptr)
+    t_blob_tensor_hook(aoti_host::compute_storage_nbytes(t->sizes(), t->strides(), t->itemsize(), t->storage_offset()));
+  return t;
 }
 
 void copy_any(Tensor& dst, const Tensor& src);
@@ -106,6 +111,12 @@ void copy_any(Tensor& dst, const Tensor& src) {
 }
 
 }  // namespace
+
+aoti_host::BlobTensorHook aoti_host::set_thread_blob_tensor_hook(BlobTensorHook hook) {
+  const BlobTensorHook previous = t_blob_tensor_hook;
+  t_blob_tensor_hook = hook;
+  return previous;
+}
 
 extern "C" {
 
