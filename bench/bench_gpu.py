@@ -345,6 +345,7 @@ def real_model(exe: str, art: Path, name: str) -> dict:
         progress(f"{name}: torch's AOTI runner")
         aoti = _child("--child", "aoti", str(art), name, timeout=300)
         r["torch_aoti_ms"] = aoti["torch_aoti_us"] / 1000 if "torch_aoti_us" in aoti else aoti
+    print(f"  {name} torch: {json.dumps(r)}", flush=True)
     timed = ["--device-inputs", "--cuda-graphs", "--repeat", str(N_CALLS), "--warmup", str(WARMUP)]
     rows: list[tuple[str, dict[str, str], list[str]]] = [("cudnn", {}, timed)]
     if not QUICK:
