@@ -161,6 +161,16 @@ StreamScopePtr stream_scope(const Method& method) {
   return nullptr;
 }
 
+Device load_device(const char* name, const std::string& path) {
+  const Device device = parse_device(name);
+#if CUDA_AVAILABLE
+  if (device.cuda) cuda::require_device(device.index, path.c_str());
+#else
+  (void)path;
+#endif
+  return device;
+}
+
 std::unique_ptr<Method> Method::load(const std::string& path, const aoti_host_load_options& options,
                                        bool defer_weights) {
   // Where a load's time goes, logged at info level (AOTI_HOST_LOG=info): milliseconds per phase.
@@ -176,8 +186,8 @@ std::unique_ptr<Method> Method::load(const std::string& path, const aoti_host_lo
   std::unique_ptr<Method> p(new Method());
   p->path_ = path;
   p->pack_cache_ = std::make_shared<cpu::PackCache>();
+  const Device device = load_device(options.device, path);
   const Package package = Package::open(path);
-  const Device device = parse_device(options.device);
   // Before anything of the plugin is stored or mapped: a plugin this machine can't run is refused by name.
   preflight(package.target(), path, device.cuda ? device.index : -1);
   p->adopt_package(package);
@@ -609,6 +619,13 @@ Tensor* Method::input_tensor(size_t i, const aoti_host_tensor_view& v, std::vect
   if (v.device_type != 0 && !(cuda_ && v.device_type == device_code::kCUDA))
     throw Error(input_name(i) + ": on device type " + std::to_string(v.device_type) + "; this program runs on " +
                     (cuda_ ? "cuda (give host or cuda memory)" : "the CPU"), AOTI_HOST_INVALID_ARGUMENT);
+#if CUDA_AVAILABLE
+  if (cuda_ && v.device_type == device_code::kCUDA && v.device_index != cuda_->device())
+    throw Error(input_name(i) + ": in the memory of cuda:" + std::to_string(v.device_index) + ", the program runs on "
+                    "cuda:" + std::to_string(cuda_->device()) + "; copy the input to that device (or pass host "
+                    "memory), or load the program on cuda:" + std::to_string(v.device_index),
+                AOTI_HOST_INVALID_ARGUMENT);
+#endif
   if (!dtype_is_supported(v.dtype))
     throw Error(input_name(i) + ": dtype " + dtype_name(v.dtype) + " is not supported", AOTI_HOST_INVALID_ARGUMENT);
   std::vector<int64_t> sizes(v.sizes, v.sizes + v.ndim);
@@ -655,6 +672,9 @@ Tensor* Method::input_tensor(size_t i, const aoti_host_tensor_view& v, std::vect
 void Method::run(const aoti_host_tensor_view* inputs, size_t num_inputs, AtenTensorHandle* outputs,
                  size_t num_outputs) {
   check_run_arguments(inputs, num_inputs, outputs, num_outputs);
+  // A CUDA method's device and stream are current for everything of the run (input conversions and uploads
+  // included); the caller's are restored when it returns.
+  const StreamScopePtr scope = stream_scope(*this);
   std::vector<AtenTensorHandle> handles;
   handles.reserve(num_inputs);
   std::vector<char> caller_memory;  // CUDA: input i is the caller's device memory, used in place

@@ -37,6 +37,10 @@ struct StreamScopeDeleter {
 using StreamScopePtr = std::unique_ptr<StreamScope, StreamScopeDeleter>;
 StreamScopePtr stream_scope(const Method& method);
 
+// The device a load of `path` asks for (aoti_host_load_options::device), checked to be well formed and, for
+// cuda:N, a device this process sees; throws Error naming the fix otherwise. Nothing of `path` is read.
+Device load_device(const char* device, const std::string& path);
+
 class Method {
  public:
   // defer_weights: a plugin that keeps its weights in a blob gets none yet (weights_pending()); the caller

@@ -18,6 +18,7 @@
 #include "aoti_host/shims.h"
 #include "base/json.h"
 #include "host/constants.h"
+#include "host/package.h"
 #if CUDA_AVAILABLE
 #include "aoti_host/cuda/cuda.h"
 #include "host/cuda/method_state.h"
@@ -222,6 +223,7 @@ struct Pool {
 };
 
 std::shared_ptr<Program> Program::load(const std::string& path, const aoti_host_load_options& options) {
+  load_device(options.device, path);  // a bad device is refused before any file is looked at
   std::vector<MethodSpec> specs = resolve_methods(path);
   if (specs.size() > 1 && options.weights_path != nullptr && *options.weights_path != '\0')
     throw Error(path + ": a weights blob is for one plugin .so; each method of a multi-method program takes its "
@@ -243,6 +245,8 @@ std::shared_ptr<Program> Program::load(const std::string& path, const aoti_host_
   set->user_managed_.resize(specs.size());
   Pool pool;
   for (size_t k = 0; k < set->methods_.size(); ++k) {
+    // Its weights reach its device with that device current; the caller's is restored after.
+    const StreamScopePtr on_k = stream_scope(*set->methods_[k]);
     if (share) set->share(k, options, pool);
     set->methods_[k]->load_pending_weights();
     if (!share && has_entries_call(set->methods_[k]->plugin()))

@@ -27,10 +27,28 @@ namespace cuda {
 // Throws Error with the CUDA error string and the call that failed.
 void check(int code, const char* what);
 
-int device_count();
-void require_device(int32_t device_index, const char* what);  // throws if the index is out of range
+// Devices: everything the runtime does for a program on cuda:N (allocations, copies, kernel launches, library
+// handles, graph capture and replay, frees) runs with N current on the calling thread, and the device the
+// caller had current is restored before control returns to it (OnDevice, MethodState::Scope).
+int device_count();  // visible devices (CUDA_VISIBLE_DEVICES applies); 0 without a driver or a GPU
+// Throws Error naming the visible count and the fix when cuda:device_index is not a device of this process:
+// AOTI_HOST_INVALID_ARGUMENT when some devices are visible (a wrong index), AOTI_HOST_NOT_SUPPORTED when none is.
+void require_device(int32_t device_index, const char* what);
 int current_device();
 void set_device(int device);
+
+// Makes `device` current on the calling thread for the guard's life, then restores the device it found (no
+// CUDA call beyond the first read when it already is current).
+class OnDevice {
+ public:
+  explicit OnDevice(int device);
+  ~OnDevice();
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int prev_, device_;
+};
 
 void* current_stream(int device);  // cudaStream_t of this thread's current stream on `device`
 void set_current_stream(int device, void* stream);

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <memory>
 
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
@@ -48,17 +49,21 @@ MethodState::Scope::~Scope() {
 
 MethodState::MethodState(int device) : device_(device) {
   require_device(device, "load");
-  const int prev = current_device();
-  if (prev != device) set_device(device);
+  const OnDevice on(device);  // the stream is created on the current device
   cudaStream_t s = nullptr;
   // A blocking stream: work on the legacy default stream (a caller's copies) orders with it.
-  const cudaError_t rc = cudaStreamCreateWithFlags(&s, cudaStreamDefault);
-  if (prev != device) cudaSetDevice(prev);
-  check(rc, "cudaStreamCreateWithFlags");
+  check(cudaStreamCreateWithFlags(&s, cudaStreamDefault), "cudaStreamCreateWithFlags");
   stream_ = s;
 }
 
 MethodState::~MethodState() {
+  // The stream, the graph and its memory are the device's; what fails here (the runtime unloading at exit)
+  // still frees what it can.
+  std::unique_ptr<OnDevice> on;
+  try {
+    on = std::make_unique<OnDevice>(device_);
+  } catch (const Error&) {
+  }
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   drop_graph();
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));

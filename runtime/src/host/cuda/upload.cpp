@@ -138,7 +138,7 @@ void device_free(void* ptr) {
 void* upload_to_device(const void* src, size_t size, int device, void* stream_ptr, UploadTimes* times,
                        uint32_t* crc) {
   const auto t0 = std::chrono::steady_clock::now();
-  set_device(device);
+  const OnDevice on(device);  // the allocation and the copies are the device's; the caller's device is restored
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   void* dst = nullptr;
   AOTI_CUDA_CHECK(cudaMalloc(&dst, size == 0 ? 1 : size));
@@ -148,7 +148,8 @@ void* upload_to_device(const void* src, size_t size, int device, void* stream_pt
   const size_t kChunk = r.chunk;
   if (!r.ready) {
     for (size_t s = 0; s < kSlots; ++s) {
-      if (cudaHostAlloc(&r.pinned[s], kChunk, cudaHostAllocDefault) != cudaSuccess) {
+      // Portable: one ring serves uploads to every device of the process, whichever device allocated it.
+      if (cudaHostAlloc(&r.pinned[s], kChunk, cudaHostAllocPortable) != cudaSuccess) {
         cudaGetLastError();
         for (size_t k = 0; k < s; ++k) cudaFreeHost(r.pinned[k]), r.pinned[k] = nullptr;
         log(LogLevel::Warning, "cuda: cannot allocate %zu bytes of pinned memory; uploading weights from pageable memory",
@@ -266,7 +267,7 @@ PinnedBuffer::~PinnedBuffer() {
 
 std::unique_ptr<PinnedBuffer> pinned_copy(const void* data, size_t size) {
   auto buf = std::make_unique<PinnedBuffer>();
-  if (cudaHostAlloc(&buf->data, size == 0 ? 1 : size, cudaHostAllocDefault) != cudaSuccess) {
+  if (cudaHostAlloc(&buf->data, size == 0 ? 1 : size, cudaHostAllocPortable) != cudaSuccess) {
     cudaGetLastError();
     buf->data = nullptr;
     return nullptr;

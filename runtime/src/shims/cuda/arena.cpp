@@ -14,13 +14,9 @@ constexpr size_t kMinBlock = size_t{2} << 20;
 namespace {
 // Blocks belong to the arena's device, whatever device is current on the calling thread.
 void* malloc_on(int device, size_t bytes) {
-  int current = 0;
-  AOTI_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != device) AOTI_CUDA_CHECK(cudaSetDevice(device));
+  const OnDevice on(device);
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, bytes);
-  if (current != device) cudaSetDevice(current);
-  AOTI_CUDA_CHECK(err);
+  AOTI_CUDA_CHECK(cudaMalloc(&p, bytes));
   return p;
 }
 }  // namespace

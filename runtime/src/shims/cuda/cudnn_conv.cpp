@@ -217,6 +217,7 @@ cudnn::Handle handle_for(const Api& api, int device, cudaStream_t stream) {
   Owned& slot = handles.at(static_cast<size_t>(device));
   if (slot.h == nullptr) {
     slot.api = &api;
+    const OnDevice on(device);  // a handle belongs to the device current when it is created
     check(api, api.cudnnCreate(&slot.h), "cudnnCreate");
   }
   check(api, api.cudnnSetStream(slot.h, stream), "cudnnSetStream");

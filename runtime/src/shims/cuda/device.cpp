@@ -115,23 +115,49 @@ void check(int code, const char* what) {
 
 // Read once: the visible devices are fixed when the CUDA runtime initialises (CUDA_VISIBLE_DEVICES is read
 // then), and every tensor made from a caller's device pointer checks its index against it.
-int device_count() {
-  static const int n = [] {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+namespace {
+struct Visible {
+  int count = 0;
+  std::string why_none;  // the CUDA runtime's reason when it found no device
+};
+
+const Visible& visible() {
+  static const Visible v = [] {
+    Visible out;
+    const cudaError_t rc = cudaGetDeviceCount(&out.count);
+    if (rc != cudaSuccess) {
       cudaGetLastError();
-      return 0;
+      out.count = 0;
+      out.why_none = std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc);
     }
-    return count;
+    return out;
   }();
-  return n;
+  return v;
 }
+}  // namespace
+
+int device_count() { return visible().count; }
 
 void require_device(int32_t device_index, const char* what) {
-  const int n = device_count();
-  if (device_index < 0 || device_index >= n || device_index >= kMaxDevices)
-    throw Error(std::string(what) + ": cuda device " + std::to_string(device_index) + " does not exist (" +
-                std::to_string(n) + " visible; check CUDA_VISIBLE_DEVICES)");
+  const Visible& v = visible();
+  if (device_index >= 0 && device_index < v.count && device_index < kMaxDevices) return;
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string mask = env != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + env + ")" : "";
+  const std::string dev = "cuda:" + std::to_string(device_index);
+  if (v.count == 0)
+    throw Error(std::string(what) + ": " + dev + ": this process sees no CUDA device" + mask +
+                    (v.why_none.empty() ? "" : " (" + v.why_none + ")") +
+                    "; run on a host with a GPU and its driver, or load the program on the cpu",
+                AOTI_HOST_NOT_SUPPORTED);
+  if (device_index >= kMaxDevices)
+    throw Error(std::string(what) + ": " + dev + ": this runtime supports device indices below " +
+                    std::to_string(kMaxDevices), AOTI_HOST_INVALID_ARGUMENT);
+  const std::string range = v.count == 1 ? "cuda:0 only" : "cuda:0 to cuda:" + std::to_string(v.count - 1);
+  throw Error(std::string(what) + ": " + dev + " does not exist: this process sees " + std::to_string(v.count) +
+                  " CUDA device" + (v.count == 1 ? "" : "s") + mask + ", " + range +
+                  "; use one of those, or make the GPU visible (CUDA_VISIBLE_DEVICES; `nvidia-smi -L` lists the "
+                  "host's GPUs)",
+              AOTI_HOST_INVALID_ARGUMENT);
 }
 
 int current_device() {
@@ -141,6 +167,14 @@ int current_device() {
 }
 
 void set_device(int device) { AOTI_CUDA_CHECK(cudaSetDevice(device)); }
+
+OnDevice::OnDevice(int device) : prev_(current_device()), device_(device) {
+  if (prev_ != device_) set_device(device_);
+}
+
+OnDevice::~OnDevice() {
+  if (prev_ != device_ && cudaSetDevice(prev_) != cudaSuccess) cudaGetLastError();
+}
 
 void* current_stream(int device) {
   if (device < 0) device = current_device();
@@ -158,11 +192,10 @@ void* allocate(size_t nbytes, int device) {
   if (t_arena != nullptr) return t_arena->allocate(nbytes);
   configure_pool(device);
   const size_t n = nbytes == 0 ? 1 : nbytes;  // a distinct non-null pointer for empty tensors
-  int prev = current_device();
-  if (prev != device) set_device(device);
+  // The stream (the legacy default one unless a guard set another) is the device's: that device current.
+  const OnDevice on(device);
   void* p = nullptr;
   const cudaError_t rc = cudaMallocAsync(&p, n, stream_of(device));
-  if (prev != device) cudaSetDevice(prev);
   if (rc != cudaSuccess) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
@@ -177,8 +210,14 @@ void* allocate(size_t nbytes, int device) {
 void release(void* ptr, int device) {
   if (ptr == nullptr) return;
   if (t_arena != nullptr && t_arena->defer_free(ptr, device)) return;
-  // Ordered after the work queued so far on this thread's current stream (the stream that used it).
-  const cudaError_t rc = cudaFreeAsync(ptr, stream_of(device));
+  // Ordered after the work queued so far on this thread's current stream of the memory's device (the stream
+  // that used it; the legacy default one orders after every blocking stream of that device, a program's
+  // included), so that device is current for the call. Never throws (deleters call it).
+  int prev = device;
+  if (cudaGetDevice(&prev) != cudaSuccess) cudaGetLastError(), prev = device;
+  if (prev != device && cudaSetDevice(device) != cudaSuccess) cudaGetLastError();
+  const cudaError_t rc = cudaFreeAsync(ptr, static_cast<cudaStream_t>(t_current_stream[static_cast<size_t>(device)]));
+  if (prev != device && cudaSetDevice(prev) != cudaSuccess) cudaGetLastError();
   if (rc != cudaSuccess) {
     cudaGetLastError();
     log(LogLevel::Error, "cuda: cudaFreeAsync(%p) on device %d failed: %s", ptr, device, cudaGetErrorString(rc));
@@ -201,6 +240,7 @@ void copy(Tensor& dst, const Tensor& src) {
   const bool dst_dev = dst.device_type() == device_code::kCUDA;
   const bool src_dev = src.device_type() == device_code::kCUDA;
   const int device = dst_dev ? dst.device_index() : src.device_index();
+  const OnDevice on(device);  // kernels launch on the current device; its stream orders the copy
   cudaStream_t stream = stream_of(device);
   if (dst.dtype() != src.dtype()) {  // converted on the device; a host side first goes to or comes from it
     if (dst_dev && src_dev) {
@@ -302,6 +342,7 @@ Tensor* to_host(const Tensor& t) {
 void zero(Tensor& t) {
   const size_t n = compute_storage_nbytes(t.sizes(), t.strides(), t.itemsize(), 0);
   if (n == 0) return;
+  const OnDevice on(t.device_index());
   if (t.is_contiguous()) {
     AOTI_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, n, stream_of(t.device_index())));
     return;

@@ -280,8 +280,7 @@ void launch_convolution(int32_t dtype, void* out, const void* in, const void* we
 
 bool same_bytes(const void* a, const void* b, size_t n, int device) {
   if (n == 0 || a == b) return true;
-  const int prev = current_device();
-  if (prev != device) set_device(device);
+  const OnDevice on(device);
   cudaStream_t stream = stream_of(device);
   int* flag = nullptr;
   int differ = 0;
@@ -299,11 +298,9 @@ bool same_bytes(const void* a, const void* b, size_t n, int device) {
     AOTI_CUDA_CHECK(cudaStreamSynchronize(stream));
   } catch (...) {
     release(flag, device);
-    if (prev != device) cudaSetDevice(prev);
     throw;
   }
   release(flag, device);
-  if (prev != device) set_device(prev);
   return differ == 0;
 }
 

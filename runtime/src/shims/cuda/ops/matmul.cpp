@@ -64,7 +64,8 @@ T& per_thread(int device, Make&& make) {
 }
 
 cublasHandle_t handle_for(int device) {
-  Handle& h = per_thread<Handle>(device, [] {
+  Handle& h = per_thread<Handle>(device, [device] {
+    const aoti_host::cuda::OnDevice on(device);  // a handle and its workspace belong to the device current here
     auto h = std::make_unique<Handle>();
     cublas_check(cublasCreate(&h->h), "cublasCreate");
     AOTI_CUDA_CHECK(cudaMalloc(&h->workspace, kWorkspaceBytes));
@@ -206,7 +207,8 @@ struct LtHandle {
 };
 
 LtHandle& lt_for(int device) {
-  return per_thread<LtHandle>(device, [] {
+  return per_thread<LtHandle>(device, [device] {
+    const aoti_host::cuda::OnDevice on(device);
     auto h = std::make_unique<LtHandle>();
     cublas_check(cublasLtCreate(&h->h), "cublasLtCreate");
     AOTI_CUDA_CHECK(cudaMalloc(&h->workspace, kLtWorkspaceBytes));
