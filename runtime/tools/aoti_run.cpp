@@ -7,6 +7,7 @@
 // aoti_host/exit_codes.h), which aoti-toolchain reads too: a failure gets the same code from both CLIs.
 #include "aoti_host/build_info.h"
 #include "aoti_host/c_api.h"
+#include "aoti_host/device_name.h"
 #include "aoti_host/dtypes.h"
 #include "aoti_host/error.h"
 #include "aoti_host/exit_codes.h"
@@ -119,6 +120,7 @@ struct Args {
   bool help = false;
   bool version = false;
   std::string device = "cpu";
+  aoti_host::DeviceName device_name;  // --device parsed
   bool cuda_graphs = false;
   bool device_inputs = false;
 };
@@ -199,6 +201,8 @@ Args parse_args(int argc, char** argv) {
       a.warmup = parse_repeat(take("--warmup"), "--warmup");
     } else if (arg == "--device") {
       a.device = take("--device");
+      std::string why;
+      if (!aoti_host::parse_device_name(a.device.c_str(), &a.device_name, &why)) usage_error("--device: " + why);
     } else if (arg == "--device-inputs") {
       no_value("--device-inputs");
       a.device_inputs = true;
@@ -220,8 +224,8 @@ Args parse_args(int argc, char** argv) {
   }
   if (!has_model) usage_error("no model given (a .pt2 package or a plugin .so)");
   if (!a.has_outdir) usage_error("no output directory given (-o OUTDIR)");
-  if (a.cuda_graphs && a.device.rfind("cuda", 0) != 0) usage_error("--cuda-graphs needs --device cuda");
-  if (a.device_inputs && a.device.rfind("cuda", 0) != 0) usage_error("--device-inputs needs --device cuda");
+  if (a.cuda_graphs && !a.device_name.cuda) usage_error("--cuda-graphs needs --device cuda");
+  if (a.device_inputs && !a.device_name.cuda) usage_error("--device-inputs needs --device cuda");
   if (a.warmup > 0 && a.repeat == 0) usage_error("--warmup needs --repeat (it runs before the timed runs)");
   return a;
 }
@@ -570,7 +574,7 @@ std::vector<aoti_host_tensor_view> input_views(const Args& args, std::vector<aot
     views[k].device_index = 0;
   }
   if (!args.device_inputs) return views;
-  const int32_t index = args.device.size() > 5 ? std::atoi(args.device.c_str() + 5) : 0;
+  const int32_t index = args.device_name.index;
   for (size_t k = 0; k < views.size(); ++k) {
     AtenTensorHandle host = nullptr;
     if (aoti_torch_create_tensor_from_blob(views[k].data, views[k].ndim, views[k].sizes, views[k].strides, 0,

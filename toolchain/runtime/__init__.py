@@ -39,6 +39,7 @@ from toolchain import contract as _contract
 from toolchain.errors import InputError, LoadError, RunError, error_for_status
 from toolchain.hostlib import LIBRARY_ENV, REPO_ROOT, default_library
 from toolchain.runtime import _abi, _dlpack
+from toolchain.runtime.device import parse_device
 from toolchain.spec import Dtype, load_abi
 
 _Self = TypeVar("_Self", bound="_Owned")
@@ -538,13 +539,21 @@ class Program(_Owned):
         """The TensorView of a DLPack producer (torch, JAX, cupy, ...): host memory for any program, device
         memory for a CUDA program (exported on the legacy default stream, which the program's stream orders
         with)."""
-        dev_type, _ = _dlpack.device_of(arr)
+        dev_type, dev_id = _dlpack.device_of(arr)
         on_device = dev_type not in _dlpack._HOST_DEVICES
         if on_device and not (on_cuda and dev_type == _dlpack.KDL_CUDA):
             where = "the CPU" if not on_cuda else self.device
             msg = f"input {i}: in device memory (DLPack device type {dev_type}), but {self.path} was loaded on {where}"
             raise InputError(msg, fix="load(..., device='cuda') for CUDA tensors, or pass host memory (tensor.cpu())")
-        v = _dlpack.view(arr, f"input {i}", stream=1 if on_device else None)
+        if on_device:
+            from toolchain.runtime import cuda as _cuda
+
+            # exported with its own device current: the producer orders its stream of that device with the
+            # legacy default stream there (torch refuses to export from another current device)
+            with _cuda.on_device(dev_id):
+                v = _dlpack.view(arr, f"input {i}", stream=1)
+        else:
+            v = _dlpack.view(arr, f"input {i}", stream=None)
         sizes = (ctypes.c_int64 * max(1, len(v.shape)))(*v.shape)
         strides = (ctypes.c_int64 * max(1, len(v.shape)))(*v.strides)
         keep.append((arr, v, sizes, strides))
@@ -681,7 +690,10 @@ def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None
     """Load a `.pt2` package or a plugin `.so` (with `weights` for a blob-mode plugin), or a program of several
     methods: a directory of `.pt2` (or its `methods.json`). `share_weights=False` keeps a copy per method.
 
-    device: "cpu", "cuda" or "cuda:N" (a CUDA plugin; needs the CUDA build of the library).
+    device: "cpu", "cuda" (cuda:0) or "cuda:N" (a CUDA plugin; needs the CUDA build of the library). Everything
+    of the program (its weights, allocations, kernels, graph) lives on that device, whichever device the calling
+    thread has current, and each call leaves the caller's current device as it was. A device this process does
+    not see is refused with the count it sees (toolchain.runtime.device, the runtime's cuda::require_device).
     cuda_graphs: capture Run into a CUDA graph after warm-up and replay it (see `cuda_stats()`). A device input
     passed at the same address on every call is read in place; one that moves is copied in.
     borrow_graph_outputs: with cuda_graphs, replays return views of the graph's output memory (no allocation,
@@ -692,13 +704,11 @@ def load(path: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None
     program proceed at once from different threads (each instance has its own activation buffers; the
     weights are shared). A run finding every instance busy waits for one. Default (None): 2 on the CPU, 1 on
     CUDA (one stream and graph per program)."""
+    device = parse_device(device).name  # "cpu" or "cuda:N"
     if num_models is None:
         num_models = 2 if device == "cpu" else 1
     if isinstance(num_models, bool) or not isinstance(num_models, int) or num_models < 1:
         msg = f"num_models={num_models!r}: give a positive integer (model instances, concurrent runs)"
-        raise InputError(msg)
-    if device != "cpu" and not device.startswith("cuda"):
-        msg = f"device={device!r}: use cpu, cuda or cuda:N"
         raise InputError(msg)
     if cuda_graphs and device == "cpu":
         msg = "cuda_graphs=True needs device='cuda'"

@@ -8,8 +8,10 @@ without a copy through `__cuda_array_interface__` (torch.as_tensor, cupy.asarray
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +60,46 @@ def device_count() -> int:
     return int(n) if int(err) == 0 else 0
 
 
-def synchronize() -> None:
-    _check(_cudart().cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+@contextlib.contextmanager
+def on_device(index: int) -> Iterator[None]:
+    """CUDA device `index` current on this thread for the block, then the caller's device again: what this
+    module does for memory of cuda:N runs there (allocations, copies, the legacy stream they order on) and
+    leaves the caller's current device as it found it."""
+    cudart = _cudart()
+    prev = int(_check(cudart.cudaGetDevice(), "cudaGetDevice"))
+    if prev != index:
+        _check(cudart.cudaSetDevice(index), f"cudaSetDevice({index})")
+    try:
+        yield
+    finally:
+        if prev != index:
+            cudart.cudaSetDevice(prev)
+
+
+def current_device() -> int:
+    """The calling thread's current CUDA device."""
+    return int(_check(_cudart().cudaGetDevice(), "cudaGetDevice"))
+
+
+def pointer_device(ptr: int) -> int | None:
+    """The device whose memory `ptr` points into (cudaPointerGetAttributes), None for host or unknown memory."""
+    if not ptr:
+        return None
+    err, attrs = _cudart().cudaPointerGetAttributes(ptr)
+    if int(err) != 0:
+        return None
+    kind = int(attrs.type)
+    return int(attrs.device) if kind in (2, 3) else None  # cudaMemoryTypeDevice, cudaMemoryTypeManaged
+
+
+def synchronize(device: int | None = None) -> None:
+    """Waits for every stream of `device` (default: the current device)."""
+    cudart = _cudart()
+    if device is None:
+        _check(cudart.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+        return
+    with on_device(device):
+        _check(cudart.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
 _Stats = _abi.CudaStats  # aoti_host_cuda_stats, generated from toolchain/spec/c_api.toml
@@ -129,8 +169,8 @@ class DeviceArray:
     def empty(cls, shape: tuple[int, ...], dtype: Any, device: int = 0) -> DeviceArray:
         cudart = _cudart()
         nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
-        _check(cudart.cudaSetDevice(device), "cudaSetDevice")
-        ptr = _check(cudart.cudaMalloc(nbytes), "cudaMalloc")
+        with on_device(device):
+            ptr = _check(cudart.cudaMalloc(nbytes), f"cudaMalloc on cuda:{device}")
         return cls(int(ptr), shape, np.dtype(dtype), None, device, _free=lambda: cudart.cudaFree(ptr))
 
     @classmethod
@@ -139,8 +179,9 @@ class DeviceArray:
         out = cls.empty(a.shape, a.dtype, device)
         cudart = _cudart()
         if a.nbytes:
-            _check(cudart.cudaMemcpy(out.ptr, a.ctypes.data, a.nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice),
-                   "cudaMemcpy (host to device)")
+            with on_device(device):
+                _check(cudart.cudaMemcpy(out.ptr, a.ctypes.data, a.nbytes,
+                                         cudart.cudaMemcpyKind.cudaMemcpyHostToDevice), "cudaMemcpy (host to device)")
         return out
 
     @property
@@ -153,13 +194,15 @@ class DeviceArray:
         return (1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides, strict=True))) * self.dtype.itemsize
 
     def numpy(self) -> np.ndarray:
-        """A host copy (synchronous; waits for the work queued before it on the legacy stream)."""
+        """A host copy (synchronous; waits for the work queued before it on the legacy stream of the array's
+        device, which a program's stream there orders with)."""
         cudart = _cudart()
         span = self._span()
         flat = np.empty(max(1, span // self.dtype.itemsize), self.dtype)
         if span:
-            _check(cudart.cudaMemcpy(flat.ctypes.data, self.ptr, span, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost),
-                   "cudaMemcpy (device to host)")
+            with on_device(self.device):
+                _check(cudart.cudaMemcpy(flat.ctypes.data, self.ptr, span,
+                                         cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)")
         if span == 0:
             return np.empty(self.shape, self.dtype)
         view = np.lib.stride_tricks.as_strided(flat, self.shape, [s * self.dtype.itemsize for s in self.strides])
@@ -189,7 +232,7 @@ class DeviceArray:
             msg = "DeviceArray.__dlpack__ needs the runtime's compiled module (_aoti_fastrun); use __cuda_array_interface__"
             raise BufferError(msg)
         if stream not in (None, 1):
-            synchronize()
+            synchronize(self.device)
         # the consumer holds what frees the memory (or, for memory the array does not own, the array)
         owner = self._owner if self._owner is not None else self
         return fast.to_dlpack(owner, self.ptr, self.shape, self.strides, self.dtype, 2, self.device)
@@ -230,9 +273,12 @@ def device_view(obj: Any, index: int) -> tuple[int, np.dtype, tuple[int, ...], t
             raise InputError(msg)
         strides = tuple(s // dtype.itemsize for s in byte_strides)
     ptr = int(cai["data"][0])
-    device = getattr(obj, "device", 0)
-    device = device if isinstance(device, int) else int(getattr(device, "index", 0) or 0)
-    return ptr, dtype, shape, strides, device
+    if isinstance(obj, DeviceArray):
+        return ptr, dtype, shape, strides, obj.device
+    # the interface does not say which device: the driver does (cupy's .device is an object with .id, torch's
+    # has .index, numba's arrays have none)
+    device = pointer_device(ptr)
+    return ptr, dtype, shape, strides, device if device is not None else 0
 
 
 def wrap_output(library: Any, handle: int) -> DeviceArray:
@@ -265,8 +311,9 @@ def to_torch(array: DeviceArray) -> Any:
                               device=f"cuda:{array.device}")
     span = array._span()
     if span:
-        _check(cudart.cudaMemcpy(out.data_ptr(), array.ptr, span, cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice),
-               "cudaMemcpy (device to device)")
-        synchronize()
+        with on_device(array.device):
+            _check(cudart.cudaMemcpy(out.data_ptr(), array.ptr, span,
+                                     cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice), "cudaMemcpy (device to device)")
+        synchronize(array.device)
     array.free()
     return out

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "aoti_host/device_name.h"
 #include "aoti_host/error.h"
 #include "aoti_host/input_file.h"
 #include "aoti_host/log.h"
@@ -34,26 +35,18 @@ std::string member_text(const ZipArchive& zip, const ZipEntry& e) {
 }  // namespace
 
 Device parse_device(const char* device) {
+  DeviceName parsed;
+  std::string why;
+  if (!parse_device_name(device, &parsed, &why)) throw Error(why, AOTI_HOST_INVALID_ARGUMENT);
   Device d;
-  if (device == nullptr || std::strcmp(device, "cpu") == 0) return d;
-  d.name = device;
+  if (!parsed.cuda) return d;
   if (CUDA_AVAILABLE == 0)
-    throw Error("device \"" + d.name + "\": this runtime was built without CUDA (scons cuda=on)",
+    throw Error(std::string("device \"") + device + "\": this runtime was built without CUDA (scons cuda=on)",
                 AOTI_HOST_NOT_SUPPORTED);
-  int index = -1;
-  if (std::strncmp(device, "cuda", 4) == 0) {
-    index = 0;
-    if (device[4] == ':') {
-      char* end = nullptr;
-      index = static_cast<int>(std::strtol(device + 5, &end, 10));
-      if (end == device + 5 || *end != '\0') index = -1;
-    } else if (device[4] != '\0') {
-      index = -1;
-    }
-  }
-  if (index < 0) throw Error("device \"" + d.name + "\": use cpu, cuda or cuda:N", AOTI_HOST_INVALID_ARGUMENT);
   d.cuda = true;
-  d.index = index;
+  d.index = parsed.index;
+  // The plugin's container is created for this exact device, never for "whichever is current".
+  d.name = "cuda:" + std::to_string(parsed.index);
   return d;
 }
 

@@ -17,12 +17,13 @@ namespace aoti_host {
 
 // The device a program runs on, parsed from aoti_host_load_options::device ("cpu", "cuda", "cuda:N").
 struct Device {
-  std::string name = "cpu";  // as given: what the plugin's container is created with
+  std::string name = "cpu";  // what the plugin's container is created with: "cpu" or "cuda:N" ("cuda" is cuda:0)
   bool cuda = false;
   int index = 0;
 };
-// Throws Error: NOT_SUPPORTED for a CUDA device in a runtime built without CUDA, INVALID_ARGUMENT for
-// anything else that is not cpu, cuda or cuda:N. Null means "cpu".
+// Throws Error: INVALID_ARGUMENT for anything that is not cpu, cuda or cuda:N (aoti_host/device_name.h),
+// NOT_SUPPORTED for a CUDA device in a runtime built without CUDA. Null means "cpu". Whether the device
+// exists is checked by the load (cuda::require_device).
 Device parse_device(const char* device);
 
 // Where the plugin loads from (plugin_store.h) and what messages call it.
