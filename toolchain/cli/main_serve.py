@@ -36,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
 
         raise LoadError(msg, fix=f"{pip_install('serve')} (Ray Serve)") from None
     autoscale = deploy.parse_autoscale(args.autoscale) if args.autoscale is not None else None
+    app_device = deploy.replica_device(args.device)
     app = deploy.application(model, replicas=args.replicas or 1, autoscale=autoscale, max_batch=args.max_batch,
                              batch_wait_ms=args.batch_wait_ms, device=args.device, cuda_graphs=args.cuda_graphs,
                              name=args.name, max_body_bytes=int(args.max_body_mb * (1 << 20)),
@@ -48,6 +49,8 @@ def main(args: argparse.Namespace) -> int:
     ray.init(address=args.address, num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=args.verbose,
              _temp_dir=temp_dir)
     try:
+        if args.address is None and app_device != "cpu":  # a cluster may add GPU nodes on demand: not checked
+            deploy.require_gpus(autoscale[0] if autoscale is not None else args.replicas or 1)
         serve.start(http_options={"host": args.host, "port": args.port})
         serve.run(app, name="aoti", route_prefix="/")
         handle = serve.get_deployment_handle("aoti", app_name="aoti")
@@ -74,7 +77,8 @@ def register(sub) -> None:
     r.add_argument("--max-batch", type=int, default=0,
                    help="batch up to B rows per run along the contract's dynamic dimension 0 (0: no batching)")
     r.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits to fill (default 5)")
-    r.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (each replica asks Ray for a GPU)")
+    r.add_argument("--device", default="cpu",
+                   help="cpu or cuda (each replica asks Ray for a GPU of its own and sees it as cuda:0)")
     r.add_argument("--cuda-graphs", action="store_true", help="capture each replica's runs into CUDA graphs")
     r.add_argument("--name", default=None, help="model name (default: the file's stem)")
     r.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray import serve
 
-from toolchain.errors import InputError
+from toolchain.errors import InputError, LoadError
 from toolchain.serve.backend import ProgramBackend, Result
 from toolchain.serve.protocol import DEFAULT_MAX_BODY_BYTES, V2App
 
@@ -83,8 +83,45 @@ class ProgramReplica:
         ctx = ray.get_runtime_context()
         return {"pid": os.getpid(), "rss_bytes": rss_bytes(), "rss_at_init_bytes": self.rss_at_init, "torch_imported": "torch" in sys.modules,
                 "actor_name": ctx.get_actor_name(), "init_seconds": self.init_seconds,
+                "device": getattr(self.backend.runner, "device", None),
+                "gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])],
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "process_start_to_ready_s": self.start_to_ready_s, "models": sorted(self.backend.models),
                 **self.backend.counts}
+
+
+def replica_device(device: str) -> str:
+    """What a replica loads the program on: "cpu", or "cuda:0" for "cuda"/"cuda:0". Ray gives each CUDA replica
+    one GPU of its own (num_gpus=1) and makes it the replica's only visible device (CUDA_VISIBLE_DEVICES), so
+    its GPU is always its cuda:0; another index names nothing in the replica and is refused here."""
+    from toolchain.runtime.device import parse_device
+
+    parsed = parse_device(device)
+    if parsed.index is not None and parsed.index != 0:
+        msg = (f"device={device!r}: Ray gives each replica one GPU of its own and makes it the replica's only "
+               "visible device (CUDA_VISIBLE_DEVICES), so every replica runs on its cuda:0 and Ray picks the GPU")
+        raise InputError(msg, fix=f"pass device 'cuda' (replicas spread over the GPUs, one each); to serve from GPU "
+                                  f"{parsed.index} alone, start with CUDA_VISIBLE_DEVICES={parsed.index}")
+    return parsed.name
+
+
+def require_gpus(replicas: int) -> None:
+    """Refuses, naming the count and the fix, when the connected Ray cluster has fewer GPUs than `replicas` CUDA
+    replicas need (one each): Ray would otherwise leave the replicas pending forever."""
+    import ray
+
+    gpus = float(ray.cluster_resources().get("GPU", 0.0))
+    if gpus >= replicas:
+        return
+    if gpus < 1:
+        msg = "device cuda: the Ray cluster has no GPU (CUDA replicas need one each)"
+        raise LoadError(msg, fix="run on a host with a GPU (nvidia-smi lists them), join a cluster that has GPUs "
+                                 "(--address), or serve on the cpu (--device cpu)")
+    have = int(gpus)
+    msg = (f"device cuda with {replicas} replicas: each replica needs a GPU of its own and the Ray cluster has "
+           f"{gpus:g} GPU{'s' if gpus != 1 else ''}")
+    raise InputError(msg, fix=f"use --replicas {have} (or an --autoscale minimum of at most {have}), or add GPUs "
+                              "(a host with more, or a cluster with --address)")
 
 
 def parse_autoscale(text: str) -> tuple[int, int]:
@@ -110,16 +147,15 @@ def application(model: str | os.PathLike[str], *, replicas: int = 1, autoscale: 
 
     replicas / autoscale=(MIN, MAX): fixed replicas or Ray Serve autoscaling. max_batch > 1 batches
     requests of a model whose contract has a dynamic dimension 0 (rows per run <= max_batch and the
-    contract's maximum), waiting up to batch_wait_ms. device "cuda"/"cuda:N" gives each replica a GPU
-    (num_gpus=1) and cuda_graphs=True captures its runs into CUDA graphs. runner_factory(path, options),
+    contract's maximum), waiting up to batch_wait_ms. device "cuda" gives each replica a GPU of its own
+    (num_gpus=1: Ray spreads replicas over the GPUs, one each, and the replica sees its GPU as cuda:0; another
+    index is refused, see replica_device) and cuda_graphs=True captures its runs into CUDA graphs. runner_factory(path, options),
     a picklable function, replaces toolchain.runtime.load as the replicas' engine (for comparisons)."""
     path = Path(model).resolve()
     if not path.exists():
         msg = f"{model}: no such file or directory"
         raise InputError(msg, fix="pass a .pt2 package, a plugin .so, or a directory of method packages")
-    if device != "cpu" and not device.startswith("cuda"):
-        msg = f"device={device!r}: use cpu, cuda or cuda:N"
-        raise InputError(msg)
+    device = replica_device(device)
     if cuda_graphs and device == "cpu":
         msg = "cuda_graphs needs device cuda"
         raise InputError(msg, fix="add --device cuda")
