@@ -20,8 +20,11 @@ from toolchain.contract import method_packages
 from toolchain.errors import InputError, ToolchainError
 from toolchain.serve.protocol import CONTRACT_DATATYPES, ModelMeta, TensorMeta, V2Error, datatype_of
 from toolchain.spec import load_abi
+from toolchain.spec.records import RECORDS
 
 _LAYOUT = load_abi().package
+# the contract's JSON keys (toolchain/spec/records.toml), shared with the exporter and the runtime
+_CONTRACT, _TENSOR, _DIM = RECORDS.contract, RECORDS.contract_tensor, RECORDS.contract_dim
 MANIFEST_NAME = _LAYOUT.methods_manifest
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -58,17 +61,18 @@ def contract_and_why(package: Path) -> tuple[dict[str, Any] | None, str]:
     if Path(package).suffix != ".pt2":
         return None, "a bare plugin holds no contract"
     doc, why = torch_contract.contract_for(package)
-    ok = (isinstance(doc, dict) and isinstance(doc.get("inputs"), list) and isinstance(doc.get("outputs"), list))
+    ok = (isinstance(doc, dict) and isinstance(doc.get(_CONTRACT.inputs), list)
+          and isinstance(doc.get(_CONTRACT.outputs), list))
     return (doc, why) if ok else (None, why if doc is None else "its contract is not what the exporter writes")
 
 
 def _meta_from_contract(entry: Any, fallback: str) -> TensorMeta:
     if not isinstance(entry, dict):
         return TensorMeta(fallback, None, None)
-    raw_name, raw_dtype = entry.get("name"), entry.get("dtype")
+    raw_name, raw_dtype = entry.get(_TENSOR.name), entry.get(_TENSOR.dtype)
     name: str = raw_name if isinstance(raw_name, str) else fallback
     datatype = CONTRACT_DATATYPES.get(raw_dtype) if isinstance(raw_dtype, str) else None
-    raw = entry.get("shape")
+    raw = entry.get(_TENSOR.shape)
     if not isinstance(raw, list):
         return TensorMeta(name, datatype, None)
     shape: list[int] = []
@@ -83,9 +87,9 @@ def _meta_from_contract(entry: Any, fallback: str) -> TensorMeta:
             exprs.append(None)
         elif isinstance(d, dict):
             shape.append(-1)
-            lo.append(d["min"] if type(d.get("min")) is int else 0)
-            hi.append(d["max"] if type(d.get("max")) is int else None)
-            exprs.append(d["expr"] if isinstance(d.get("expr"), str) else None)
+            lo.append(d[_DIM.min] if type(d.get(_DIM.min)) is int else 0)
+            hi.append(d[_DIM.max] if type(d.get(_DIM.max)) is int else None)
+            exprs.append(d[_DIM.expr] if isinstance(d.get(_DIM.expr), str) else None)
         else:
             return TensorMeta(name, datatype, None)
     return TensorMeta(name, datatype, tuple(shape), tuple(lo), tuple(hi), tuple(exprs))
@@ -130,8 +134,8 @@ def describe(runner: Runner, path: Path, name: str | None = None) -> tuple[dict[
         package = packages[method] if method in packages else path
         contract, why = contract_and_why(package)
         if contract is not None:
-            ins = tuple(_meta_from_contract(e, f"input_{i}") for i, e in enumerate(contract["inputs"]))
-            outs = tuple(_meta_from_contract(e, f"output_{i}") for i, e in enumerate(contract["outputs"]))
+            ins = tuple(_meta_from_contract(e, f"input_{i}") for i, e in enumerate(contract[_CONTRACT.inputs]))
+            outs = tuple(_meta_from_contract(e, f"output_{i}") for i, e in enumerate(contract[_CONTRACT.outputs]))
         else:
             ins = tuple(_meta_from_spec(s) for s in runner.inputs) if k == 0 else ()
             outs = tuple(_meta_from_spec(s) for s in runner.outputs) if k == 0 else ()

@@ -21,6 +21,7 @@ from toolchain.atomic import replacing, write_text
 from toolchain.errors import InputError, LoadError, UsageError
 from toolchain.serve.backend import MANIFEST_NAME, describe, method_packages
 from toolchain.serve.protocol import ModelMeta
+from toolchain.spec.records import RECORDS
 
 BACKEND = "aoti_toolchain"  # backends/<BACKEND>/libtriton_<BACKEND>.so
 BACKEND_LIBRARY = f"libtriton_{BACKEND}.so"
@@ -186,7 +187,8 @@ def write_models(models: list[RepoModel], repo: Path) -> list[Path]:
             target = vdir / fname
             if fname == MANIFEST_NAME:
                 doc = json.loads(src.read_text(encoding="utf-8"))
-                doc["methods"] = [{**m, "package": f"{m['name']}.pt2"} for m in doc["methods"]]
+                key, entry = RECORDS.methods.methods, RECORDS.method
+                doc[key] = [{**m, entry.package: f"{m[entry.name]}.pt2"} for m in doc[key]]
                 write_text(target, json.dumps(doc, indent=1) + "\n")
                 continue
             _place(src, target, written.get(src.resolve()))
