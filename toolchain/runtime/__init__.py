@@ -550,7 +550,7 @@ class Program(_Owned):
 
             # exported with its own device current: the producer orders its stream of that device with the
             # legacy default stream there (torch refuses to export from another current device)
-            with _cuda.on_device(dev_id):
+            with _cuda.on_device(dev_id, required=False):
                 v = _dlpack.view(arr, f"input {i}", stream=1)
         else:
             v = _dlpack.view(arr, f"input {i}", stream=None)

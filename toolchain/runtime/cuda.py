@@ -61,11 +61,20 @@ def device_count() -> int:
 
 
 @contextlib.contextmanager
-def on_device(index: int) -> Iterator[None]:
+def on_device(index: int, *, required: bool = True) -> Iterator[None]:
     """CUDA device `index` current on this thread for the block, then the caller's device again: what this
     module does for memory of cuda:N runs there (allocations, copies, the legacy stream they order on) and
-    leaves the caller's current device as it found it."""
-    cudart = _cudart()
+    leaves the caller's current device as it found it. required=False: without cuda-python the block runs
+    on whatever device is current (for callers that worked without it before, e.g. DLPack exports)."""
+    try:
+        cudart = _cudart()
+    except LoadError:
+        if required:
+            raise
+        cudart = None
+    if cudart is None:
+        yield
+        return
     prev = int(_check(cudart.cudaGetDevice(), "cudaGetDevice"))
     if prev != index:
         _check(cudart.cudaSetDevice(index), f"cudaSetDevice({index})")
@@ -85,7 +94,11 @@ def pointer_device(ptr: int) -> int | None:
     """The device whose memory `ptr` points into (cudaPointerGetAttributes), None for host or unknown memory."""
     if not ptr:
         return None
-    err, attrs = _cudart().cudaPointerGetAttributes(ptr)
+    try:
+        cudart = _cudart()
+    except LoadError:
+        return None
+    err, attrs = cudart.cudaPointerGetAttributes(ptr)
     if int(err) != 0:
         return None
     kind = int(attrs.type)
@@ -276,9 +289,12 @@ def device_view(obj: Any, index: int) -> tuple[int, np.dtype, tuple[int, ...], t
     if isinstance(obj, DeviceArray):
         return ptr, dtype, shape, strides, obj.device
     # the interface does not say which device: the driver does (cupy's .device is an object with .id, torch's
-    # has .index, numba's arrays have none)
+    # has .index, numba's arrays have none); the object's own attribute where the driver can't be asked
     device = pointer_device(ptr)
-    return ptr, dtype, shape, strides, device if device is not None else 0
+    if device is None:
+        attr = getattr(obj, "device", 0)
+        device = attr if isinstance(attr, int) else int(getattr(attr, "index", None) or getattr(attr, "id", 0) or 0)
+    return ptr, dtype, shape, strides, device
 
 
 def wrap_output(library: Any, handle: int) -> DeviceArray:
