@@ -30,7 +30,6 @@ cd "$(dirname "$0")/../.."
 REPO=$PWD
 OUT=${OUT:-$REPO/build/gpu-out}
 mkdir -p "$OUT" "$REPO/build"
-exec > >(tee "$OUT/run.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 NPROC=$(nproc 2>/dev/null || echo 4)
@@ -42,6 +41,8 @@ if [ "$BENCH_QUICK" = 1 ]; then TORCH_RUNNER_TRACE=${TORCH_RUNNER_TRACE:-0}; els
 step() { echo; echo "=== $* ($(date -u +%T), ${SECONDS} s)"; }
 noise() { grep -v "^W[0-9]"; }  # torch's glog warnings
 
+# The whole run, in a function so that its output can go through tee (its body is left unindented).
+run_all() {
 step "commit"
 if [ -n "${AOTI_GPU_COMMIT:-}" ]; then
   COMMIT_LINE="commit $AOTI_GPU_COMMIT (AOTI_GPU_COMMIT)"
@@ -203,3 +204,8 @@ fi
 
 step "done: tests exit $TEST_RC at $COMMIT_LINE"
 exit "$TEST_RC"
+}
+
+# everything this command prints also goes to $OUT/run.log
+run_all 2>&1 | tee "$OUT/run.log"
+exit "${PIPESTATUS[0]}"
