@@ -124,10 +124,15 @@ def run_workers(out: Path, jobs: list[str], programs: list[str], n: int) -> tupl
         old.unlink()
     print(f"prepare: {len(jobs)} jobs in {len(groups)} processes: " + " | ".join(" ".join(g) for g in groups),
           flush=True)
+    # inductor's kernel-compile pool (one process per core by default) shared out among the workers: not
+    # n pools of one per core each, all importing torch at once
+    env = dict(os.environ)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(2, (os.cpu_count() or 4) // len(groups))))
     procs = []
     for k, group in enumerate(groups):
         names = [j for j in group if j != "methods"] + (programs if "methods" in group else [])
-        procs.append(subprocess.Popen([sys.executable, __file__, str(out), "--only", *names, "--part", str(k)]))
+        procs.append(subprocess.Popen([sys.executable, __file__, str(out), "--only", *names, "--part", str(k)],
+                                      env=env))
 
     def stop(signum: int, _frame: Any) -> None:  # run.sh stopping the export stops every worker
         for p in procs:
