@@ -156,6 +156,8 @@ if [ "$TEST_JOBS" -gt 1 ] && $PY -c "import xdist" 2>/dev/null; then
   # each test file on one worker, so its module fixtures (its exports) run once; the files start in the order
   # given below (the longest first: the corpus exports ~20 models), not xdist's most-tests-first
   XDIST=(-n "$TEST_JOBS" --dist loadfile --no-loadscope-reorder)
+  # the workers that export share the cores out for inductor's kernel-compile pools (default: one per core each)
+  TC=$((NPROC / TEST_JOBS)); export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$((TC > 2 ? TC : 2))}
 else
   echo "tests in one process (GPU_TEST_JOBS=$TEST_JOBS or pytest-xdist missing)"
 fi
