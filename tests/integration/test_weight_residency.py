@@ -166,3 +166,26 @@ def test_wrapper_contradicting_the_blob_keeps_the_plugins_loader(host_lib, packa
     _, log = _load(host_lib, out, root, tmp_path, "debug")
     assert "constant layouts not derived from" in log and "span more than its data_size" in log, log[-3000:]
     assert "placed by the host" not in log
+
+
+@pytest.mark.parametrize("name", ["ours_blob", "torch_blob"])
+def test_damaged_blob_refused_before_the_plugin_sees_it(host_lib, packages, tmp_path, name):
+    """A byte of the weights blob changed, its declared CRC-32 kept: the one-pass placement (CRC over the
+    bytes as copied) refuses the package, naming the member."""
+    import struct
+
+    from toolchain import runtime
+    from toolchain.errors import ToolchainError
+
+    made, _, _ = packages
+    data = bytearray(made[name].read_bytes())
+    with zipfile.ZipFile(made[name]) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith("_weights.blob"))
+    n, e = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    start = info.header_offset + 30 + n + e
+    data[start + info.file_size // 2] ^= 0xFF
+    bad = tmp_path / f"{name}-damaged.pt2"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ToolchainError) as err:
+        runtime.load(bad, library_path=host_lib)
+    assert "is corrupt" in str(err.value) and "_weights.blob" in str(err.value), str(err.value)

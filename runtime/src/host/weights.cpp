@@ -373,8 +373,14 @@ std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, size_t s
   const size_t n = std::min<size_t>(plan.total, size);
   for (size_t at = 0; at < size; at += kChunk) {
     const size_t len = std::min(kChunk, size - at);
-    if (crc != nullptr) *crc = crc32(*crc, blob + at, len);
-    if (at < n) std::memcpy(dst + at, blob + at, std::min(len, n - at));
+    const size_t copied = at < n ? std::min(len, n - at) : 0;
+    if (copied > 0) std::memcpy(dst + at, blob + at, copied);
+    // The CRC of the bytes as copied (private memory now: what is checked is what the plugin uses, even if
+    // the file changes under its mapping), then of the tail no constant uses, from the mapping.
+    if (crc != nullptr) {
+      if (copied > 0) *crc = crc32(*crc, dst + at, copied);
+      if (len > copied) *crc = crc32(*crc, blob + at + copied, len - copied);
+    }
     if (release_source) release_file_pages(blob + at, len);
     if (crc == nullptr && at + len >= n) break;  // the tail past the constants is only read for its CRC
   }

@@ -111,7 +111,8 @@ size_t release_file_pages(const void* p, size_t n);
 
 // Host placement: one 64-byte aligned allocation holding a copy of the first plan.total bytes of `blob`
 // (`size` bytes). One pass in chunks: each chunk is copied, its CRC-32 continued into *crc when crc is not
-// null (the bytes past plan.total too, so *crc covers all `size`), and, with release_source (a clean
+// null (over the copy, so the bytes checked are the bytes used; the bytes past plan.total from `blob`, so
+// *crc covers all `size`), and, with release_source (a clean
 // read-only file mapping only, see release_file_pages), its pages dropped behind the copy, so the weights are
 // resident about once, not twice, at the peak of a load.
 std::unique_ptr<PlacedWeights> place_on_host(const unsigned char* blob, size_t size, const BlobPlan& plan,
