@@ -2,9 +2,9 @@
 
 The executable sections are decoded with capstone (detail off: a linear sweep per function, from the symbol
 table); a function whose bytes hold none of the byte sequences every extension's encodings contain
-(`_MAY_NEED`) is not decoded at all. Each distinct
-(mnemonic, encoding, vector width) is classified once, by one detailed decode (capstone's groups) plus a
-table of the AVX-512 subsets capstone has no group for. Weights and other data sections are never read.
+(`_MAY_NEED`) is not decoded at all. Each distinct (mnemonic, encoding, vector width, memory operand or
+not) is classified once, by one detailed decode (capstone's groups) plus a table of the AVX-512 subsets
+capstone has no group for (and VEX FMA3, which it groups nowhere). Weights and other data sections are never read.
 
 The extensions, their psABI levels and cpuid bits are data: toolchain/spec/cpu_isa.toml (the runtime's
 preflight is generated from the same file).
@@ -350,6 +350,7 @@ def _decoder() -> _Libcapstone | _CapstoneModule:
 _BMI_MNEMONICS = ("andn", "bextr", "blsi", "blsmsk", "blsr", "bzhi", "mulx", "pdep", "pext", "rorx", "sarx", "shlx",
                   "shrx")
 _TILE_PREFIXES = ("tile", "ldtilecfg", "sttilecfg")
+_FMA3 = re.compile(r"vf(n?m(add|sub)|maddsub|msubadd)(132|213|231)")  # not FMA4's vfmaddps (AMD, 4 operands)
 
 
 def _same_for_every_form(mnemonic: str, enc: str, width: str) -> bool:
@@ -384,7 +385,9 @@ class _Classifier:
             plain = self.plain[mnemonic] = self._classify(mnemonic, "", raw, address)
             return plain, not plain and _same_for_every_form(mnemonic, "", "")
         width = "zmm" if "zmm" in op_str else "ymm" if "ymm" in op_str else ""
-        key = (mnemonic, enc, width)
+        # A memory operand too: one mnemonic can need another extension by operand kind (vbroadcastss
+        # from a register is AVX2, from memory AVX), and capstone's groups tell the forms apart.
+        key = (mnemonic, enc, width, "ptr" in op_str)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._classify(mnemonic, enc, raw, address)
@@ -393,6 +396,8 @@ class _Classifier:
     def _classify(self, mnemonic: str, enc: str, raw: bytes, address: int) -> tuple[str, ...]:
         exts: set[str] = set()
         exts.update(self._groups[g] for g in self._decoder.groups(raw, address) if g in self._groups)
+        if mnemonic in ("vptestnmd", "vptestnmq"):
+            exts.discard("avx512cd")  # capstone 5 groups them CDI; they are AVX512F (Intel SDM vol. 2C, VPTESTNMB/W/D/Q)
         if mnemonic in _PLAIN_MNEMONICS:
             exts.add(_PLAIN_MNEMONICS[mnemonic])
         table = _EVEX_MNEMONICS if enc == "evex" else _VEX_MNEMONICS if enc == "vex" else ()
@@ -403,6 +408,8 @@ class _Classifier:
                 exts.add("avx512_fp16")
         if enc == "vex" and mnemonic.startswith("v"):
             exts.add("avx")
+            if _FMA3.match(mnemonic):  # capstone 5 gives VEX FMA3 no group at all
+                exts.add("fma")
         if mnemonic.startswith(_TILE_PREFIXES):
             exts.add("amx_tile")
         return tuple(sorted(exts))
