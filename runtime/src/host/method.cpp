@@ -189,7 +189,7 @@ std::unique_ptr<Method> Method::load(const std::string& path, const aoti_host_lo
   const Device device = load_device(options.device, path);
   const Package package = Package::open(path);
   // Before anything of the plugin is stored or mapped: a plugin this machine can't run is refused by name.
-  preflight(package.target(), path, device.cuda ? device.index : -1);
+  preflight(package.target(), path, device.cuda ? device.index : -1, package.plugin_code());
   p->adopt_package(package);
   lap(package_ms);
   p->create_device_state(device);

@@ -390,6 +390,32 @@ StoredPlugin store_plugin(const unsigned char* bytes, uint64_t size, const std::
   return p;
 }
 
+bool read_cache_note(const std::string& name, size_t max_size, std::string* text) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Fd dir(open_private_dir(plugin_cache_root(), "plugin cache directory"));
+  Fd fd(::openat(dir.fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (fd.fd < 0 || ::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode) || !owner_problem(st).empty() ||
+      static_cast<uint64_t>(st.st_size) > max_size)
+    return false;
+  text->assign(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text->size()) {
+    const ssize_t n = ::read(fd.fd, &(*text)[got], text->size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void write_cache_note(const std::string& name, const std::string& text, bool replace) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const std::string root = plugin_cache_root();
+  Fd dir(open_private_dir(root, "plugin cache directory"));
+  write_entry(dir.fd, root, name, reinterpret_cast<const unsigned char*>(text.data()), text.size(), 0600, replace);
+}
+
 // Cubins live in the file cache even when plugins load from memory: the plugin opens each one by name
 // inside the directory it is given, which only a real directory provides. That directory is named by the
 // SHA-256 over every cubin's leaf name and SHA-256, holds exactly those files, each verified by hash when

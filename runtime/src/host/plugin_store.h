@@ -36,6 +36,16 @@ struct CubinMember {
 // <cubin_dir>/<kernel>.cubin by name, so it needs a real directory). Keyed by the SHA-256 of all of them.
 std::string store_cubins(const std::vector<CubinMember>& cubins);
 
+// Small notes about a plugin's bytes kept in the private cache root (the CPU ISA verdict of its code:
+// isa_scan.h), under the same rules as its entries: the directory owned by this user and writable by no
+// one else, opened without following symbolic links, files written under random temp names and renamed.
+// read_cache_note: false (nothing read) when `name` is absent, not a regular file owned by this user and
+// writable by no one else, or larger than `max_size`; the caller still checks what it says.
+// write_cache_note: replaces `name` atomically (mode 0600) when `replace`, else keeps an existing one.
+// Both throw Error (AOTI_HOST_LOAD_FAILED) when the cache directory is refused or can't be written.
+bool read_cache_note(const std::string& name, size_t max_size, std::string* text);
+void write_cache_note(const std::string& name, const std::string& text, bool replace);
+
 // The cache root in use: $AOTI_HOST_CACHE_DIR, else $XDG_CACHE_HOME/aoti-toolchain, else
 // ~/.cache/aoti-toolchain. Never under $TMPDIR.
 std::string plugin_cache_root();

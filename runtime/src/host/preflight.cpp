@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #if CUDA_AVAILABLE
 #include <cuda_runtime_api.h>
@@ -18,6 +19,7 @@
 #include "aoti_host/package_records.h"
 #include "aoti_host/status.h"
 #include "base/json.h"
+#include "host/isa_scan.h"
 
 namespace aoti_host {
 namespace {
@@ -97,7 +99,9 @@ std::string fitting_option(const std::string& level) {
   return best;
 }
 
-void check_cpu(const TargetNeeds& needs, const std::string& shown) {
+// `code`: what the needs were decoded from, for a package without a record (named in the message with the
+// first instruction of the highest extension this CPU lacks).
+void check_cpu(const TargetNeeds& needs, const std::string& shown, const CodeIsa* code = nullptr) {
   const uint64_t os_state = xcr0();
   std::vector<std::string> lacking, unknown;
   bool os_disabled = false;
@@ -120,6 +124,16 @@ void check_cpu(const TargetNeeds& needs, const std::string& shown) {
   const std::string level = cpu_level(mine);
   std::string msg = shown + ": the plugin's code needs " + (needs.cpu_isa.empty() ? "" : needs.cpu_isa + " (") +
                     join(needs.extensions) + (needs.cpu_isa.empty() ? "" : ")");
+  if (code != nullptr) {
+    msg += " (decoded from its code: the package has no target record of aoti-toolchain export";
+    if (const IsaUse* u = code->highest(lacking); u != nullptr) {
+      char at[32];
+      std::snprintf(at, sizeof at, "0x%llx", static_cast<unsigned long long>(u->address));
+      msg += "; first " + u->extension + " instruction: " + u->mnemonic + " (bytes " + u->bytes + ") in " + u->function +
+             " at " + at;
+    }
+    msg += ")";
+  }
   if (!needs.requested.empty()) msg += ", exported with --cpu-isa " + needs.requested;
   if (!lacking.empty()) {
     msg += "; this CPU (" + level + ") lacks " + join(lacking);
@@ -237,10 +251,43 @@ std::string cpu_level(const std::vector<std::string>& extensions) {
   return level;
 }
 
-void preflight(const TargetNeeds& needs, const std::string& shown, int cuda_device) {
-  if (!needs.present) return;
+// A plugin without a record: what its code needs, decoded (isa_scan.h), checked like a record.
+void check_code(const PluginCode& code, const std::string& shown) {
+  const IsaScanMode mode = isa_scan_mode();
+  if (mode == IsaScanMode::Off) return;
+  CodeIsa decoded;
+  std::string why;
+  if (!plugin_code_isa(code.bytes, code.size, code.member, &decoded, &why)) {
+    const std::string fix = "install Zydis 4 (Debian/Ubuntu: apt-get install libzydis4.0) or set AOTI_HOST_ZYDIS_LIBRARY "
+                            "to its libZydis.so.4.0";
+    if (mode == IsaScanMode::On)
+      throw Error(shown + ": the package has no target record and the CPU instructions its code needs cannot be "
+                  "checked: " + why + ". fix: " + fix + "; AOTI_HOST_ISA_SCAN=auto loads it unchecked",
+                  AOTI_HOST_NOT_SUPPORTED);
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      log(LogLevel::Warning, "packages without a target record load without checking the CPU instructions their "
+          "code needs (they die of SIGILL on a CPU that lacks one): %s. fix: %s; AOTI_HOST_ISA_SCAN=off silences "
+          "this", why.c_str(), fix.c_str());
+    });
+    return;
+  }
+  TargetNeeds needs;
+  needs.present = true;
+  needs.cpu_isa = decoded.level;
+  needs.extensions = decoded.extensions();
+  check_cpu(needs, shown, &decoded);
+}
+
+void preflight(const TargetNeeds& needs, const std::string& shown, int cuda_device, const PluginCode& code) {
+  const bool decode = !needs.present && cuda_device < 0 && code.bytes != nullptr;
+  if (!needs.present && !decode) return;
   if (const char* skip = std::getenv(kSkipEnv); skip != nullptr && std::strcmp(skip, "1") == 0) {
     log(LogLevel::Warning, "%s: %s=1: what the plugin needs of this machine is not checked", shown.c_str(), kSkipEnv);
+    return;
+  }
+  if (decode) {
+    check_code(code, shown);
     return;
   }
   check_cpu(needs, shown);

@@ -3,9 +3,11 @@
 // code; docs/targets.md) against this CPU (cpuid, and xgetbv for the register state the OS enabled) and,
 // for a CUDA program, the device's compute capability and the driver's CUDA version. A plugin that would
 // die of SIGILL or "no kernel image is available" is refused with what it needs, what the machine has
-// and the export option that fixes it. AOTI_HOST_SKIP_PREFLIGHT=1 skips the check (docs/environment).
+// and the export option that fixes it. A package without a record (torch's own) has its plugin's code
+// decoded instead (isa_scan.h). AOTI_HOST_SKIP_PREFLIGHT=1 skips the check (docs/environment).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,9 +27,17 @@ struct TargetNeeds {
 // Parses a target record; throws Error(INVALID_PROGRAM) naming `what` and the field for a malformed one.
 TargetNeeds parse_target(const std::string& text, const std::string& what);
 
+// A package's plugin bytes, for a package without a record: what its code needs is decoded (isa_scan.h).
+struct PluginCode {
+  const unsigned char* bytes = nullptr;  // null: a bare .so (not decoded) or no package
+  uint64_t size = 0;
+  std::string member;  // package:member, for messages and logs
+};
+
 // Throws Error(NOT_SUPPORTED) when this machine lacks what `needs` says; `shown` names the package.
-// `cuda_device` < 0: a CPU program (the GPU part is not checked).
-void preflight(const TargetNeeds& needs, const std::string& shown, int cuda_device);
+// `cuda_device` < 0: a CPU program (the GPU part is not checked). Without a record (`needs.present` false),
+// a CPU program's plugin `code` is decoded and checked the same way (AOTI_HOST_ISA_SCAN, isa_scan.h).
+void preflight(const TargetNeeds& needs, const std::string& shown, int cuda_device, const PluginCode& code = {});
 
 // This CPU's extensions among those the runtime knows (aoti_host/cpu_isa.h) and its psABI level.
 std::vector<std::string> cpu_extensions();
