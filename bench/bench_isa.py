@@ -4,6 +4,7 @@ package, and the cost of verify's decode (cpu-isa-too-new, cuda-*) on a 1 GB plu
     .venv/bin/python bench/bench_isa.py speed [--examples mlp_bench,attention,convnet_bench]
                                               [--isas avx512,avx2,x86-64-v2] [--calls 500] [--rounds 2]
     .venv/bin/python bench/bench_isa.py decode [--gb 1]
+    .venv/bin/python bench/bench_isa.py preflight [--runs 15]
 
 speed: each model is exported once per ISA (`export(cpu_isa=...)`); aoti-run --repeat and torch's
 aoti_load_package runner (bench/_common.py's TORCH_RUNNER, libtorch_cpu re-opened RTLD_GLOBAL) run that very
@@ -11,6 +12,12 @@ file, interleaved round by round, OMP_NUM_THREADS=1; the figure is the median of
 decode: a plugin of --gb GB (gcc-built: AVX2 and AVX-512 kernels, plus GB of weights in .lrodata, as
 inductor embeds them) and the runtime library (its text has no prefilter-free region): scan time, bytes
 decoded against bytes of code, and the whole `verify` of the plugin.
+preflight: the runtime's decode of a package without a target record (the 1.7 MB attention plugin of
+bench_verify.py, its record removed: what torch writes), as aoti-run logs it (AOTI_HOST_LOG=debug): the
+decode with an empty verdict cache (a fresh XDG_CACHE_HOME) and the cached verdict (SHA-256 + entry read) of
+--runs runs each; then one linear sweep of the same code in C with Zydis (minimal mode) and with capstone's C
+API (cs_disasm_iter, detail off) for the decoder choice (CPU time, best of 5; each where its headers are:
+libzydis-dev, the capstone wheel's include/).
 """
 
 from __future__ import annotations
@@ -119,6 +126,119 @@ def decode(args: argparse.Namespace) -> None:
     big.unlink()
 
 
+_SWEEP_C = r"""
+#include <elf.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#ifdef ZYDIS
+#include <Zydis/Zydis.h>
+#else
+#include <capstone.h>
+#endif
+static double cpu_ms(void) { struct timespec t; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+int main(int argc, char** argv) {
+  int fd = open(argv[1], O_RDONLY); struct stat st; fstat(fd, &st);
+  const unsigned char* d = mmap(0, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const Elf64_Ehdr* e = (const void*)d; const Elf64_Shdr* sh = (const void*)(d + e->e_shoff);
+  double best = 1e9; size_t n = 0, bytes = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    double t0 = cpu_ms(); n = 0; bytes = 0;
+#ifdef ZYDIS
+    ZydisDecoder dec; ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+    ZydisDecoderEnableMode(&dec, ZYDIS_DECODER_MODE_MINIMAL, ZYAN_TRUE);
+#else
+    csh h; cs_open(CS_ARCH_X86, CS_MODE_64, &h); cs_option(h, CS_OPT_SKIPDATA, CS_OPT_ON); cs_insn* ins = cs_malloc(h);
+#endif
+    for (int i = 0; i < e->e_shnum; ++i) {
+      if (sh[i].sh_type != SHT_PROGBITS || !(sh[i].sh_flags & SHF_EXECINSTR)) continue;
+      const uint8_t* c = d + sh[i].sh_offset; size_t size = sh[i].sh_size; uint64_t a = sh[i].sh_addr; bytes += size;
+#ifdef ZYDIS
+      ZydisDecodedInstruction in;
+      for (size_t off = 0; off < size;) {
+        if (ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&dec, NULL, c + off, size - off, &in))) { off += in.length; ++n; } else { ++off; }
+      }
+      (void)a;
+#else
+      while (cs_disasm_iter(h, &c, &size, &a, ins)) ++n;
+#endif
+    }
+#ifndef ZYDIS
+    cs_free(ins, 1); cs_close(&h);
+#endif
+    double dt = cpu_ms() - t0; if (dt < best) best = dt;
+  }
+  printf("%zu instructions, %zu bytes of code, %.2f ms CPU (best of 5)\n", n, bytes, best);
+  return 0;
+}
+"""
+
+
+def _sweeps(so: Path, d: Path) -> None:
+    """The same linear sweep in C with each decoder (where its headers are), on the plugin's code."""
+    import importlib.util
+
+    src = d / "sweep.c"
+    src.write_text(_SWEEP_C)
+    spec = importlib.util.find_spec("capstone")
+    cs = Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+    builds = {}
+    if Path("/usr/include/Zydis/Zydis.h").is_file():
+        builds["Zydis (libzydis-dev)"] = (["-DZYDIS", "-lZydis"], {})
+    if cs is not None and (cs / "include" / "capstone" / "capstone.h").is_file():
+        (d / "lib").mkdir(exist_ok=True)
+        link = d / "lib" / "libcapstone.so.5"
+        if not link.exists():
+            link.symlink_to(cs / "lib" / "libcapstone.so")  # the wheel's file; its soname is libcapstone.so.5
+        builds["capstone 5 (the pip wheel)"] = ([f"-I{cs / 'include' / 'capstone'}", str(cs / "lib" / "libcapstone.so")],
+                                                {"LD_LIBRARY_PATH": str(d / "lib")})
+    for name, (flags, env) in builds.items():
+        exe = d / ("sweep-" + name.split()[0].lower())
+        subprocess.run(["gcc", "-O2", str(src), "-o", str(exe), *flags], check=True)
+        out = subprocess.run([str(exe), str(so)], capture_output=True, text=True, check=True,
+                             env={**os.environ, **env}).stdout.strip()
+        print(f"C sweep with {name}: {out}")
+
+
+def preflight(args: argparse.Namespace) -> None:
+    import re
+    import zipfile
+
+    from bench_verify import small_plugin
+
+    so = small_plugin()
+    d = Path(tempfile.mkdtemp(prefix="bench-preflight-", dir=REPO / "build"))
+    pt2 = d / "attention-torch.pt2"
+    with zipfile.ZipFile(pt2, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("attention/data/aotinductor/model/attention.wrapper.so", so.read_bytes())
+    run = REPO / "build" / "cpu-gcc-release" / "dist" / "bin" / "aoti-run"
+    decoded, decoded_cpu, cached, lines = [], [], [], []
+    for i in range(args.runs * 2):
+        cache = d / (f"cache-{i}" if i % 2 == 0 else "cache-warm")
+        env = {**os.environ, "AOTI_HOST_LOG": "debug", "XDG_CACHE_HOME": str(cache)}
+        env.pop("AOTI_HOST_CACHE_DIR", None)
+        err = subprocess.run([str(run), str(pt2), "-o", str(d / "out")], capture_output=True, text=True,
+                             env=env).stderr
+        if m := re.search(r"ISA decoded from the code: (\S+), (\d+) of (\d+) code bytes decoded in ([0-9.]+) ms "
+                          r"\(([0-9.]+) ms of CPU", err):
+            decoded.append(float(m[4]))
+            decoded_cpu.append(float(m[5]))
+            lines.append(m[0])
+        elif m := re.search(r"ISA verdict from the cache entry .*\(([0-9.]+) ms with the SHA-256\)", err):
+            cached.append(float(m[1]))
+        else:
+            raise SystemExit(f"no ISA line in aoti-run's log:\n{err}")
+    load = os.getloadavg()[0]
+    print(f"{so.name} ({so.stat().st_size / 1e6:.2f} MB): {lines[0]}")
+    print(f"decode (empty cache): median {statistics.median(decoded):.2f} ms wall "
+          f"({statistics.median(decoded_cpu):.2f} ms of CPU), min {min(decoded):.2f} ms wall of {len(decoded)} runs; "
+          f"cached verdict (SHA-256 + entry): median {statistics.median(cached):.2f} ms, min {min(cached):.2f} ms of "
+          f"{len(cached)}; load average {load:.1f}")
+    _sweeps(so, d)
+
+
 def main() -> int:
     ap = parser(__doc__)
     sub = ap.add_subparsers(dest="part", required=True)
@@ -127,8 +247,10 @@ def main() -> int:
     s.add_argument("--isas", default="avx512,avx2,x86-64-v2")
     dp = sub.add_parser("decode")
     dp.add_argument("--gb", type=float, default=1.0)
+    pf = sub.add_parser("preflight")
+    pf.add_argument("--runs", type=int, default=15)
     args = ap.parse_args()
-    speed(args) if args.part == "speed" else decode(args)
+    {"speed": speed, "decode": decode, "preflight": preflight}[args.part](args)
     return 0
 
 

@@ -31,7 +31,27 @@ def target_info(path: Path, label: str) -> dict | None:
                "cuda": _plugin_cuda(data, label, gpu, needed)}
     if "!" in label:
         record = read_record(path)
-    return {"recorded": record, "decoded": decoded}
+    return {"recorded": record, "decoded": decoded, "torch_cpu_isa": _torch_cpu_isa(path, label)}
+
+
+def _torch_cpu_isa(path: Path, label: str) -> str | None:
+    """AOTI_CPU_ISA of the plugin's *_metadata.json (torch's claim, shown only: its -march=native code can need
+    more, so neither verify nor the runtime's preflight takes it for what the code needs)."""
+    if "!" not in label:
+        return None
+    import json
+
+    from toolchain.pt2 import open_package
+
+    member = label.split("!", 1)[1]
+    with open_package(path) as pkg:
+        meta = next((n for n in pkg.members if n.endswith("_metadata.json")
+                     and n.rsplit("/", 1)[0] == member.rsplit("/", 1)[0]), None)
+        try:
+            value = json.loads(pkg.read(meta)).get("AOTI_CPU_ISA") if meta else None
+        except (ValueError, AttributeError):
+            return None
+    return value if isinstance(value, str) else None
 
 
 def _read(path: Path, label: str):
@@ -64,6 +84,8 @@ def target_lines(info: dict) -> list[str]:
     hi = d["highest"]
     lines.append(f"  cpu isa:      {d['cpu_isa']} (decoded: {', '.join(d['extensions']) or 'baseline only'})"
                  + (f"; highest {hi[kh.extension]}: `{hi[kh.instruction]}` in {hi[kh.function]}" if hi else ""))
+    if t.get("torch_cpu_isa"):
+        lines.append(f"  torch says:   AOTI_CPU_ISA {t['torch_cpu_isa']} (its metadata; not trusted: the decoded code decides)")
     if r is not None and (r.get(rec.cpu) or {}).get(k.extensions) not in (None, d["extensions"]):
         lines.append("  cpu isa:      the RECORD DIFFERS from the code: the package was changed after export")
     cuda = d["cuda"]
