@@ -51,6 +51,8 @@ struct alignas(16) ZydisInsnBuf {
   }
 };
 
+static_assert(sizeof(ZydisInsnBuf::bytes) >= kInsnSize, "room for Zydis 4.0's ZydisDecodedInstruction");
+
 constexpr size_t kExtensions = sizeof(cpu_isa::kExtensions) / sizeof(cpu_isa::kExtensions[0]);
 static_assert(kExtensions <= 64, "extension masks are 64 bits");
 
