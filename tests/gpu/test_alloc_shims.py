@@ -1,8 +1,13 @@
-"""aoti_torch_empty_strided_pinned on the GPU, through the C ABI as a torch >= 2.14 CUDA plugin calls it (its
-staging pool under AOTI_COPY_USE_PINNED_ASYNC: two 1-d uint8 CPU tensors it copies constants through): the
-memory is page-locked host memory CUDA knows (cudaPointerGetAttributes says so), an asynchronous copy from it
-to the device arrives intact, deleting the last handle frees it (CUDA no longer knows the address), and a device
-tensor is refused by name.
+"""The allocation shims of CUDA plugins on the GPU, through the C ABI as plugins call them.
+
+aoti_torch_empty_strided_pinned (torch >= 2.14's staging pool under AOTI_COPY_USE_PINNED_ASYNC: two 1-d uint8 CPU
+tensors it copies constants through): the memory is page-locked host memory CUDA knows (cudaPointerGetAttributes
+says so), an asynchronous copy from it to the device arrives intact, deleting the last handle frees it (CUDA no
+longer knows the address), and a device tensor is refused by name.
+
+aoti_torch_cuda_caching_allocator_raw_alloc / _raw_delete (the constants blob of a plugin built with
+AOT_INDUCTOR_WEIGHT_USE_CACHING_ALLOCATOR=1): device memory of the current device, usable from another stream at
+once, freed by raw_delete; a pointer it never returned is refused.
 
 Needs the GPU machine (AOTI_HOST_LIBRARY: the CUDA build) and cuda-python; skips elsewhere."""
 
@@ -38,6 +43,8 @@ def lib():
     lib.aoti_torch_get_device_type.argtypes = [H, ctypes.POINTER(ctypes.c_int32)]
     lib.aoti_torch_new_tensor_handle.argtypes = [H, ctypes.POINTER(H)]
     lib.aoti_torch_delete_tensor_object.argtypes = [H]
+    lib.aoti_torch_cuda_caching_allocator_raw_alloc.argtypes = [ctypes.c_uint64, ctypes.POINTER(H)]
+    lib.aoti_torch_cuda_caching_allocator_raw_delete.argtypes = [H]
     lib.aoti_host_last_error.restype = ctypes.c_char_p
     return lib
 
@@ -115,3 +122,40 @@ def test_empty_tensor_and_bad_arguments(lib):
     assert not h and "aoti_torch_empty_strided_pinned" in why and "device_type must be cpu" in why, why
     h, why = pinned(lib, [-1], [1])
     assert not h and "negative size" in why, why
+
+
+def test_raw_alloc_is_device_memory_usable_from_any_stream_and_raw_delete_frees_it(lib):
+    nbytes = 3 * 1024 * 1024 + 5
+    p = H()
+    assert lib.aoti_torch_cuda_caching_allocator_raw_alloc(nbytes, ctypes.byref(p)) == 0, lib.aoti_host_last_error()
+    dev = p.value
+    assert dev and memory_type(dev) == cudart.cudaMemoryType.cudaMemoryTypeDevice
+    err, current = cudart.cudaGetDevice()
+    check(err)
+    _, attrs = cudart.cudaPointerGetAttributes(dev)
+    assert attrs.device == current
+    pattern = bytes((i * 7) % 251 for i in range(nbytes))
+    host = (ctypes.c_uint8 * nbytes).from_buffer_copy(pattern)
+    check(cudart.cudaMemcpy(dev, ctypes.addressof(host), nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice))
+    err, stream = cudart.cudaStreamCreateWithFlags(cudart.cudaStreamNonBlocking)
+    check(err)
+    back = (ctypes.c_uint8 * nbytes)()
+    try:  # read on a non-blocking stream right after the legacy-stream copy, as a plugin's run reads its constants
+        check(cudart.cudaMemcpyAsync(ctypes.addressof(back), dev, nbytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost,
+                                     stream))
+        check(cudart.cudaStreamSynchronize(stream))
+    finally:
+        cudart.cudaStreamDestroy(stream)
+    assert bytes(back) == pattern
+    assert lib.aoti_torch_cuda_caching_allocator_raw_delete(dev) == 0
+    assert memory_type(dev) == cudart.cudaMemoryType.cudaMemoryTypeUnregistered
+
+
+def test_raw_alloc_of_nothing_and_raw_delete_of_a_foreign_pointer(lib):
+    p = H(1)
+    assert lib.aoti_torch_cuda_caching_allocator_raw_alloc(0, ctypes.byref(p)) == 0 and not p.value
+    assert lib.aoti_torch_cuda_caching_allocator_raw_delete(None) == 0
+    host = (ctypes.c_uint8 * 64)()
+    assert lib.aoti_torch_cuda_caching_allocator_raw_delete(ctypes.addressof(host)) != 0
+    why = (lib.aoti_host_last_error() or b"").decode()
+    assert "aoti_torch_cuda_caching_allocator_raw_delete" in why and "cudaFree failed" in why, why
