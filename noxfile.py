@@ -10,6 +10,7 @@
     nox -s release              sdist, wheels, runtime archives, repair, verify, fresh-venv test (toolchain.release)
     nox -s fuzz                 verify/inspect on 20,000 mutated real plugins (AOTI_FUZZ_CASES)
     nox -s fuzz_native -- --seconds 600    the runtime's libFuzzer targets (clang), 10 minutes each
+    nox -s torch_versions       every torch release from 2.11 that pip installs here: export, run, record (downloads)
 
 The lint, build, e2e, gpu and release sessions run in the current environment (`bash .ci/setup` makes .venv
 with scons, lief, torch): they build C++ and need no package of their own.
@@ -135,3 +136,14 @@ def fuzz_native(session: nox.Session) -> None:
     if not any(a == "--seconds" or a.startswith("--seconds=") for a in args):
         args = ["--seconds", "300", *args]
     session.run(sys.executable, str(ROOT / "runtime" / "fuzz" / "run_fuzz.py"), *args)
+
+
+@nox.session(venv_backend="none", default=False, tags=["torch_versions"])
+def torch_versions(session: nox.Session) -> None:
+    """The torch-version matrix (toolchain/torch_versions.py, docs/torch-versions.md): a venv per torch release
+    from 2.11 up that pip can install here (about 4 GiB each, under build/torch-versions/, never in /tmp), each
+    exporting the corpus with its own aoti_compile_and_package; every package runs through aoti-run and the Python
+    module of the default build against that torch's eager outputs; rewrites toolchain/torch_versions.json and
+    docs/torch-versions.md. Fails unless >= 3 releases pass. posargs go to the module (e.g. --versions 2.14.1)."""
+    session.run(_tool("scons"), "-Q", "-j2")
+    session.run(sys.executable, "-m", "toolchain.torch_versions", *session.posargs)

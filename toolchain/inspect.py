@@ -293,7 +293,22 @@ def inspect_path(path: Path) -> list[dict]:
         facts = model_facts(path, plugins[0])
         if facts is not None:
             plugins[0]["model"] = facts
+    _add_torch(plugins)
     return out
+
+
+def _add_torch(plugins: list[dict]) -> None:
+    """Each plugin's torch section (toolchain.torch_window): the release that wrote it (recorded by our export, else
+    inferred against the torch-version matrix), the supported window, and the imports this runtime lacks."""
+    from toolchain.torch_window import Record, verdict
+
+    if not plugins:
+        return
+    record = Record.load()
+    names = {s.name for s in load_spec().shims}
+    for info in plugins:
+        recorded = (info.get("model") or {}).get("torch") if (info.get("model") or {}).get("has_contract") else None
+        info["torch"] = verdict(record, info["entry_points"]["exported"], info["shims"]["imported"], names, recorded)
 
 
 def _add_proxy_ops(path: Path, infos: list[dict]) -> None:
@@ -349,6 +364,10 @@ def to_text(info: dict) -> str:
     lines += ops_text(info["ops"])
     if info.get("model") is not None:
         lines.extend(model_text(info["model"]))
+    if info.get("torch") is not None:
+        from toolchain.torch_window import verdict_text
+
+        lines.extend(verdict_text(info["torch"]))
     from toolchain.inspect_target import target_lines
 
     lines += target_lines(info)
