@@ -119,7 +119,7 @@ def verdict(record: Record | None, exports: Iterable[str], imports: Iterable[str
         out.update(written_by=None, basis="no torch-version record (toolchain/torch_versions.json) to compare with")
     else:
         out.update(written_by=record.writers(exports, imports),
-                   basis="inferred from its entry points and imports (torch records no version in a package)")
+                   basis="inferred from its entry points and imports; torch records no version in a package")
     vers = out["written_by"]
     if recorded_torch and record is not None:
         out["in_window"] = any(_vkey(r.version)[:2] == _vkey(recorded_torch)[:2] for r in record.passing())
