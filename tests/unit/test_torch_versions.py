@@ -33,6 +33,25 @@ def test_every_shim_a_supported_release_imports_is_in_the_spec(record):
                       f"by re-measuring: {REFRESH}")
 
 
+# Shims a release's plugin runtime code mentions that this runtime leaves out on purpose, with why.
+NOT_PROVIDED = {
+    "aoti_torch_delete_c10_value_object": "frees the IValues of ops run through torch's proxy executor, which only a "
+                                          "libtorch host has (verify's proxy-executor finding)",
+}
+
+
+def test_every_shim_the_plugin_runtime_code_of_a_supported_release_calls_is_in_the_spec(record):
+    """CUDA plugins and optional features (pinned constant copies in 2.14+, the caching allocator for weights)
+    import what the corpus on the CPU never does: the record also holds every shim each release's aoti_runtime
+    code mentions, so dropping one of those rows fails here too."""
+    names = {s.name for s in load_spec().shims}
+    lost = [(r.version, s) for r in record.passing() for s in r.raw["runtime_refs"]
+            if s not in names and s not in NOT_PROVIDED]
+    assert not lost, f"(release, shim) its plugin runtime code can call, not in toolchain/spec/shims.toml: {lost}"
+    assert {"aoti_torch_empty_strided_pinned", "aoti_torch_is_defined", "aoti_torch_dtype_element_size",
+            "aoti_torch_dtype_uint8"} <= set(record.passing()[-1].raw["runtime_refs"])
+
+
 def test_the_record_meets_the_acceptance(record):
     passing = [r.version for r in record.passing()]
     assert len(passing) >= 3, f"only {passing} pass"
