@@ -9,7 +9,9 @@ cibuildwheel's build -> repair -> test.
    checked against its manifest and verified;
 5. `auditwheel repair` (vendors OpenBLAS, Sleef, libgomp; sets the manylinux tag it proves), `auditwheel show`,
    and `aoti-toolchain verify` on every ELF file of the repaired wheel against the profile of that tag: both
-   must pass, so the project's manylinux profile and auditwheel agree;
+   must pass, so the project's manylinux profile and auditwheel agree; the Triton backend the wheels ship
+   (_host/triton/aoti_toolchain/libtriton_aoti_toolchain.so) is verified in its own host, Triton Inference
+   Server 2.51 (the tritonserver .ci/setup unpacks, or $AOTI_TRITONSERVER), against the same profile;
 6. the wheel installed into a fresh venv (no checkout on sys.path, run from an empty directory): `--version`,
    the example models exported with the installed CLI, run with `aoti-run` and `aoti-toolchain run --compare`,
    and loaded through the installed Python module; the exported plugins verified in the installed runtime;
@@ -41,6 +43,25 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 VARIANT = "cpu-gcc-release"
 CUDA_VARIANT = "cuda-gcc-release"
 TORCH_REQUIREMENT = "torch==2.13.0"
+
+
+#: The host the wheels' Triton backend is verified in: tritonserver of the nvidia-pytriton wheel, as .ci/setup
+#: (.ci/tritonserver.py) unpacks it; $AOTI_TRITONSERVER names another tritonserver program.
+TRITONSERVER = REPO_ROOT / "build" / "tritonserver" / "pytriton" / "tritonserver" / "bin" / "tritonserver"
+
+
+def triton_server() -> Path:
+    path = Path(os.environ.get("AOTI_TRITONSERVER") or TRITONSERVER)
+    if not path.is_file():
+        raise StepError(f"{path}: no Triton Inference Server to verify the wheels' Triton backend in",
+                        fix="run .ci/setup (or python .ci/tritonserver.py build/tritonserver), or set "
+                            "AOTI_TRITONSERVER to a tritonserver program")
+    return path
+
+
+def is_triton_backend(path: Path) -> bool:
+    """The Triton backend library: a plugin of tritonserver, whose TRITON* imports the server binds."""
+    return path.parent.name == "aoti_toolchain" and path.name.startswith("libtriton_")
 
 
 class VerifyFailed(ToolchainError):
@@ -328,12 +349,13 @@ class _Run:
         self.steps.append({"step": name, "seconds": round(time.time() - t0, 1)})
         return result
 
-    def check(self, label: str, paths: list[Path], host: Path | None, prof: str | None = None) -> None:
+    def check(self, label: str, paths: list[Path], host: Path | None, prof: str | None = None,
+              check_host: bool = True) -> None:
         from toolchain.report.formats import to_json, to_text
         from toolchain.verify import verify_paths
 
         prof = prof or self.profile
-        rep = verify_paths(paths, host=host, profile=prof)
+        rep = verify_paths(paths, host=host, profile=prof, check_host=check_host)
         sys.stdout.write(to_text(rep))
         self.report["verify"].append({"what": label, "profile": prof, "report": to_json(rep)})
         if rep.exit_code != 0:
@@ -404,13 +426,20 @@ class _Run:
             raise StepError(f"{fixed.name}: its tag is not the one auditwheel show proves ({shown})",
                             fix="repair it with auditwheel repair (no --plat)")
         # The Triton backend (_host/triton/aoti_toolchain/libtriton_*.so) is a plugin of tritonserver: its
-        # TRITON* symbols are the server's, so verify against our runtime would call them unresolved; it is
-        # checked against the real server (tests/integration/test_triton_server.py).
-        elves = [e for e in wheel_elves(fixed, self.work / "unpacked-wheels" / fixed.name)
-                 if not (e.parent.name == "aoti_toolchain" and e.name.startswith("libtriton_"))]
+        # TRITON* imports are the server's, so it is verified with the server as its host (whose global scope,
+        # libtritonserver.so, binds them; the server itself is not ours to check), the rest standalone.
+        unpacked = wheel_elves(fixed, self.work / "unpacked-wheels" / fixed.name)
+        backends = [e for e in unpacked if is_triton_backend(e)]
+        elves = [e for e in unpacked if not is_triton_backend(e)]
         if kind == "cpu":
             self.step(f"verify every ELF file of {fixed.name} but the Triton backend (profile {plat}, as auditwheel)",
                       lambda: self.check(f"wheel {fixed.name}", elves, None, plat))
+        if not backends:
+            raise StepError(f"{fixed.name} has no Triton backend (_host/triton/aoti_toolchain/libtriton_*.so)",
+                            fix="check build_backend/aoti_build.py (HOST_TREE_TOPS) and runtime/triton/SConscript")
+        server = triton_server()
+        self.step(f"verify the Triton backend of {fixed.name} in Triton's server (profile {plat})",
+                  lambda: self.check(f"Triton backend in {fixed.name}", backends, server, plat, check_host=False))
         return fixed
 
     def smoke_cpu(self, wheel: Path, examples: list[str]) -> None:
@@ -435,8 +464,9 @@ class _Run:
                   lambda: make_venv(cvenv, [str(cpu_wheel), str(cuda_wheel)]))
         plat = self.report["auditwheel"][-1]["profile"]
         site = next(cvenv.glob("lib/python3*/site-packages"))
+        # (its Triton backend was verified in Triton's server at the repair)
         elves = sorted(p for d in ("aoti_toolchain_cuda", "aoti_toolchain_cuda.libs") for p in (site / d).rglob("*")
-                       if p.is_file() and is_elf(p))
+                       if p.is_file() and is_elf(p) and not is_triton_backend(p))
         self.step(f"verify every ELF file of the installed CUDA wheel (profile {plat})",
                   lambda: self.check(f"wheel {cuda_wheel.name}", elves, None, plat))
         self.step("the CUDA runtime loads without a GPU driver (installed module)", lambda: cuda_load_check(cvenv))

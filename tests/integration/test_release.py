@@ -59,6 +59,11 @@ def test_release_end_to_end(release_run):
     archive = verified[f"runtime archive aoti-host-{version}-cpu-gcc-release.tar.gz"]["report"]
     assert {"libaoti_host.so", "aoti-run"} <= {f["path"].rsplit("/", 1)[-1] for f in archive["files"]}
     assert verified[f"manifest of aoti-host-{version}-cpu-gcc-release.tar.gz"]["problems"] == []
+    # the Triton backend the wheel ships, verified in its own host (Triton's server), none of its imports unresolved
+    (wheel,) = wheels
+    backend = verified[f"Triton backend in {wheel}"]
+    assert backend["report"]["summary"]["errors"] == 0 and backend["report"]["host"].endswith("/bin/tritonserver")
+    assert [f["path"].rsplit("/", 1)[-1] for f in backend["report"]["files"]] == ["libtriton_aoti_toolchain.so"]
     plugins = verified["example plugins"]["report"]
     assert any(f["kind"] == "plugin" for f in plugins["files"]) and plugins["summary"]["errors"] == 0
     # the order of a cibuildwheel-style pipeline: build -> repair -> test, and only then the checksums

@@ -130,3 +130,51 @@ def test_auditwheel_and_the_manylinux_profile_agree(installed, tmp_path):
     refused = subprocess.run([sys.executable, "-m", "auditwheel", "repair", "--plat", "manylinux_2_28_x86_64", "-w",
                               str(tmp_path / "r"), str(wheel)], capture_output=True, text=True, env=env)
     assert refused.returncode != 0 and "manylinux_2_28" in refused.stderr + refused.stdout
+
+
+def test_the_installed_wheels_triton_backend_serves_in_triton(installed, tmp_path):
+    """`aoti-toolchain triton-backend-dir` of the installed wheel prints its toolchain/_host/triton (the backend
+    and, beside it, the runtime it opens); Triton Inference Server 2.51 (.ci/setup unpacks it) serves, through
+    that directory, a repository the installed `triton-repo` wrote from an example the release exported, with
+    the outputs the export recorded. The release verified that backend in the same server."""
+    import json
+
+    import numpy as np
+
+    from tests.integration.test_triton_server import SERVER, triton
+
+    if not SERVER.is_file():
+        pytest.skip(f"no {SERVER}: run .ci/setup")
+    venv = installed.venv
+    env = outside_env(venv, tmp_path)
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    bin_dir = venv / "bin"
+    backend = Path(_run([bin_dir / "aoti-toolchain", "triton-backend-dir"], cwd, env).stdout.strip())
+    assert backend.is_relative_to(venv) and backend.as_posix().endswith("site-packages/toolchain/_host/triton"), backend
+    assert (backend / "aoti_toolchain" / "libtriton_aoti_toolchain.so").is_file()
+    assert (backend / "aoti_toolchain" / "libaoti_host.so").is_file()
+    verified = {v["what"]: v for v in installed.report["verify"]}
+    (audit,) = installed.report["auditwheel"]
+    checked = verified[f"Triton backend in {audit['wheel']}"]["report"]
+    assert checked["summary"]["errors"] == 0
+    assert [Path(f["path"]).name for f in checked["files"]] == ["libtriton_aoti_toolchain.so"]
+
+    pt2 = Path(installed.report["plugins"][0])
+    data = pt2.with_name(f"{pt2.stem}-data")
+    repo = tmp_path / "repo"
+    _run([bin_dir / "aoti-toolchain", "triton-repo", pt2, "--repo", repo, "--name", "example"], cwd, env)
+    with triton(repo, backend, tmp_path / "server.log") as server:
+        status, raw = server.get("/v2/models/example/config")
+        assert status == 200, raw
+        cfg = json.loads(raw)
+        arrays = [np.load(p) for p in sorted(data.glob("input_*.npy"))]
+        assert len(arrays) == len(cfg["input"])
+        body = {"inputs": [{"name": t["name"], "shape": list(a.shape), "datatype": t["data_type"][len("TYPE_"):],
+                            "data": a.ravel().tolist()} for t, a in zip(cfg["input"], arrays, strict=True)]}
+        status, raw = server.post("/v2/models/example/infer", body)
+        assert status == 200, raw[:2000]
+        first = json.loads(raw)["outputs"][0]
+        want = np.load(sorted(data.glob("expected_*.npy"))[0])
+        got = np.asarray(first["data"], dtype=want.dtype).reshape(first["shape"])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

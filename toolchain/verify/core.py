@@ -145,14 +145,17 @@ def _spec():
 
 
 def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_PROFILE, strict: bool = False,
-                 kind: str = "auto", host_source: str | None = None, background=False) -> Report:
+                 kind: str = "auto", host_source: str | None = None, background=False,
+                 check_host: bool = True) -> Report:
     """Verify plugins (and hosts) against a target profile, optionally inside a given host. Every .so member
     of a .pt2 is checked as a plugin, and the package's own entries (contract, constant layouts) as the runtime
     reads them. `host_source` says in the report where the host came from (e.g. "default: this project's
     runtime"). `background`: decode the files' code in forked children while the rest is checked
     (toolchain.verify.scans; the CLI's choice: a library caller's process may hold threads fork cannot copy):
     True starts them here, a BackgroundScans from toolchain.verify.scans.start() uses those already running
-    (this call closes them). The report is the same either way."""
+    (this call closes them). The report is the same either way. `check_host` False: the host is another
+    project's program (Triton's server for its backend), whose global scope binds the files' imports but which
+    is not itself checked as a host of the shims."""
     scans = None
     if background is True:
         from toolchain.verify.scans import start
@@ -165,13 +168,14 @@ def verify_paths(paths, host: str | Path | None = None, profile: str = DEFAULT_P
         if scans is not None and ctx.profile.target.cpu_isa is None:  # no CPU rule: nothing to decode
             scans.close()
             scans = None
-        return _verify(paths, host, ctx, strict, kind, host_source, scans)
+        return _verify(paths, host, ctx, strict, kind, host_source, scans, check_host)
     finally:
         if scans is not None:
             scans.close()
 
 
-def _verify(paths, host, ctx: checks.Context, strict: bool, kind: str, host_source: str | None, scans) -> Report:
+def _verify(paths, host, ctx: checks.Context, strict: bool, kind: str, host_source: str | None, scans,
+            check_host: bool = True) -> Report:
     prof = ctx.profile
     report = Report(profile=prof.to_json(), host=str(host) if host else None, strict=strict,
                     host_source=host_source or ("--host" if host else "none: each file checked standalone"))
@@ -184,7 +188,8 @@ def _verify(paths, host, ctx: checks.Context, strict: bool, kind: str, host_sour
             raise InputError(msg, fix="pass the host program or runtime library (e.g. dist/lib/libaoti_host.so)")
         ctx.host = Loaded(hpath, helf, None)
         ctx.host_scope = ctx.resolver.scope(helf, hpath).objects
-        report.files.append(check_elf(hpath, helf, ctx, "host"))
+        if check_host:
+            report.files.append(check_elf(hpath, helf, ctx, "host"))
     for p in paths:
         path = str(Path(p))  # the file's label in the report
         if _is_runtime_tree(path):
