@@ -3,7 +3,7 @@ and through Triton's python backend running torch's AOTI runner (`torch._inducto
 model.py), the way AOTInductor models are served in Triton without a C++ backend.
 
     .venv/bin/python bench/bench_triton.py [--requests 400] [--concurrency 8] [--rows 4] [--instances 1]
-                                           [--device cpu|cuda] [--json OUT.json]
+                                           [--max-batch 0] [--device cpu|cuda] [--json OUT.json]
 
 The server is the one .ci/setup unpacks into build/tritonserver/ (nvidia-pytriton 0.7.0). The model is a
 256-wide 3-layer MLP with a dynamic batch 1..64 (exported once into build/bench-triton/, reused while it
@@ -11,7 +11,9 @@ exists). One server on 127.0.0.1 (free ports, --model-control-mode=explicit, OMP
 engines) loads `ours` (config.pbtxt by toolchain.serve.triton) and `torch` (the same configuration with
 backend "python"; model.py imports torch from this venv, loads the same .pt2 and returns outputs through
 DLPack: the wheel's python backend stub was built against numpy 1, and its numpy path sends empty outputs
-with numpy 2). Both unbatched (max_batch_size 0), --instances instances each.
+with numpy 2). --instances instances each. Unbatched (max_batch_size 0) by default; --max-batch N gives both
+max_batch_size N and Triton's dynamic batcher, and both engines then stack the requests of an execution along
+dimension 0 into one run (ours in the backend; model.py with torch.cat, the runner, and a split per request).
 
 Measured, per engine: model load time (the repository API's load call, which returns when the model is
 ready; for the python backend it includes the stub process and the torch import); memory per instance
@@ -74,15 +76,16 @@ class TritonPythonModel:
         self.runner = torch._inductor.aoti_load_package(path)
 
     def execute(self, requests):
-        responses = []
+        # the requests of a dynamic batch stacked along dimension 0 into one run, split back per request
         with torch.inference_mode():
-            for request in requests:
-                x = torch.utils.dlpack.from_dlpack(pb_utils.get_input_tensor_by_name(request, "input").to_dlpack())
-                y = self.runner(x.to(self.device))
-                y = (y[0] if isinstance(y, (list, tuple)) else y).cpu().contiguous()
-                out = pb_utils.Tensor.from_dlpack("output_0", torch.utils.dlpack.to_dlpack(y))
-                responses.append(pb_utils.InferenceResponse([out]))
-        return responses
+            xs = [torch.utils.dlpack.from_dlpack(pb_utils.get_input_tensor_by_name(r, "input").to_dlpack())
+                  for r in requests]
+            x = xs[0] if len(xs) == 1 else torch.cat(xs)
+            y = self.runner(x.to(self.device))
+            y = (y[0] if isinstance(y, (list, tuple)) else y).cpu().contiguous()
+            parts = [y] if len(xs) == 1 else torch.split(y, [len(t) for t in xs])
+            return [pb_utils.InferenceResponse([pb_utils.Tensor.from_dlpack(
+                "output_0", torch.utils.dlpack.to_dlpack(part.contiguous()))]) for part in parts]
 '''
 
 
@@ -115,11 +118,11 @@ def backend_directory(device: str) -> Path:
     return root
 
 
-def write_repository(pt2: Path, device: str, instances: int) -> Path:
+def write_repository(pt2: Path, device: str, instances: int, max_batch: int = 0) -> Path:
     from toolchain.serve import triton
 
     repo = OUT / f"repo-{device}"
-    options = triton.Options(instances=instances, kind="gpu" if device == "cuda" else "cpu", max_batch=0)
+    options = triton.Options(instances=instances, kind="gpu" if device == "cuda" else "cpu", max_batch=max_batch)
     (ours,) = triton.models_of(pt2, name="ours", options=options)
     cfg = dict(ours.config, name="torch", backend="python")
     cfg.pop("parameters")
@@ -237,8 +240,14 @@ class RawClient:
         return np.frombuffer(body[n:], dtype=np.float32).reshape(out["shape"])
 
 
+RAW_CLIENT = False  # --client raw: RawClient even where tritonclient is installed
+
+
 def client_for(url: str):
-    """(client, module): tritonclient.http where it is installed, else RawClient."""
+    """(client, module): tritonclient.http where it is installed (and --client raw was not asked), else
+    RawClient."""
+    if RAW_CLIENT:
+        return RawClient(url), None
     try:
         import tritonclient.http as th
     except ImportError:
@@ -304,15 +313,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--instances", type=int, default=1)
+    ap.add_argument("--max-batch", type=int, default=0,
+                    help="max_batch_size and dynamic batching for both engines (0: unbatched)")
     ap.add_argument("--rounds", type=int, default=3, help="measurement rounds, alternating the engines (medians)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--client", choices=("auto", "raw"), default="auto",
+                    help="raw: the bench's http.client client (lighter than tritonclient.http, which is the default "
+                         "where installed)")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args(argv)
+    global RAW_CLIENT
+    RAW_CLIENT = args.client == "raw"
     if not (TRITON / "bin" / "tritonserver").is_file():
         raise SystemExit(f"no Triton server in {TRITON}: run .ci/setup")
     OUT.mkdir(parents=True, exist_ok=True)
     pt2 = export_model(args.device)
-    repo = write_repository(pt2, args.device, args.instances)
+    if args.max_batch and args.rows > args.max_batch:
+        raise SystemExit(f"--rows {args.rows} is over --max-batch {args.max_batch}")
+    repo = write_repository(pt2, args.device, args.instances, args.max_batch)
     server = Server(repo, backend_directory(args.device), OUT / f"server-{args.device}.log")
     x = np.random.default_rng(0).standard_normal((args.rows, WIDTH)).astype(np.float32)
     results: dict[str, dict[str, float]] = {}
@@ -349,9 +367,10 @@ def main(argv: list[str] | None = None) -> int:
               "memory": ours["pss_mib_per_instance"] / torch_["pss_mib_per_instance"],
               "load": ours["load_s"] / torch_["load_s"]}
     print(f"client: {'tritonclient.http' if client_for('127.0.0.1:1')[1] else 'http.client (binary tensor data)'}")
-    print(f"Triton 2.51, {args.device}, MLP {WIDTH}x{WIDTH}x16, {args.rows} rows per request, {args.instances} "
-          f"instance(s) per model, OMP_NUM_THREADS=1, {os.cpu_count()} CPUs, medians of {args.rounds} rounds of "
-          f"{args.requests} requests")
+    batching = f"dynamic batching up to {args.max_batch} rows" if args.max_batch else "unbatched"
+    print(f"Triton 2.51, {args.device}, MLP {WIDTH}x{WIDTH}x16, {args.rows} rows per request, {batching}, "
+          f"{args.instances} instance(s) per model, OMP_NUM_THREADS=1, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f}, medians of {args.rounds} rounds of {args.requests} requests")
     print(f"{'':8} {'load s':>8} {'PSS MiB/inst':>13} {'RSS MiB/inst':>13} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'req/s @' + str(args.concurrency):>10}")
     for name, r in results.items():

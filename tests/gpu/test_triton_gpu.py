@@ -86,3 +86,31 @@ def test_gpu_instances_and_cuda_graphs_answer_as_eager(cuda_mlp, tmp_path):
         y = rng.standard_normal((3, 16)).astype(np.float32)  # another shape: captured anew
         np.testing.assert_allclose(_infer(server, "mlp_graphs", y), eager(y), rtol=1e-4, atol=1e-5)
         assert server.alive()
+
+
+def test_gpu_instance_stacks_a_dynamic_batch(cuda_mlp, tmp_path):
+    """Concurrent requests of mixed batch sizes to a KIND_GPU instance through the dynamic batcher: the backend
+    stacks each execution's requests into one run (one upload per input, one run, each response its own rows,
+    equal to eager on the GPU); the model's statistics show runs of a size no single request has."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toolchain.serve import triton as triton_repo
+
+    pt2, eager = cuda_mlp
+    repo = tmp_path / "repo"
+    triton_repo.repository([pt2], repo, options=triton_repo.Options(kind="gpu", gpus=(0,), batch_delay_us=20000))
+    sizes = (1, 2, 3, 5, 1, 8, 2, 3)
+    rng = np.random.default_rng(1)
+    requests = [rng.standard_normal((sizes[k % len(sizes)], 16)).astype(np.float32) for k in range(32)]
+    with triton(repo, BACKEND_DIR, tmp_path / "server.log") as server:
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            results = list(pool.map(lambda x: _infer(server, "mlp", x), requests, timeout=300))
+        for x, out in zip(requests, results, strict=True):
+            np.testing.assert_allclose(out, eager(x), rtol=1e-4, atol=1e-5)
+        status, raw = server.get("/v2/models/mlp/stats")
+        assert status == 200, raw
+        stats = json.loads(raw)["model_stats"][0]
+        batches = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
+        assert sum(k * n for k, n in batches.items()) == sum(len(x) for x in requests), batches
+        assert max(batches) <= ROWS and set(batches) - set(sizes), batches
+        assert int(stats["execution_count"]) < len(requests), stats
