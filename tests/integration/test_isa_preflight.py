@@ -91,7 +91,7 @@ def _assert_refused(proc, level: str, pt2: Path):
     assert proc.returncode == 4, (proc.returncode, proc.stderr)  # not 132/-4 (SIGILL)
     err = proc.stderr
     assert f"the plugin's code needs {level}" in err, err
-    assert "decoded from its code: the package has no target record" in err, err
+    assert "decoded from its code: it has no target record" in err, err
     first = re.search(r"first ([a-z0-9_]+) instruction: ([a-z0-9]+) \(bytes ([0-9a-f]+)\) in (\S+) at (0x[0-9a-f]+)", err)
     assert first, err
     lacks = re.search(r"lacks ([a-z0-9_, ]+)", err)
@@ -158,6 +158,16 @@ def test_torch_package_built_for_avx512_refused_under_qemu_max(host_build, their
         first = _assert_refused(proc, "x86-64-v4", pt2)
         assert first[1].startswith("avx512"), proc.stderr
         assert "this CPU (x86-64-v3)" in proc.stderr
+
+
+@needs_qemu
+def test_bare_plugin_so_refused_alike(host_build, theirs, tmp_path):
+    """The plugin taken out of torch's package and given as a bare .so: decoded from the file, refused alike."""
+    pt2, x, _ = theirs
+    so = tmp_path / "plugin.so"
+    so.write_bytes(_plugin(pt2))
+    proc, _ = _run(host_build, so, x, tmp_path, tmp_path / "cache", cpu="Nehalem")
+    _assert_refused(proc, "x86-64-v3", so)
 
 
 def test_verdict_cached_once_per_content_and_tampering_not_trusted(host_build, theirs, tmp_path):

@@ -55,9 +55,10 @@ class Package {
   const std::shared_ptr<ZipArchive>& archive() const { return zip_; }
   // What the plugin needs of the machine (preflight.h); not present for a bare .so or an older package.
   const TargetNeeds& target() const { return target_; }
-  // The plugin's bytes in the package, for the preflight to decode when there is no record (empty for a bare .so).
+  // The plugin's bytes in the package (a bare .so: its path), for the preflight to decode without a record.
   PluginCode plugin_code() const {
-    return zip_ ? PluginCode{zip_->data(*plugin_), plugin_->size, path_ + ":" + plugin_->name} : PluginCode{};
+    return zip_ ? PluginCode{zip_->data(*plugin_), plugin_->size, path_ + ":" + plugin_->name, ""}
+                : PluginCode{nullptr, 0, path_, path_};
   }
 
  private:

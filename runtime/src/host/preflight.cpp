@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #if CUDA_AVAILABLE
@@ -19,6 +20,7 @@
 #include "aoti_host/package_records.h"
 #include "aoti_host/status.h"
 #include "base/json.h"
+#include "base/mapped_file.h"
 #include "host/isa_scan.h"
 
 namespace aoti_host {
@@ -125,7 +127,7 @@ void check_cpu(const TargetNeeds& needs, const std::string& shown, const CodeIsa
   std::string msg = shown + ": the plugin's code needs " + (needs.cpu_isa.empty() ? "" : needs.cpu_isa + " (") +
                     join(needs.extensions) + (needs.cpu_isa.empty() ? "" : ")");
   if (code != nullptr) {
-    msg += " (decoded from its code: the package has no target record of aoti-toolchain export";
+    msg += " (decoded from its code: it has no target record of aoti-toolchain export";
     if (const IsaUse* u = code->highest(lacking); u != nullptr) {
       char at[32];
       std::snprintf(at, sizeof at, "0x%llx", static_cast<unsigned long long>(u->address));
@@ -257,16 +259,27 @@ void check_code(const PluginCode& code, const std::string& shown) {
   if (mode == IsaScanMode::Off) return;
   CodeIsa decoded;
   std::string why;
-  if (!plugin_code_isa(code.bytes, code.size, code.member, &decoded, &why)) {
+  std::unique_ptr<MappedFile> file;  // a bare .so: mapped for the decode only
+  if (code.bytes == nullptr) {
+    try {
+      file = std::make_unique<MappedFile>(code.file, "plugin .so");
+    } catch (const Error& e) {
+      log(LogLevel::Debug, "%s: not decoded: %s", shown.c_str(), e.what());  // dlopen says what is wrong with it
+      return;
+    }
+  }
+  const unsigned char* bytes = file ? file->data() : code.bytes;
+  const uint64_t size = file ? file->size() : code.size;
+  if (!plugin_code_isa(bytes, size, code.member, &decoded, &why)) {
     const std::string fix = "install Zydis 4 (Debian/Ubuntu: apt-get install libzydis4.0) or set AOTI_HOST_ZYDIS_LIBRARY "
                             "to its libZydis.so.4.0";
     if (mode == IsaScanMode::On)
-      throw Error(shown + ": the package has no target record and the CPU instructions its code needs cannot be "
+      throw Error(shown + ": the plugin has no target record and the CPU instructions its code needs cannot be "
                   "checked: " + why + ". fix: " + fix + "; AOTI_HOST_ISA_SCAN=auto loads it unchecked",
                   AOTI_HOST_NOT_SUPPORTED);
     static std::once_flag once;
     std::call_once(once, [&] {
-      log(LogLevel::Warning, "packages without a target record load without checking the CPU instructions their "
+      log(LogLevel::Warning, "plugins without a target record load without checking the CPU instructions their "
           "code needs (they die of SIGILL on a CPU that lacks one): %s. fix: %s; AOTI_HOST_ISA_SCAN=off silences "
           "this", why.c_str(), fix.c_str());
     });
@@ -280,7 +293,7 @@ void check_code(const PluginCode& code, const std::string& shown) {
 }
 
 void preflight(const TargetNeeds& needs, const std::string& shown, int cuda_device, const PluginCode& code) {
-  const bool decode = !needs.present && cuda_device < 0 && code.bytes != nullptr;
+  const bool decode = !needs.present && cuda_device < 0 && (code.bytes != nullptr || !code.file.empty());
   if (!needs.present && !decode) return;
   if (const char* skip = std::getenv(kSkipEnv); skip != nullptr && std::strcmp(skip, "1") == 0) {
     log(LogLevel::Warning, "%s: %s=1: what the plugin needs of this machine is not checked", shown.c_str(), kSkipEnv);

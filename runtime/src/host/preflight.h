@@ -27,11 +27,12 @@ struct TargetNeeds {
 // Parses a target record; throws Error(INVALID_PROGRAM) naming `what` and the field for a malformed one.
 TargetNeeds parse_target(const std::string& text, const std::string& what);
 
-// A package's plugin bytes, for a package without a record: what its code needs is decoded (isa_scan.h).
+// The plugin of a package without a record, or a bare .so: what its code needs is decoded (isa_scan.h).
 struct PluginCode {
-  const unsigned char* bytes = nullptr;  // null: a bare .so (not decoded) or no package
+  const unsigned char* bytes = nullptr;  // null: read from `file` (a bare .so), or nothing to decode
   uint64_t size = 0;
-  std::string member;  // package:member, for messages and logs
+  std::string member;  // package:member (or the file), for messages and logs
+  std::string file;    // a bare plugin .so: mapped and decoded when `bytes` is null
 };
 
 // Throws Error(NOT_SUPPORTED) when this machine lacks what `needs` says; `shown` names the package.
