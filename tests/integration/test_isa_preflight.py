@@ -103,15 +103,19 @@ def _assert_refused(proc, level: str, pt2: Path):
 def test_cpp_verdict_is_isa_py_verdict(host_build, theirs, tmp_path):
     """The runtime's decode (Zydis) and verify's (capstone, toolchain/isa.py) agree on the plugin: level,
     extensions, and per extension the count and the first instruction (mnemonic, function, address)."""
-    from toolchain.isa import scan_elf
-
     pt2, x, _ = theirs
     proc, _ = _run(host_build, pt2, x, tmp_path, tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
-    (entry,) = _entries(tmp_path / "cache")
+    _assert_same_verdict(tmp_path / "cache", pt2, "x86-64-v3")
+
+
+def _assert_same_verdict(cache: Path, pt2: Path, level: str) -> None:
+    from toolchain.isa import scan_elf
+
+    (entry,) = _entries(cache)
     got = _verdict(entry)
     want = scan_elf(_plugin(pt2), pt2.name)
-    assert got["level"] == want.level == "x86-64-v3"
+    assert got["level"] == want.level == level
     assert sorted(got["extensions"]) == sorted(want.extensions)
     for ext, use in want.extensions.items():
         mine = got["extensions"][ext]
@@ -158,6 +162,7 @@ def test_torch_package_built_for_avx512_refused_under_qemu_max(host_build, their
         first = _assert_refused(proc, "x86-64-v4", pt2)
         assert first[1].startswith("avx512"), proc.stderr
         assert "this CPU (x86-64-v3)" in proc.stderr
+    _assert_same_verdict(tmp_path / "cache", pt2, "x86-64-v4")
 
 
 @needs_qemu
