@@ -3,7 +3,7 @@ this runtime against that torch's eager outputs, and the shims each release's pl
 
     python -m toolchain.torch_versions [--versions 2.11.0 2.14.1 ...] [--root build/torch-versions]
         [--host build/cpu-gcc-release/dist] [--record toolchain/torch_versions.json]
-        [--markdown docs/torch-versions.md] [--min 2.11]
+        [--markdown docs/torch-versions.md] [--min 2.11] [--jobs 2] [--render-only]
 
 For each release (default: the newest patch of every minor release from --min up that `pip index versions torch`
 lists; the torch of this environment stands for its own release), in a venv of its own under ROOT/venvs/<ver>:
@@ -423,12 +423,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", type=Path, default=REPO / "build" / "cpu-gcc-release" / "dist")
     ap.add_argument("--record", type=Path, default=DEFAULT_RECORD)
     ap.add_argument("--markdown", type=Path, default=DEFAULT_DOC)
+    ap.add_argument("--render-only", action="store_true",
+                    help="measure nothing: write --markdown from the existing --record (after editing the renderer)")
     ap.add_argument("--jobs", type=int, default=2, help="releases installed and exported at once (default 2)")
     ap.add_argument("--need", type=int, default=3, help="exit 1 unless at least this many releases pass")
     args = ap.parse_args(argv)
     from toolchain.spec import load_spec
-    from toolchain.torch_window import render_markdown
+    from toolchain.torch_window import Record, render_markdown
 
+    if args.render_only:
+        rec = Record.load(args.record)
+        if rec is None:
+            print(f"error: {args.record} is missing or unreadable: measure first (without --render-only)",
+                  file=sys.stderr)
+            return 3
+        write_text(args.markdown, render_markdown(rec))
+        return 0
     if not (args.host / "bin" / "aoti-run").exists():
         print(f"error: {args.host}/bin/aoti-run is missing: build the runtime first (scons -j2)", file=sys.stderr)
         return 3
@@ -449,8 +459,6 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     record = compact(rows)
     write_text(args.record, json.dumps(record, indent=1, sort_keys=True) + "\n")
-    from toolchain.torch_window import Record
-
     doc = render_markdown(Record.from_json(record))
     write_text(args.markdown, doc)
     print(doc)

@@ -66,7 +66,8 @@ def test_the_record_meets_the_acceptance(record):
 
 def test_docs_are_the_rendered_record(record):
     doc = (REPO / "docs" / "torch-versions.md").read_text()
-    assert doc == render_markdown(record), f"docs/torch-versions.md is stale: {REFRESH}"
+    assert doc == render_markdown(record), ("docs/torch-versions.md is not the record's rendering: "
+                                            "python -m toolchain.torch_versions --render-only rewrites it")
 
 
 def test_each_measured_package_is_attributed_to_its_own_release(record):
