@@ -510,3 +510,61 @@ def test_flash_attention_errors(rt: Runtime) -> None:
     assert "dtypes must be the same" in err
     _, err = _sdpa_shim(rt, q[0], q[0], q[0])
     assert "must be 4-d" in err
+
+
+_THREAD_COUNTER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+static long created;
+long counted_threads(void) { return __atomic_load_n(&created, __ATOMIC_SEQ_CST); }
+int pthread_create(pthread_t* t, const pthread_attr_t* a, void* (*fn)(void*), void* arg) {
+  static int (*real)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  if (!real) real = (int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*))dlsym(RTLD_NEXT, "pthread_create");
+  __atomic_add_fetch(&created, 1, __ATOMIC_SEQ_CST);
+  return real(t, a, fn, arg);
+}
+"""
+
+_GEMM_LOOP = r"""
+import ctypes, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from tests.integration.test_cpu_fallbacks import Runtime
+rt = Runtime(sys.argv[1])
+counted = ctypes.CDLL(None).counted_threads
+counted.restype = ctypes.c_long
+g = np.random.default_rng(0)
+a, b = g.standard_normal((256, 256), dtype=np.float32), g.standard_normal((256, 256), dtype=np.float32)
+bias, out = g.standard_normal(256, dtype=np.float32), np.zeros((256, 256), dtype=np.float32)
+handles = [rt.from_numpy(x, x) for x in (out, bias, a, b)]
+before = counted()
+for _ in range(20):
+    assert rt.lib.aoti_torch_cpu_addmm_out(*handles, 1.0, 1.0) == 0, rt.last_error()
+np.testing.assert_allclose(out, bias + a @ b, rtol=1e-4, atol=1e-3)
+print("threads-created", counted() - before)
+"""
+
+
+def test_gemm_split_reuses_the_thread_pool(host_lib: Path, tmp_path: Path) -> None:
+    """A GEMM large enough to split over the OpenMP threads (256^3 multiply-adds), called 20 times at
+    OMP_NUM_THREADS=2, starts at most the pool's one worker: a region opened inside another region (even an
+    inactive `parallel if (false)`) is a nested team, for which libgomp starts fresh threads every time."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the pthread_create counter")
+    (tmp_path / "counter.c").write_text(_THREAD_COUNTER)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(tmp_path / "counter.so"), str(tmp_path / "counter.c"),
+                    "-ldl"], check=True)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "LD_PRELOAD": str(tmp_path / "counter.so")}
+    p = subprocess.run([sys.executable, "-c", _GEMM_LOOP, str(host_lib), str(repo)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    created = int(p.stdout.split("threads-created")[1].split()[0])
+    assert created <= 1, f"{created} threads started for 20 GEMMs: the split opens nested OpenMP teams"

@@ -50,14 +50,14 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANS
 // OpenBLAS's OpenMP build threads a GEMM called outside a parallel region over omp_get_max_threads();
 // for the small GEMMs of inference that sync costs more than it gains, and on a loaded machine its
 // spinning waits cost milliseconds per call (measured: 2 threads 60x slower than 1 on a 2-core VM).
-// Below ~16M multiply-adds the BLAS runs on the calling thread; our callers parallelise over batch. So it
-// does inside any OpenMP region, even an inactive one: a region the BLAS opened there would be nested, a
-// team of fresh threads per call.
+// The BLAS always runs on the calling thread: above kSplitGemmWork split_call splits the GEMM over the
+// pool itself, below it our callers parallelise over batch. Inside any OpenMP region, even an inactive
+// one, a region the BLAS opened would be nested: a team of fresh threads per call.
 class BlasThreads {
  public:
   explicit BlasThreads(double work) {
 #ifdef _OPENMP
-    if ((work < 16.0 * 1024 * 1024 || omp_get_level() > 0) && (saved_ = omp_get_max_threads()) > 1) {
+    if ((work < kSplitGemmWork || omp_get_level() > 0) && (saved_ = omp_get_max_threads()) > 1) {
       omp_set_num_threads(1);
     }
 #else
@@ -140,7 +140,7 @@ bool split_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, in
 #ifdef _OPENMP
   const int64_t nt = omp_get_max_threads();
   // Not inside any region, active or not: a region opened there would be a nested team of fresh threads.
-  if (work < 16.0 * 1024 * 1024 || omp_get_level() > 0 || nt < 2) return false;
+  if (work < kSplitGemmWork || omp_get_level() > 0 || nt < 2) return false;
   const bool by_rows = M >= 8 * nt || M >= N;
   const int64_t extent = by_rows ? M : N;
   const int64_t block = (extent + nt - 1) / nt;

@@ -519,7 +519,7 @@ bool conv_im2col_split(Tensor& out, const Tensor& input, const Tensor& weight, c
   const int64_t Kc = geo.Ksp * geo.Cin_g, nt = omp_get_max_threads();
   const bool fast = std::is_same<T, float>::value && fast_gemm_available();
   if (geo.N * geo.G != 1 || fast || nt < 2 || !outside_omp_regions() || Kc == 0 || geo.Osp < 8 * nt ||
-      static_cast<double>(geo.Osp) * Kc * geo.Cout < 16.0 * 1024 * 1024)
+      static_cast<double>(geo.Osp) * Kc * geo.Cout < kSplitGemmWork)
     return false;
   std::vector<T> xbuf;
   std::vector<int64_t> xs;
