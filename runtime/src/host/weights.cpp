@@ -214,27 +214,29 @@ bool derive_constant_layouts(const std::string& wrapper_cpp, uint64_t blob_size,
   uint64_t total = 0;
   for (const auto& [index, f] : fields) {
     const std::string w = "constant " + std::to_string(index);
-    auto get = [&f](const char* key) -> std::string {
+    // torch's AOTInductorModel::ConstantInfo members as its generated code assigns them (not one of our
+    // package records: spec/records.toml does not describe torch's C++ source)
+    auto member = [&f](const char* key) -> std::string {
       auto it = f.find(key);
       return it == f.end() ? std::string() : it->second;
     };
     ConstantLayout l;
-    const std::string name = get("name");
+    const std::string name = member("name");
     if (name.size() < 3 || name.front() != '"' || name.back() != '"' ||
         name.find_first_of("\"\\", 1) != name.size() - 1)
       return *why = w + "'s name is not a plain string literal", false;
     l.name = name.substr(1, name.size() - 2);
-    if (!brace_ints(get("shape"), &l.sizes) || !brace_ints(get("stride"), &l.strides) ||
+    if (!brace_ints(member("shape"), &l.sizes) || !brace_ints(member("stride"), &l.strides) ||
         l.sizes.size() != l.strides.size())
       return *why = w + " (" + l.name + ") has no shape and stride of one rank", false;
-    if (get("layout").find("layout_strided") == std::string::npos)
+    if (member("layout").find("layout_strided") == std::string::npos)
       return *why = w + " (" + l.name + ") is not a strided tensor", false;
     int64_t data_size = 0;
-    if (!digits(get("offset"), &l.offset) || !digits(get("data_size"), &data_size))
+    if (!digits(member("offset"), &l.offset) || !digits(member("data_size"), &data_size))
       return *why = w + " (" + l.name + ") has no integer offset and data_size", false;
     l.data_size = static_cast<uint64_t>(data_size);
-    l.device = after_last(get("device_type"), "device_type_");
-    const std::string defect = layout_defect(l, after_last(get("dtype"), "dtype_"), &total, blob_size);
+    l.device = after_last(member("device_type"), "device_type_");
+    const std::string defect = layout_defect(l, after_last(member("dtype"), "dtype_"), &total, blob_size);
     if (!defect.empty()) return *why = w + " (" + l.name + "): " + defect, false;
     layouts.push_back(std::move(l));
   }
