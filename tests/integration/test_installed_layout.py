@@ -13,6 +13,7 @@ The full wheel (auditwheel-repaired, pip-installed in a fresh venv) is tests/int
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -206,3 +207,45 @@ def test_run_help_describes_the_library_default_as_resolved(installed):
         proc.stdout + proc.stderr
     version = installed.run("--version").stdout
     assert f"library: {installed.site / 'toolchain' / '_host' / 'lib' / 'libaoti_host.so'}" in version, version
+
+
+# -- the CPU preflight's decoder ---------------------------------------------------------------------------------
+
+ZYDIS = "libZydis.so.4.0"
+
+
+def _system_zydis() -> bool:
+    """Whether this build machine has Zydis 4 (.ci/setup installs Debian's libzydis4.0): the build then installs
+    it into dist/lib, and the wheel carries it."""
+    return any(Path(d).glob(ZYDIS) for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _system_zydis(), reason="no Zydis 4 on this build machine (apt-get install libzydis4.0)")
+def test_installed_runtime_decodes_with_the_zydis_beside_it(installed, torch, tmp_path):
+    """The installed tree carries Zydis (a regular file with its licence text) beside libaoti_host.so, and both
+    ways of running an installed package use that one, not the loader's: a torch-written package (no target
+    record) is decoded at load, its verdict noted in the cache, under AOTI_HOST_ISA_SCAN=on (which refuses where
+    no Zydis loads)."""
+    from tests.integration.test_isa_preflight import _torch_package
+
+    lib = installed.site / "toolchain" / "_host" / "lib"
+    assert (lib / ZYDIS).is_file() and not (lib / ZYDIS).is_symlink()
+    assert "MIT" in (lib / f"{ZYDIS}.copyright").read_text()
+    pt2, x, expected = _torch_package(torch, tmp_path / "mlp-torch.pt2")
+    np.save(tmp_path / "x.npy", x)
+    runs = {"aoti-run": [str(installed.site / "toolchain" / "_host" / "bin" / "aoti-run")],
+            "aoti-toolchain run": [sys.executable, "-m", "toolchain", "run"]}
+    for i, (name, cmd) in enumerate(runs.items()):
+        cache, out = tmp_path / f"cache-{i}", tmp_path / f"out-{i}"
+        env = {**installed.env(), "XDG_CACHE_HOME": str(cache), "AOTI_HOST_LOG": "debug", "AOTI_HOST_ISA_SCAN": "on"}
+        for var in ("AOTI_HOST_ZYDIS_LIBRARY", "AOTI_HOST_CACHE_DIR", "LD_LIBRARY_PATH"):
+            env.pop(var, None)
+        proc = subprocess.run([*cmd, str(pt2), "-i", str(tmp_path / "x.npy"), "-o", str(out)], capture_output=True,
+                              text=True, cwd=installed.cwd, env=env, timeout=600)
+        assert proc.returncode == 0, (name, proc.stderr[-3000:])
+        used = re.search(r"isa scan: Zydis (4\.[0-9.]+) from (\S+)", proc.stderr)
+        assert used and Path(used[2]).resolve() == (lib / ZYDIS).resolve(), (name, proc.stderr[-3000:])
+        assert "ISA decoded from the code" in proc.stderr, (name, proc.stderr[-3000:])
+        assert list((cache / "aoti-toolchain").glob("isa-*.json")), name
+        np.testing.assert_allclose(np.load(out / "output_0.npy"), expected, rtol=1e-4, atol=1e-5)

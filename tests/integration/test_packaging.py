@@ -60,6 +60,11 @@ def test_wheel_carries_the_runtime_templates_and_both_scripts(host_build, tmp_pa
                      "toolchain/verify/profiles/manylinux_2_34.toml", "toolchain/report/schema/verify-report-v1.schema.json"):
             assert need in names, need
         assert {f"toolchain/_data/templates/{p.name}" for p in (REPO_ROOT / "templates").glob("*.j2")} <= names
+        # Zydis 4, which the runtime opens at run time (not DT_NEEDED, so auditwheel won't vendor it), beside it
+        # with its licence, wherever the build machine has it (.ci/setup installs Debian's libzydis4.0)
+        if (host_build.variant_dir / "dist" / "lib" / "libZydis.so.4.0").is_file():
+            assert {"toolchain/_host/lib/libZydis.so.4.0", "toolchain/_host/lib/libZydis.so.4.0.copyright"} <= names
+            assert zf.read("toolchain/_host/lib/libZydis.so.4.0")[:4] == b"\x7fELF"
         assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
         mode = zf.getinfo("toolchain/_host/bin/aoti-run").external_attr >> 16
         assert stat.S_IMODE(mode) == 0o755
@@ -129,7 +134,10 @@ def test_verify_checks_a_runtime_against_its_manifest(dist_archive, tmp_path):
     assert ok.returncode == 0, ok.stdout[-2000:]
     files = json.loads(ok.stdout)["files"]
     assert files[0]["path"] == str(dist_archive) and files[0]["errors"] == 0 and files[0]["kind"] == "package"
-    assert sorted(Path(f["path"]).name for f in files[1:]) == ["aoti-run", "libaoti_host.so"]
+    # and Zydis 4 beside the runtime when the build machine has it (toolchain/scons/zydis.py)
+    with tarfile.open(dist_archive) as tf:
+        zydis = ["libZydis.so.4.0"] if f"{STEM}/lib/libZydis.so.4.0" in tf.getnames() else []
+    assert sorted(Path(f["path"]).name for f in files[1:]) == sorted(["aoti-run", "libaoti_host.so", *zydis])
 
     with tarfile.open(dist_archive) as tf:
         tf.extractall(tmp_path, filter="data")

@@ -198,9 +198,9 @@ std::string try_zydis(const std::string& name, Zydis* z) {
   return "";
 }
 
-// Where Zydis is looked for: $AOTI_HOST_ZYDIS_LIBRARY alone when set; else beside the runtime (a wheel may
-// carry it there), then the dynamic loader's search for the sonames Debian/Ubuntu (libZydis.so.4.0) and a
-// source build (libZydis.so.4, libZydis.so) install.
+// Where Zydis is looked for: $AOTI_HOST_ZYDIS_LIBRARY alone when set; else beside the runtime (the build
+// installs it there when it finds it, so the wheel carries it), then the dynamic loader's search for the sonames
+// Debian/Ubuntu (libZydis.so.4.0) and a source build (libZydis.so.4, libZydis.so) install.
 const Zydis* zydis(std::string* why) {
   static std::once_flag once;
   static Zydis z;
@@ -215,6 +215,9 @@ const Zydis* zydis(std::string* why) {
         std::string dir = info.dli_fname;
         dir = dir.find('/') == std::string::npos ? "" : dir.substr(0, dir.rfind('/') + 1);
         if (!dir.empty()) names.push_back(dir + "libZydis.so.4.0");
+        // aoti-run links the runtime statically: from <tree>/bin/, the tree's lib/ holds the library
+        if (dir.size() >= 5 && dir.compare(dir.size() - 5, 5, "/bin/") == 0)
+          names.push_back(dir + "../lib/libZydis.so.4.0");
       }
       for (const char* n : {"libZydis.so.4.0", "libZydis.so.4", "libZydis.so"}) names.push_back(n);
     }
