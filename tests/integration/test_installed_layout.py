@@ -232,6 +232,9 @@ def test_installed_runtime_decodes_with_the_zydis_beside_it(installed, torch, tm
     lib = installed.site / "toolchain" / "_host" / "lib"
     assert (lib / ZYDIS).is_file() and not (lib / ZYDIS).is_symlink()
     assert "MIT" in (lib / f"{ZYDIS}.copyright").read_text()
+    # and beside the Triton backend directory's copy of the runtime
+    backend = installed.site / "toolchain" / "_host" / "triton" / "aoti_toolchain"
+    assert (backend / ZYDIS).read_bytes() == (lib / ZYDIS).read_bytes() and (backend / f"{ZYDIS}.copyright").is_file()
     pt2, x, expected = _torch_package(torch, tmp_path / "mlp-torch.pt2")
     np.save(tmp_path / "x.npy", x)
     runs = {"aoti-run": [str(installed.site / "toolchain" / "_host" / "bin" / "aoti-run")],

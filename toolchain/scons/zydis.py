@@ -48,11 +48,13 @@ def find_zydis(env) -> tuple[str, str | None] | None:
     return None
 
 
-def install_zydis(env, lib_dir) -> list:
+def install_zydis(env, lib_dir, note: bool = True) -> list:
     """Install Zydis 4 (a regular file, named by its soname) and its licence text into `lib_dir`; say so when
-    there is none to install. Returns the install nodes (none without Zydis)."""
+    there is none to install (unless `note` is False: said once for several folders). Returns the install nodes
+    (none without Zydis)."""
     found = find_zydis(env)
-    quiet = SCons.Script.GetOption("help") or SCons.Script.GetOption("clean") or SCons.Script.GetOption("silent")
+    quiet = (not note or SCons.Script.GetOption("help") or SCons.Script.GetOption("clean")
+             or SCons.Script.GetOption("silent"))
     if found is None:
         if not quiet:
             print(f"scons: note: Zydis 4 ({SONAME}) not found in deps_prefix or the system library folders: "
