@@ -34,8 +34,17 @@ def _torch_package(torch, path: Path, extra: dict | None = None):
     module = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).eval()
     x = torch.randn(16, 64)
     ep = torch.export.export(module, (x,))
-    cfg = {**inductor_configs("embedded"), **(extra or {})}
-    torch._inductor.aoti_compile_and_package(ep, package_path=str(path), inductor_configs=cfg)
+    # Vectorised whatever ran before in this process: inductor caches its list of working vector ISAs per
+    # process (cpu_vec_isa.valid_vec_isa_list), so a scalar export earlier in the same pytest worker would leave
+    # torch's default build scalar. 256-bit kernels are what torch picks on this AVX2 machine by itself.
+    from torch._inductor import cpu_vec_isa
+
+    cfg = {**inductor_configs("embedded"), "cpp.vec_isa_ok": True, "cpp.simdlen": 256, **(extra or {})}
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    try:
+        torch._inductor.aoti_compile_and_package(ep, package_path=str(path), inductor_configs=cfg)
+    finally:
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
     with zipfile.ZipFile(path) as zf:
         assert not any(n.endswith(TARGET) for n in zf.namelist()), "torch's own package carries no record of ours"
         meta = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("_metadata.json"))))
