@@ -168,6 +168,17 @@ def export_example(torch, tmp_path_factory):
     return get
 
 
+@pytest.fixture()
+def mlp(export_example, tmp_path):
+    """(pt2, x.npy): the mlp example exported with embedded weights, and its example input saved for aoti-run's -i."""
+    import numpy as np
+
+    pt2, _module, inputs = export_example("mlp", "embedded")
+    x = tmp_path / "x.npy"
+    np.save(x, inputs[0].numpy())
+    return pt2, x
+
+
 @pytest.fixture(scope="session")
 def missing_op_package(torch, tmp_path_factory):
     """(pt2, inputs): a plain-torch package calling an ATen fallback op the host does not implement: 3-d grid

@@ -18,14 +18,6 @@ def toolchain_run(host_build, *args):
                            *map(str, args)], capture_output=True, text=True)
 
 
-@pytest.fixture()
-def mlp(export_example, tmp_path):
-    pt2, _module, inputs = export_example("mlp", "embedded")
-    x = tmp_path / "x.npy"
-    np.save(x, inputs[0].numpy())
-    return pt2, x
-
-
 def test_missing_model_file(host_build, tmp_path):
     p = run(host_build, tmp_path / "nope.pt2", "-o", tmp_path / "o")
     assert p.returncode == 3

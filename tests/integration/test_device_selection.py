@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from tests.conftest import BUILD_DIR
@@ -25,14 +24,6 @@ FIX = "use cpu, cuda (cuda:0) or cuda:N with N a device index"
 # the CUDA variant of this checkout, when it is built here (scons cuda=on; CI builds it in test_build_cuda.py)
 CUDA_LIB = BUILD_DIR / "cuda-gcc-release" / "dist" / "lib" / "libaoti_host.so"
 CUDA_RUN = BUILD_DIR / "cuda-gcc-release" / "dist" / "bin" / "aoti-run"
-
-
-@pytest.fixture()
-def mlp(export_example, tmp_path):
-    pt2, _module, inputs = export_example("mlp", "embedded")
-    x = tmp_path / "x.npy"
-    np.save(x, inputs[0].numpy())
-    return pt2, x
 
 
 # ------------------------------------------------------------------------------------------------ the names
