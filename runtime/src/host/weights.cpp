@@ -212,13 +212,16 @@ bool derive_constant_layouts(const std::string& wrapper_cpp, uint64_t blob_size,
                   std::to_string(fields.size() - 1), false;
   std::vector<ConstantLayout> layouts;
   uint64_t total = 0;
-  for (const auto& [index, f] : fields) {
+  for (const auto& entry : fields) {
+    const uint64_t index = entry.first;
     const std::string w = "constant " + std::to_string(index);
     // torch's AOTInductorModel::ConstantInfo members as its generated code assigns them (not one of our
-    // package records: spec/records.toml does not describe torch's C++ source)
-    auto member = [&f](const char* key) -> std::string {
-      auto it = f.find(key);
-      return it == f.end() ? std::string() : it->second;
+    // package records: spec/records.toml does not describe torch's C++ source). A named reference, not a
+    // structured binding: C++17 lambdas cannot capture those (clang refuses).
+    const auto& assigned = entry.second;
+    auto member = [&assigned](const char* key) -> std::string {
+      auto it = assigned.find(key);
+      return it == assigned.end() ? std::string() : it->second;
     };
     ConstantLayout l;
     const std::string name = member("name");
