@@ -163,6 +163,10 @@ def _configure_cuda(env, nvcc: str) -> None:
     # unversioned without listing libcudart, so the host must put the one shared runtime in global scope.
     env["AOTI_CUDA_USAGE"] = {"AOTI_SYSTEM_CPPPATH": include, "LIBPATH": libdirs, "RPATH": libdirs,
                               "LIBS": ["cudart", *cublas_libs]}
+    # cuDNN's and cudnn-frontend's headers, for attention through cuDNN's SDPA (compile time only; optional)
+    from toolchain.scons.cudnn import configure_cudnn
+
+    configure_cudnn(env, home, env["AOTI_CUDA_USAGE"])
 
 
 def _system_include_flags(target, source, env, for_signature) -> list[str]:

@@ -62,6 +62,7 @@ Mode mode_from_env() {
 
 struct Loaded {
   Api api;
+  void* dl = nullptr;  // the dlopen handle, for cudnn_library()
   bool ok = false;
   std::string description;  // "cuDNN 9.19.0 (path)" or why it is not used
 };
@@ -147,6 +148,7 @@ Loaded load(Mode mode) {
   }
   // The library stays loaded for the process's lifetime (handles and plans live until exit).
   out.ok = true;
+  out.dl = h;
   out.description = "cuDNN " + version_str + " (" + path + ")";
   return out;
 }
@@ -434,6 +436,12 @@ std::unique_ptr<Tensor> repacked(const Tensor& t, bool cl) {
 }
 
 }  // namespace
+
+void* cudnn_library(std::string* why) {
+  const Loaded& lib = loaded();
+  if (!lib.ok && why != nullptr) *why = lib.description;
+  return lib.ok ? lib.dl : nullptr;
+}
 
 bool cudnn_convolution(const Tensor& in, const Tensor& weight, const Tensor* bias, Tensor& out, const ConvSpec& s,
                        cudaStream_t stream) {

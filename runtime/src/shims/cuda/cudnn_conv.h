@@ -4,12 +4,20 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "aoti_host/tensor.h"
 #include "shims/cuda/cuda_util.h"
 
 namespace aoti_host {
 namespace cuda {
+
+// The cuDNN library the convolutions load, shared with the runtime's other cuDNN callers (the frontend's,
+// cudnn_frontend_util.h), so that every path uses one libcudnn: loaded at the first call from any of them, with
+// the search order, AOTI_HOST_CUDNN and AOTI_HOST_CUDNN_LIBRARY of cudnn_conv.cpp, and said once in the log.
+// Returns its dlopen handle, or null where cuDNN is not used (`why`, when given, says why and names the fix).
+// Throws where AOTI_HOST_CUDNN is not auto|on|off, or is on and cuDNN did not load.
+void* cudnn_library(std::string* why);
 
 // Runs the convolution `spec` describes (forward, or transposed through cuDNN's backward-data pass, as
 // ATen does) into `out` (already allocated with the output's sizes and strides) on `stream`. Returns false,
