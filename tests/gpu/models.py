@@ -269,6 +269,34 @@ def state_copies(steps: list[tuple[str | None, ...]]) -> int:
     return copies
 
 
+def replay_session_steps(prog, run_step, loaded=None, steps=SESSION_STEPS) -> dict:
+    """Replays `steps` on `prog` (toolchain.runtime): "new"/"clone"/"reset" on its sessions and, when `loaded`
+    (the eager module as loaded) is given, the same on deep copies of it; each "run" step calls
+    run_step(i, label, session, module): session None for the program's own state, module the eager copy that
+    step runs in (a private copy for the program's own state; None without `loaded`). Returns the sessions by
+    name, still open: the caller closes them after reading its statistics."""
+    import copy
+
+    sessions: dict = {}
+    eager: dict = {}
+    own = copy.deepcopy(loaded)
+    for i, (op, name, *source) in enumerate(steps):
+        if op == "new":
+            sessions[str(name)] = prog.session()
+            eager[str(name)] = copy.deepcopy(loaded)
+        elif op == "clone":
+            sessions[str(name)] = sessions[str(source[0])].clone()
+            eager[str(name)] = copy.deepcopy(eager[str(source[0])])
+        elif op == "reset":
+            sessions[str(name)].reset()
+            eager[str(name)] = copy.deepcopy(loaded)
+        else:
+            label = f"step {i} ({op} in {name or 'the program state'})"
+            module = own if name is None else eager[str(name)]
+            run_step(i, label, None if name is None else sessions[str(name)], module)
+    return sessions
+
+
 # A two-method stateful CUDA program (examples.stateful_methods: `forward` adds to the Buffer `total`, `peek`
 # reads it; each method runs on its own stream): (session, method) runs, None the program's own state.
 # prepare.py writes OUT_DIR/stateful_methods/{methods.json,forward.pt2,peek.pt2} and step<i>.in0/.ref0.npy.

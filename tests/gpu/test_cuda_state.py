@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests.gpu import gpu_skip_reason
-from tests.gpu.models import METHOD_PROGRAMS, SESSION_STEPS, STATEFUL_METHOD_STEPS, state_copies
+from tests.gpu.models import METHOD_PROGRAMS, SESSION_STEPS, STATEFUL_METHOD_STEPS, replay_session_steps, state_copies
 
 pytestmark = pytest.mark.gpu
 RTOL, ATOL = 1e-4, 1e-5
@@ -78,26 +78,21 @@ def test_sessions_match_eager_step_by_step(graphs: bool, device_io: bool) -> Non
     require_entries_call(pt2)
     prog = runtime.load(pt2, device="cuda", cuda_graphs=graphs)
     assert prog.num_state_tensors == 1
-    sessions: dict[str, runtime.Session] = {}
     runs = 0
-    for i, (op, name, *source) in enumerate(SESSION_STEPS):
-        if op == "new":
-            sessions[str(name)] = prog.session()
-        elif op == "clone":
-            sessions[str(name)] = sessions[str(source[0])].clone()
-        elif op == "reset":
-            sessions[str(name)].reset()
+
+    def run_step(i, label, session, _module):
+        nonlocal runs
+        x = np.load(SESSIONS / f"step{i}.in0.npy")
+        want = np.load(SESSIONS / f"step{i}.ref0.npy")
+        if device_io:
+            (out,) = prog.run([cuda.DeviceArray.from_numpy(x)], session=session, device_outputs=True)
+            got = out.numpy()
         else:
-            x = np.load(SESSIONS / f"step{i}.in0.npy")
-            want = np.load(SESSIONS / f"step{i}.ref0.npy")
-            session = None if name is None else sessions[str(name)]
-            if device_io:
-                (out,) = prog.run([cuda.DeviceArray.from_numpy(x)], session=session, device_outputs=True)
-                got = out.numpy()
-            else:
-                (got,) = prog.run([x], session=session)
-            assert_close(got, want, f"step {i} ({op} in {name or 'the program state'}, graphs={graphs})")
-            runs += 1
+            (got,) = prog.run([x], session=session)
+        assert_close(got, want, f"{label}, graphs={graphs}")
+        runs += 1
+
+    sessions = replay_session_steps(prog, run_step)
     st = prog.cuda_stats()
     if graphs:  # equal outputs alone would also pass with graphs silently off
         assert st.graph_captures == 1 and st.eager_runs + st.graph_replays == runs and st.graph_replays > 0, st

@@ -65,33 +65,22 @@ def test_scaffolded_plugin_defines_the_scaffolds_entries_call(scaffolded) -> Non
 
 
 def test_sessions_through_the_scaffolded_call_match_eager(host_lib, scaffolded, torch, capfd) -> None:
-    from tests.gpu.models import SESSION_STEPS, state_copies
+    from tests.gpu.models import SESSION_STEPS, replay_session_steps, state_copies
     from toolchain import runtime
 
     pt2, loaded, x = scaffolded
-    own = copy.deepcopy(loaded)
-    eager_sessions: dict[str, object] = {}
     gen = torch.Generator().manual_seed(2)
+
+    def run_step(i, label, session, module):
+        xi = torch.randn(x.shape, generator=gen, dtype=x.dtype)
+        with torch.no_grad():
+            want = module(xi).numpy()
+        (got,) = prog.run([xi.numpy()], session=session)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=label)
+
     with runtime.load(pt2, library_path=host_lib) as prog:
         assert prog.num_state_tensors == 1
-        sessions: dict[str, runtime.Session] = {}
-        for i, (op, name, *source) in enumerate(SESSION_STEPS):
-            if op == "new":
-                sessions[str(name)] = prog.session()
-                eager_sessions[str(name)] = copy.deepcopy(loaded)
-            elif op == "clone":
-                sessions[str(name)] = sessions[str(source[0])].clone()
-                eager_sessions[str(name)] = copy.deepcopy(eager_sessions[str(source[0])])
-            elif op == "reset":
-                sessions[str(name)].reset()
-                eager_sessions[str(name)] = copy.deepcopy(loaded)
-            else:
-                xi = torch.randn(x.shape, generator=gen, dtype=x.dtype)
-                module = own if name is None else eager_sessions[str(name)]
-                with torch.no_grad():
-                    want = module(xi).numpy()
-                (got,) = prog.run([xi.numpy()], session=None if name is None else sessions[str(name)])
-                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"step {i} ({op} in {name})")
+        sessions = replay_session_steps(prog, run_step, loaded)
         stats = prog.weight_stats()
         for s in sessions.values():
             s.close()

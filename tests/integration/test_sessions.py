@@ -200,37 +200,24 @@ def test_session_steps_and_state_copy_counts(host_lib, counter, torch):
     equals eager torch with one module copy per session (a clone copies the source's, a reset the module
     as loaded), and weight_stats counts each state copy: one at load, one per new/clone/reset, two per run
     in another session than the last one's; all in host memory on the CPU (state_device_copy_bytes 0)."""
-    import copy
-
-    from tests.gpu.models import SESSION_STEPS, state_copies
+    from tests.gpu.models import SESSION_STEPS, replay_session_steps, state_copies
     from toolchain import examples, runtime
 
     pt2, xs = counter
     loaded, _ = examples.mutated_buffer()
-    own = copy.deepcopy(loaded)
-    eager_sessions: dict[str, object] = {}
+    runs = 0
+
+    def run_step(i, label, session, module):
+        nonlocal runs
+        x = xs[runs % len(xs)]
+        runs += 1
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        assert_close(prog.run([x], session=session)[0], want, label)
+
     with runtime.load(pt2, library_path=host_lib) as prog:
         assert prog.weight_stats()["state_host_copy_bytes"] == 4 * 4  # the initial copy of float32[4]
-        sessions: dict[str, runtime.Session] = {}
-        runs = 0
-        for i, (op, name, *source) in enumerate(SESSION_STEPS):
-            if op == "new":
-                sessions[str(name)] = prog.session()
-                eager_sessions[str(name)] = copy.deepcopy(loaded)
-            elif op == "clone":
-                sessions[str(name)] = sessions[str(source[0])].clone()
-                eager_sessions[str(name)] = copy.deepcopy(eager_sessions[str(source[0])])
-            elif op == "reset":
-                sessions[str(name)].reset()
-                eager_sessions[str(name)] = copy.deepcopy(loaded)
-            else:
-                x = xs[runs % len(xs)]
-                runs += 1
-                module = own if name is None else eager_sessions[str(name)]
-                with torch.no_grad():
-                    want = module(torch.from_numpy(x)).numpy()
-                got = prog.run([x], session=None if name is None else sessions[str(name)])[0]
-                assert_close(got, want, f"step {i} ({op} in {name or 'the program state'})")
+        sessions = replay_session_steps(prog, run_step, loaded)
         stats = prog.weight_stats()
         for s in sessions.values():
             s.close()
