@@ -306,8 +306,11 @@ extern "C" {
 
 int aoti_host_program_set_cuda_graphs(aoti_host_program* program, bool enable) {
   return guarded([&] {
-    auto& s = cuda_of(program);
-    s.enable_graphs(enable, program->impl->has_single_threaded_run());
+    cuda_of(program);  // refuses a cpu program
+    for (size_t k = 0; k < program->set->size(); ++k) {
+      aoti_host::Method& m = program->set->method(k);
+      m.cuda_state()->enable_graphs(enable, m.has_single_threaded_run());
+    }
   });
 }
 
@@ -337,7 +340,8 @@ int aoti_host_program_cuda_stats(const aoti_host_program* program, aoti_host_cud
 int aoti_host_program_synchronize(const aoti_host_program* program) {
   return guarded([&] {
     require(program, "program");
-    if (auto* s = program->impl->cuda_state()) s->synchronize();
+    for (size_t k = 0; k < program->set->size(); ++k)
+      if (auto* s = program->set->method(k).cuda_state()) s->synchronize();
   });
 }
 
