@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -208,6 +210,24 @@ size_t cpu_instance_count(const Json& config) {
   return n;
 }
 
+// The instances the configuration's instance groups give on GPU `device`: each KIND_GPU group's count on every
+// GPU it lists (Triton fills in the visible GPUs for a group that lists none; none listed counts as every GPU).
+size_t gpu_instance_count(const Json& config, int32_t device) {
+  size_t n = 0;
+  const Json* groups = config.get("instance_group");
+  if (groups == nullptr || !groups->is_array()) return 0;
+  for (const Json& g : groups->array()) {
+    if (string_at(g, "kind") != "KIND_GPU") continue;
+    const Json* gpus = g.get("gpus");
+    bool here = gpus == nullptr || !gpus->is_array() || gpus->array().empty();
+    if (!here)
+      for (const Json& id : gpus->array())
+        here |= (id.is_integer() && id.integer() == device) || (id.is_string() && id.string() == std::to_string(device));
+    if (here) n += static_cast<size_t>(std::max<int64_t>(integer_at(g, "count", 1), 0));
+  }
+  return n;
+}
+
 struct ModelState {
   std::string artifact;  // model.pt2, or a program directory / methods.json
   std::string method;    // empty: the first ("forward" when present)
@@ -219,16 +239,23 @@ struct ModelState {
   // The program the model's CPU instances share (a stateless one): loaded once with one run slot per CPU
   // instance, so the weights (and their packed copies) are held once per model, not once per instance.
   size_t cpu_instances = 0;
-  std::mutex mu;  // guards the three below (Triton may create instances on several threads)
-  aoti_host_program* shared = nullptr;
-  size_t shared_users = 0;
-  bool stateful = false;  // the program has mutable state: each instance loads its own (runs would serialise)
+  Json config;  // the configuration: its GPU instance groups give the instances a GPU program is shared by
+  struct Shared {
+    aoti_host_program* program = nullptr;
+    size_t users = 0;
+    size_t next_method = 0;  // GPU: the replica the next instance takes
+    size_t methods = 0;
+  };
+  std::mutex mu;  // guards the members below (Triton may create instances on several threads)
+  std::map<std::string, Shared> shared;  // by device: "cpu", "cuda:N"
+  bool stateful = false;  // the CPU program has mutable state: each instance loads its own (runs would serialise)
 };
 
 struct InstanceState {
   ModelState* model = nullptr;
   aoti_host_program* program = nullptr;  // the instance's own, or its model's shared one
-  bool shared = false;
+  std::string shared;  // the device whose shared program this is ("": its own)
+  bool replica = false;  // `method` is one of the shared GPU program's copies of the model's package
   aoti_host_session* session = nullptr;  // the instance's own mutable state, for a stateful program
   bool on_gpu = false;
   size_t method = 0, num_inputs = 0, num_outputs = 0;
@@ -237,14 +264,15 @@ struct InstanceState {
   ~InstanceState() {
     if (session) g_api.session_free(session);
     if (program == nullptr) return;
-    if (!shared) {
+    if (shared.empty()) {
       g_api.free_program(program);
       return;
     }
     std::lock_guard<std::mutex> lock(model->mu);
-    if (--model->shared_users == 0) {
-      g_api.free_program(model->shared);
-      model->shared = nullptr;
+    auto it = model->shared.find(shared);
+    if (it != model->shared.end() && --it->second.users == 0) {
+      g_api.free_program(it->second.program);
+      model->shared.erase(it);
     }
   }
 };
@@ -532,6 +560,79 @@ bool run_group(InstanceState* st, TRITONBACKEND_ModelInstance* instance, std::ve
   return true;
 }
 
+// The package of the model's method (`method`, "" for the first) in its artifact: the artifact itself when it
+// is a .pt2 (whose one method is "forward"), else the package methods.json names for it; "" when there is none
+// (the load then reports what is wrong).
+std::string method_package(const std::string& artifact, const std::string& method) {
+  const auto slash = artifact.rfind('/');
+  const std::string dir = artifact.substr(0, slash + 1);
+  if (artifact.size() < 5 || artifact.compare(artifact.size() - 5, 5, ".json") != 0)
+    return method.empty() || method == "forward" ? artifact : "";
+  std::ifstream in(artifact, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Json doc;
+  try {
+    doc = Json::parse(text, artifact);
+  } catch (const std::exception&) {
+    return "";
+  }
+  const Json* list = doc.get("methods");
+  if (list == nullptr || !list->is_array()) return "";
+  for (const Json& m : list->array()) {
+    const std::string name = string_at(m, "name"), package = string_at(m, "package");
+    if (package.empty() || !(method.empty() || name == method)) continue;
+    return package[0] == '/' ? package : dir + package;
+  }
+  return "";
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Loads `copies` copies of `package` on `device` as the methods of one program: each copy is a method with its
+// own container, stream and CUDA graph (one GPU instance runs one), the runtime shares their weights by FQN (where
+// the plugin lists its constants: torch >= 2.13; an older plugin's copies keep their own weights), and the process's
+// CUDA context, libraries and kernels are there once. The manifest lives in a temporary file for the load only.
+TRITONSERVER_Error* load_replicas(const std::string& package, size_t copies, const std::string& device,
+                                  aoti_host_program** out) {
+  char* real = ::realpath(package.c_str(), nullptr);
+  if (real == nullptr) return error(TRITONSERVER_ERROR_NOT_FOUND, package + ": no such file");
+  std::string manifest = "{\"schema\": 1, \"methods\": [";
+  for (size_t k = 0; k < copies; ++k)
+    manifest += std::string(k ? ", " : "") + "{\"name\": \"instance" + std::to_string(k) + "\", \"package\": " +
+                json_string(real) + "}";
+  manifest += "]}\n";
+  std::free(real);
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/aoti_triton_XXXXXX.json";
+  int fd = ::mkstemps(path.data(), 5);
+  if (fd < 0) return error(TRITONSERVER_ERROR_INTERNAL, path + ": cannot create the replicas' manifest");
+  const bool written = ::write(fd, manifest.data(), manifest.size()) == static_cast<ssize_t>(manifest.size());
+  ::close(fd);
+  TRITONSERVER_Error* err = nullptr;
+  aoti_host_load_options options{nullptr, device.c_str(), 1, 0};
+  if (!written)
+    err = error(TRITONSERVER_ERROR_INTERNAL, path + ": cannot write the replicas' manifest");
+  else if (g_api.load(path.c_str(), &options, out) != 0)
+    err = runtime_error(package + ": load on " + device);
+  ::unlink(path.c_str());
+  return err;
+}
+
 // Deletes the State a model or instance holds (read with `get`: TRITONBACKEND_ModelState or
 // TRITONBACKEND_ModelInstanceState), at its finalize.
 template <typename State, typename Object>
@@ -609,6 +710,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   state->config_outputs = config_names(doc, "output");
   state->max_batch_size = integer_at(doc, "max_batch_size", 0);
   state->cpu_instances = cpu_instance_count(doc);
+  state->config = std::move(doc);
   RETURN_IF_ERROR(TRITONBACKEND_ModelSetState(model, state.release()));
   return nullptr;
 }
@@ -617,11 +719,14 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
   return delete_state<ModelState>(model, TRITONBACKEND_ModelState);
 }
 
-// A GPU instance loads the program on its device (cuda:<device id>): its own stream, staging buffers and CUDA
-// graph, which one run at a time uses. CPU instances share one program, loaded by the first with a run slot
-// per CPU instance (the AOTInductor container's models share its constants, and runs of a stateless program
-// go concurrently), unless it has mutable state: then each loads its own (with a session), since runs of
-// one program in several sessions take turns.
+// GPU instances of one device (cuda:<device id>) share one program, loaded by the first with a copy of the
+// model's package per GPU instance on that device (load_replicas): each instance runs its own copy, with its own
+// container, stream, staging buffers and CUDA graph (a CUDA method runs one run at a time), while the CUDA
+// context, the libraries and the weights (shared by FQN where the plugin lists its constants) are there once.
+// CPU instances share one program, loaded by the first with a run slot per CPU instance (the AOTInductor
+// container's models share its constants, and runs of a stateless program go concurrently), unless it has
+// mutable state: then each loads its own (with a session), since runs of one program in several sessions take
+// turns.
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance) {
   TRITONBACKEND_Model* model = nullptr;
   void* mstate = nullptr;
@@ -638,31 +743,59 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   const std::string device = st->on_gpu ? "cuda:" + std::to_string(device_id) : "cpu";
   if (!st->on_gpu && ms->cpu_instances > 1) {
     std::lock_guard<std::mutex> lock(ms->mu);
-    if (ms->shared != nullptr) {
-      st->program = ms->shared;
-      st->shared = true;
-      ++ms->shared_users;
+    auto it = ms->shared.find(device);
+    if (it != ms->shared.end()) {
+      st->program = it->second.program;
+      st->shared = device;
+      ++it->second.users;
     } else if (!ms->stateful) {
       aoti_host_load_options options{nullptr, device.c_str(), ms->cpu_instances, 0};
       if (g_api.load(ms->artifact.c_str(), &options, &st->program) != 0) return runtime_error(ms->artifact + ": load");
       size_t state_tensors = 0;
       if (g_api.num_state_tensors(st->program, &state_tensors) == 0 && state_tensors == 0) {
-        ms->shared = st->program;
-        ms->shared_users = 1;
-        st->shared = true;
+        ms->shared[device] = ModelState::Shared{st->program, 1, 0, 0};
+        st->shared = device;
       } else {
         ms->stateful = true;  // this instance keeps the program as its own
       }
     }
   }
+  const std::string package = st->on_gpu ? method_package(ms->artifact, ms->method) : "";
+  if (st->on_gpu && !package.empty()) {
+    // GPU instances of one device share a program holding a copy of the package per instance (load_replicas),
+    // loaded by the first: each instance runs its own copy. A stateful program gives each instance a session
+    // below, as one loaded alone would.
+    std::lock_guard<std::mutex> lock(ms->mu);
+    auto it = ms->shared.find(device);
+    if (it == ms->shared.end()) {
+      const size_t copies = std::max<size_t>(gpu_instance_count(ms->config, device_id), 1);
+      aoti_host_program* program = nullptr;
+      RETURN_IF_ERROR(load_replicas(package, copies, device, &program));
+      if (ms->cuda_graphs && g_api.set_cuda_graphs(program, true) != 0) {
+        TRITONSERVER_Error* err = runtime_error("enabling CUDA graphs");
+        g_api.free_program(program);
+        return err;
+      }
+      it = ms->shared.emplace(device, ModelState::Shared{program, 0, 0, copies}).first;
+      std::fprintf(stderr, "aoti_toolchain: %s: %zu GPU instance(s) on %s share one program (%zu copies of %s)\n",
+                   ms->artifact.c_str(), copies, device.c_str(), copies, package.c_str());
+    }
+    ModelState::Shared& sh = it->second;
+    if (sh.next_method < sh.methods) {
+      st->program = sh.program;
+      st->shared = device;
+      st->replica = true;
+      st->method = sh.next_method++;
+      ++sh.users;
+    }
+  }
   if (st->program == nullptr) {
     aoti_host_load_options options{nullptr, device.c_str(), 1, 0};
     if (g_api.load(ms->artifact.c_str(), &options, &st->program) != 0) return runtime_error(ms->artifact + ": load");
+    if (ms->cuda_graphs && st->on_gpu && g_api.set_cuda_graphs(st->program, true) != 0)
+      return runtime_error("enabling CUDA graphs");
   }
-  if (ms->cuda_graphs && kind == TRITONSERVER_INSTANCEGROUPKIND_GPU &&
-      g_api.set_cuda_graphs(st->program, true) != 0)
-    return runtime_error("enabling CUDA graphs");
-  if (!ms->method.empty() && g_api.find_method(st->program, ms->method.c_str(), &st->method) != 0)
+  if (!st->replica && !ms->method.empty() && g_api.find_method(st->program, ms->method.c_str(), &st->method) != 0)
     return runtime_error("parameter method");
   if (g_api.method_num_inputs(st->program, st->method, &st->num_inputs) != 0 ||
       g_api.method_num_outputs(st->program, st->method, &st->num_outputs) != 0)
@@ -676,10 +809,12 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     std::vector<std::string> out;
     for (size_t i = 0; i < n; ++i) {
       aoti_host_tensor_spec spec{};
-      int rc = st->method == 0 ? (inputs ? g_api.input_spec : g_api.output_spec)(st->program, i, &spec) : 1;
+      // a replica is a copy of method 0's package: method 0's contract names are its own
+      int rc = st->method == 0 || st->replica ? (inputs ? g_api.input_spec : g_api.output_spec)(st->program, i, &spec)
+                                              : 1;
       if (rc == 0 && spec.name != nullptr && *spec.name)
         out.push_back(spec.name);
-      else if (st->method != 0 && listed.size() == n && !listed[i].empty())
+      else if (!st->replica && st->method != 0 && listed.size() == n && !listed[i].empty())
         out.push_back(listed[i]);
       else
         out.push_back(prefix + std::to_string(i));

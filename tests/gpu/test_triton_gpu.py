@@ -1,5 +1,5 @@
-"""The Triton backend of the CUDA runtime in Triton Inference Server 2.51 on the GPU: KIND_GPU instances (each
-loads its program on cuda:<device id>) and CUDA graphs (parameters cuda_graphs), outputs equal to eager torch
+"""The Triton backend of the CUDA runtime in Triton Inference Server 2.51 on the GPU: KIND_GPU instances (those of
+one GPU share one program, a copy of the package per instance) and CUDA graphs (parameters cuda_graphs), outputs equal to eager torch
 on the GPU. Requests go as v2 JSON over HTTP (urllib: the GPU machine need not have tritonclient).
 
 Needs the GPU machine, the server unpacked in build/tritonserver (.ci/tritonserver.py, --wheel there: no network)
@@ -114,3 +114,34 @@ def test_gpu_instance_stacks_a_dynamic_batch(cuda_mlp, tmp_path):
         assert sum(k * n for k, n in batches.items()) == sum(len(x) for x in requests), batches
         assert max(batches) <= ROWS and set(batches) - set(sizes), batches
         assert int(stats["execution_count"]) < len(requests), stats
+
+
+def test_gpu_instances_share_one_program_and_run_concurrently(cuda_mlp, tmp_path):
+    """Three KIND_GPU instances with CUDA graphs: the first loads one program holding a copy of the package per
+    instance (the log says so, once), each instance runs its own copy (own stream and graph); concurrent
+    requests of one shape (captured once per copy, replayed after) all answer as eager."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toolchain.serve import triton as triton_repo
+
+    pt2, eager = cuda_mlp
+    repo = tmp_path / "repo"
+    triton_repo.repository([pt2], repo, options=triton_repo.Options(kind="gpu", gpus=(0,), instances=3,
+                                                                    cuda_graphs=True, max_batch=0))
+    rng = np.random.default_rng(2)
+    requests = [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(60)]
+    with triton(repo, BACKEND_DIR, tmp_path / "server.log", explicit=True, load=("mlp",), verbose=True) as server:
+        log = server.log_text()
+        assert log.count("3 GPU instance(s) on cuda:0 share one program (3 copies of") == 1, log[-4000:]
+        assert "mlp_0_0" in log and "mlp_0_2" in log, log[-4000:]
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            results = list(pool.map(lambda x: _infer(server, "mlp", x), requests, timeout=300))
+        for x, out in zip(requests, results, strict=True):
+            np.testing.assert_allclose(out, eager(x), rtol=1e-4, atol=1e-5)
+        # the last instance to go frees the shared program; a reload loads it afresh and answers again
+        for action in ("unload", "load"):
+            status, raw = server.post(f"/v2/repository/models/mlp/{action}", {})
+            assert status == 200, raw[:2000]
+        np.testing.assert_allclose(_infer(server, "mlp", requests[0]), eager(requests[0]), rtol=1e-4, atol=1e-5)
+        assert server.log_text().count("3 GPU instance(s) on cuda:0 share one program") == 2
+        assert server.alive()
