@@ -191,24 +191,33 @@ def memory_kib(pid: int) -> dict[str, int]:
     return {"pss": pss, "rss": rss}
 
 
-def gpu_mib(pid: int) -> float | None:
-    """Device memory (MiB) the server and its child processes hold on the GPUs, from nvidia-smi's compute apps
-    (each process's CUDA context, its allocations and its kernels' modules); None without nvidia-smi."""
+def gpu_mib(pid: int) -> dict[str, float]:
+    """Device memory (MiB): "gpu", what nvidia-smi lists as used by the server and its child processes (each
+    process's CUDA context, its allocations and its kernels' modules; 0 where it lists none of them, e.g. from
+    a PID namespace it cannot see into), and "gpu_device", the memory used on all GPUs (a whole-device number:
+    only its differences mean anything, on a machine nothing else uses). Empty without nvidia-smi or a GPU."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return None
-    out = subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30)
-    if out.returncode != 0:
-        return None
+        return {}
+
+    def query(what: str) -> list[list[str]]:
+        out = subprocess.run([smi, f"--query-{what}", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=30)
+        return [[f.strip() for f in line.split(",")] for line in out.stdout.splitlines()] if out.returncode == 0 else []
+
+    def number(text: str) -> float | None:
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
+    used = [number(f[0]) for f in query("gpu=memory.used") if f]
+    if not used or None in used:
+        return {}
     pids = set(_tree(pid))
-    total = 0.0
-    for line in out.stdout.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 2 and fields[0].isdigit() and int(fields[0]) in pids:
-            with contextlib.suppress(ValueError):
-                total += float(fields[1])
-    return total
+    mine = [number(f[1]) for f in query("compute-apps=pid,used_memory")
+            if len(f) == 2 and f[0].isdigit() and int(f[0]) in pids]
+    return {"gpu": sum(m for m in mine if m is not None), "gpu_device": sum(used)}
 
 
 def memory(pid: int) -> dict[str, float]:
@@ -216,9 +225,7 @@ def memory(pid: int) -> dict[str, float]:
     nvidia-smi)."""
     m = memory_kib(pid)
     out = {"pss": m["pss"] / 1024, "rss": m["rss"] / 1024}
-    gpu = gpu_mib(pid)
-    if gpu is not None:
-        out["gpu"] = gpu
+    out.update(gpu_mib(pid))
     return out
 
 
@@ -531,14 +538,24 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - t_start
     ours, torch_ = results["ours"], results["torch"]
 
+    # GPU memory per process where nvidia-smi attributes any to the server's processes, else the whole device's
+    gpu_key = "gpu" if any(r.get("gpu_mib_first", 0.0) > 0 for r in results.values()) else "gpu_device"
+    gpu = f"{gpu_key}_mib_first" in ours
+    gpu_source = ("nvidia-smi, the server's processes" if gpu_key == "gpu" else
+                  "nvidia-smi, memory used on the whole device (it attributes none to the server's processes)")
+    for r in results.values():
+        r["gpu_source"] = gpu_source if gpu else ""  # type: ignore[assignment]
+
     def per_instance(r: dict) -> float:
-        return r["pss_mib_per_instance"] + r.get("gpu_mib_per_instance", 0.0)
+        return r["pss_mib_per_instance"] + r.get(f"{gpu_key}_mib_per_instance", 0.0)
+
+    def first_instance(r: dict) -> float:
+        return r["pss_mib_first"] + r.get(f"{gpu_key}_mib_first", 0.0)
 
     ratios = {"throughput": ours["throughput_rps"] / torch_["throughput_rps"],
               "p50": ours["p50_ms"] / torch_["p50_ms"],
               "memory": per_instance(ours) / per_instance(torch_),
               "load": ours["load_s"] / torch_["load_s"]}
-    gpu = "gpu_mib_first" in ours
     print(f"client: {args.concurrency} processes, "
           f"{'tritonclient.http' if client_for('127.0.0.1:1')[1] else 'http.client (binary tensor data)'}")
     batching = f"dynamic batching up to {args.max_batch} rows" if args.max_batch else "unbatched"
@@ -552,20 +569,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:8} {r['load_s']:8.3f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['throughput_rps']:10.1f} "
               f"{r['server_us_per_request']:10.1f} {r['queue_us_per_request']:9.1f} {r['requests_per_execution']:8.2f} "
               f"{r['execution_us']:8.1f} {r['instances_busy']:5.2f} {r['server_cores']:9.2f} {r['client_cores']:9.2f}")
-    print(f"memory (MiB): first instance (engine, libraries{', CUDA context' if gpu else ''}) and per further "
+    print(f"memory (MiB): first instance (engine, libraries{', CUDA context' if args.device == 'cuda' else ''}) and per further "
           f"instance (slope from 1 to {k} instances)")
     print(f"{'':8} {'PSS first':>10} {'PSS /inst':>10} {'RSS first':>10} {'RSS /inst':>10}"
           + (f" {'GPU first':>10} {'GPU /inst':>10}" if gpu else ""))
     for name, r in results.items():
         print(f"{name:8} {r['pss_mib_first']:10.1f} {r['pss_mib_per_instance']:10.1f} {r['rss_mib_first']:10.1f} "
               f"{r['rss_mib_per_instance']:10.1f}"
-              + (f" {r['gpu_mib_first']:10.1f} {r['gpu_mib_per_instance']:10.1f}" if gpu else ""))
+              + (f" {r[gpu_key + '_mib_first']:10.1f} {r[gpu_key + '_mib_per_instance']:10.1f}" if gpu else ""))
+    if gpu:
+        print(f"GPU memory: {gpu_source}")
     for key, value in ratios.items():
         op, target = TARGETS[key]
         ok = value >= target if op == ">=" else value <= target
         print(f"ours / torch {key:10}: {value:7.3f}  (target {op} {target}: {'met' if ok else 'NOT met'})")
-    first = (ours["pss_mib_first"] + ours.get("gpu_mib_first", 0.0)) / (
-        torch_["pss_mib_first"] + torch_.get("gpu_mib_first", 0.0))
+    first = first_instance(ours) / first_instance(torch_)
     print(f"ours / torch first-instance memory (not the target's measure): {first:7.3f}")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results,
