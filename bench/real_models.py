@@ -501,7 +501,7 @@ def llama_blocks() -> tuple[Any, tuple[Any, ...]]:
         def forward(self, x):
             freqs = torch.arange(x.shape[1], device=x.device).float()[:, None] * self.inv_freq[None]
             emb = torch.cat((freqs, freqs), dim=-1)
-            rope = (emb.cos(), emb.sin())
+            rope = (emb.cos().to(x.dtype), emb.sin().to(x.dtype))  # Llama's rotary embedding casts to x's dtype
             for block in self.blocks:
                 x = block(x, rope)
             return x
@@ -559,7 +559,8 @@ def t5_small() -> tuple[Any, tuple[Any, ...]]:
             q = self.q(x).view(b, tq, heads, hd).transpose(1, 2)
             k = self.k(kv).view(b, tk, heads, hd).transpose(1, 2)
             v = self.v(kv).view(b, tk, heads, hd).transpose(1, 2)
-            w = torch.softmax((q @ k.transpose(-1, -2) + bias).float(), dim=-1)
+            scores = q @ k.transpose(-1, -2) + bias
+            w = torch.softmax(scores.float(), dim=-1).type_as(v)  # T5's softmax in float32, back to the model's dtype
             return self.o((w @ v).transpose(1, 2).reshape(b, tq, heads * hd))
 
     class Layer(nn.Module):
