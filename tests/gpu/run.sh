@@ -10,6 +10,7 @@
 #   BENCH_QUICK=1         quick benchmarks: bench_conv's subset, bench_gpu without torch's AOTI runner (a minute
 #                         per load there) and without the direct-kernel and cudnn.benchmark rows of ResNet-18
 #   GPU_BENCH=0           no benchmarks (tests only)
+#   GPU_TESTS=0           no tests (benchmarks only; the exit status then says only whether the exports worked)
 #   GPU_RUN_BUDGET_S=520  seconds the whole command may take: a benchmark runs only in what is left (stopped at
 #                         the budget, skipped when too little is left), so the run always ends with its summary
 #                         and the tests' exit status instead of being killed by an outer timeout
@@ -18,10 +19,15 @@
 #   TORCH_RUNNER_TRACE=1  also trace torch's own runner on its default plugin (a minute per load there);
 #                         default 0 with BENCH_QUICK=1, else 1
 #   PREPARE_ONLY="..."    extra arguments for prepare.py (e.g. --only mlp)
+#   GPU_MODELS=1          also bench/bench_models_gpu.py (real architectures, ours against torch's eager, CUDA
+#                         graphs and AOTI runner): its exports start beside prepare.py, its timing runs last, in
+#                         what is left of the budget (whatever GPU_BENCH says); JSON in $OUT/models.json.
+#                         GPU_MODELS_ARGS="...": its options (--models, --dtypes, --batches, --pipelines, ...)
 # Exit status: 2 if the build fails, 3 if no plugin was exported, else non-zero if a test failed, an export job
 # failed or a test of tests/gpu/test_cuda_state.py skipped (they must run here); the benchmarks never decide it.
 # $OUT (at most 8 files: what the device tool brings back): run.log (all of this command's output), commit.txt,
-# pytest.log, bench.log, bench.json, and from the tests corpus-cuda.txt, preflight-messages.txt; the runtime
+# pytest.log, bench.log, bench.json, models.json (GPU_MODELS=1), and from the tests corpus-cuda.txt,
+# preflight-messages.txt; the runtime
 # library only when a smoke test failed (to resolve a crash trace's offsets with addr2line).
 # The logs start with the commit they ran at: AOTI_GPU_COMMIT when set (the GPU machine's copy of the tree
 # carries a .git that need not match it), else git's HEAD with the number of tracked files changed since.
@@ -85,6 +91,12 @@ SKIP=()  # what nothing in this run uses: the benchmark's model, torch's own def
 $PY tests/gpu/prepare.py "$AOTI_GPU_ARTIFACTS" --jobs "$PREPARE_JOBS" --skip "${SKIP[@]}" ${PREPARE_ONLY:-} \
   >"$REPO/build/gpu-prepare.log" 2>&1 &
 PREPARE_PID=$!
+if [ "${GPU_MODELS:-0}" = 1 ]; then  # the real-architecture benchmark's exports, while the rest runs
+  # shellcheck disable=SC2086  # GPU_MODELS_ARGS is a list of arguments
+  $PY bench/bench_models_gpu.py --export-only --jobs 4 --budget-s "$BUDGET" ${GPU_MODELS_ARGS:-} \
+    >"$REPO/build/gpu-models-export.log" 2>&1 &
+  MODELS_EXPORT_PID=$!
+fi
 if ! scons -Q cuda=on $DEPS_ARG -j"$NPROC" >"$REPO/build/gpu-build.log" 2>&1; then
   tail -40 "$REPO/build/gpu-build.log"; kill "$PREPARE_PID"; exit 2
 fi
@@ -149,6 +161,8 @@ if [ "$TORCH_RUNNER_TRACE" = 1 ] && [ -f "$AOTI_GPU_ARTIFACTS/small_mlp_default.
   $PY -m toolchain verify "$AOTI_GPU_ARTIFACTS/small_mlp_default.pt2" --profile host 2>&1 | tail -25
 fi
 
+TEST_RC=0
+if [ "${GPU_TESTS:-1}" != 0 ]; then  # GPU_TESTS=0: the benchmarks alone
 step "GPU tests"
 echo "$COMMIT_LINE" > "$OUT/pytest.log"
 XDIST=()
@@ -180,6 +194,7 @@ if [ "$STATE_SKIPS" != 0 ] || [ "$STATE_PASSED" = 0 ]; then
   echo "FAILED: tests/gpu/test_cuda_state.py must run on the GPU machine (skip reasons above and in pytest.log)"
   [ "$TEST_RC" != 0 ] || TEST_RC=1
 fi
+fi
 [ "$PREPARE_RC" = 0 ] || { echo "FAILED: prepare.py exit $PREPARE_RC (export jobs above)"; [ "$TEST_RC" != 0 ] || TEST_RC=1; }
 
 # bench NAME MIN_S COMMAND...: runs COMMAND in what is left of the budget (at least MIN_S, else skipped)
@@ -203,6 +218,14 @@ if [ "${GPU_BENCH:-1}" != 0 ]; then
   bench "convolutions (cuDNN, the direct kernel) against torch's kernels" 30 $PY tests/gpu/bench_conv.py
   bench "GPU benchmark (ResNet-18, small and wide MLP, cold start, weight load)" 60 \
     $PY bench/bench_gpu.py --artifacts "$AOTI_GPU_ARTIFACTS" --aoti-run "$AOTI_RUN" --json "$OUT/bench.json"
+fi
+if [ "${GPU_MODELS:-0}" = 1 ]; then  # the background exports go on beside it (a row is exported once: locked)
+  grep -E "exported|FAILED" "$REPO/build/gpu-models-export.log"
+  # shellcheck disable=SC2086
+  bench "real architectures against torch (bench_models_gpu.py)" 60 $PY bench/bench_models_gpu.py \
+    --budget-s $((BUDGET - SECONDS - 10)) --json "$OUT/models.json" ${GPU_MODELS_ARGS:-}
+  kill -TERM "$MODELS_EXPORT_PID" 2>/dev/null
+  wait "$MODELS_EXPORT_PID"
 fi
 
 step "done: tests exit $TEST_RC at $COMMIT_LINE"
