@@ -1,4 +1,5 @@
-// ATen's scaled-dot-product attention on CUDA (efficient and flash): the fused kernel (attention_kernels.cu), or
+// ATen's scaled-dot-product attention on CUDA (efficient and flash): cuDNN's fused attention (cudnn_sdpa.cpp) where
+// it is built in, loads and takes the problem; else the runtime's own fused kernel (attention_kernels.cu), or
 // cuBLAS (attention_gemm, matmul.cpp) for problems big enough to pay for its launches.
 #include <cuda_runtime_api.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "shims/cpu/strided.h"
+#include "shims/cuda/cudnn_sdpa.h"
 #include "shims/cuda/ops/op_util.h"
 #include "shims/cuda/ops/ops.h"
 
@@ -76,10 +78,11 @@ cu::AttentionSpec attention_spec(const AttentionArgs& a, int device) {
   return s;
 }
 
-// Runs attention through cuBLAS (cu::attention_gemm) when the problem is big enough to pay for its
-// launches or the head size is past the fused kernel's limit, else through the fused kernel.
-// AOTI_HOST_CUDA_ATTENTION=kernel or =gemm forces one path (gemm still falls back to the kernel for
-// layouts cuBLAS can't take), for benchmarks and tests; it is read on every call.
+// Runs attention through cuDNN's fused attention (cu::cudnn_attention: AOTI_HOST_CUDNN_SDPA, the problems it
+// takes), else through cuBLAS (cu::attention_gemm) when the problem is big enough to pay for its launches or the
+// head size is past the fused kernel's limit, else through the fused kernel. AOTI_HOST_CUDA_ATTENTION=kernel or
+// =gemm forces one of the runtime's own paths (no cuDNN; gemm still falls back to the kernel for layouts cuBLAS
+// can't take), for benchmarks and tests; it is read on every call.
 void run_attention(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v, const void* bias,
                    const cu::AttentionSpec& s, int device) {
   if (s.m == 0 || s.b == 0 || s.h == 0) return;
@@ -88,6 +91,7 @@ void run_attention(int32_t dtype, void* out, float* lse, const void* q, const vo
   const std::string mode = force != nullptr ? force : "";
   if (!mode.empty() && mode != "kernel" && mode != "gemm")
     throw Error("AOTI_HOST_CUDA_ATTENTION is '" + mode + "'; expected kernel, gemm or unset");
+  if (mode.empty() && cu::cudnn_attention(dtype, out, lse, q, k, v, bias, s, device, stream)) return;
   const bool big = s.m * s.n >= 128 * 128 || s.d > cu::kMaxHeadDim || s.dv > cu::kMaxHeadDim;
   const bool gemm = mode == "gemm" || (mode.empty() && big);
   if (gemm && cu::attention_gemm(dtype, out, lse, q, k, v, bias, s, device, stream)) return;
