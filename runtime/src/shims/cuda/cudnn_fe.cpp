@@ -3,6 +3,7 @@
 #include "shims/cuda/cudnn_fe.h"
 
 #include <array>
+#include <cstdlib>
 #include <mutex>
 
 #include "aoti_host/error.h"
@@ -23,7 +24,14 @@ bool ready(std::string* why) {
   void* dl = cudnn_library(why);
   if (dl == nullptr) return false;
   static std::once_flag once;
-  std::call_once(once, [dl] { fe::cudnn_dlhandle = dl; });
+  std::call_once(once, [dl] {
+    // The frontend opens libcudart itself for the few runtime calls it makes, taking the first of libcudart.so.12
+    // and .13 the loader finds; name the one this runtime links (already loaded: the same library), unless the
+    // user named one.
+    const std::string cudart = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.c_str(), 0);
+    fe::cudnn_dlhandle = dl;
+  });
   return true;
 }
 
