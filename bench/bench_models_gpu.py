@@ -2,7 +2,7 @@
 runner, float32 and bfloat16, several batch sizes, every output checked against eager.
 
     python bench/bench_models_gpu.py [--device cuda|cpu] [--models resnet18,...] [--dtypes fp32,bf16]
-        [--batches 8,1] [--budget-s 420] [--jobs 8] [--pipelines 3] [--seconds 0.3] [--json OUT.json]
+        [--batches 8,1] [--budget-s 420] [--jobs 8] [--pipelines 6] [--seconds 0.3] [--json OUT.json]
         [--markdown OUT.md] [--aoti-run PATH] [--no-torch-runner] [--export-only] [--reexport]
 
 Rows: (model, dtype, batch), in the order batch (as given) > model > dtype, so that a run stopped by --budget-s
@@ -375,7 +375,7 @@ def child_ours_python(device: str, d: Path, dtype: str, seconds: float, lock: Pa
             if cuda:
                 st = prog.cuda_stats()
                 res["stats"][side] = {"captures": st.graph_captures, "replays": st.graph_replays,
-                                      "off": st.graphs_disabled_reason}
+                                      "off": st.graphs_disabled_reason, "input_copies": st.graph_input_copies}
             prog.close()
         except Exception as exc:  # noqa: BLE001
             res["check"].setdefault(side, {"ok": False, "err": None, "error": _error(exc)})
@@ -523,6 +523,7 @@ def measure_row(runner: Runner, a: argparse.Namespace, row: dict, work: Path, en
     for side in ("aoti_run", "python", "python_graphs"):
         if side != ours and row["us"].get(side) and row["us"].get("torch_runner"):
             row["ratios"][f"{side}_vs_torch_runner"] = row["us"][side] / row["us"]["torch_runner"]
+    row["loadavg"] = round(os.getloadavg()[0], 1)  # the exports and loads that ran beside the timings
     row["ok"] = bool(row["check"]) and all(c.get("ok") for c in row["check"].values())
     row["status"] = "measured"
 
@@ -575,7 +576,7 @@ def main() -> int:
     ap.add_argument("--batches", default="8,1")
     ap.add_argument("--budget-s", type=float, default=0.0, help="stop cleanly after this many seconds (0: none)")
     ap.add_argument("--jobs", type=int, default=0, help="export processes at once (default: cores / 2, at most 8)")
-    ap.add_argument("--pipelines", type=int, default=4, help="rows being measured at once (timings never overlap)")
+    ap.add_argument("--pipelines", type=int, default=6, help="rows being measured at once (timings never overlap)")
     ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every measurement (default: 1 on the CPU)")
     ap.add_argument("--seconds", type=float, default=0.3, help="about how long one side's timed calls last")
     ap.add_argument("--json", type=Path)
