@@ -2,7 +2,7 @@
 runner, float32 and bfloat16, several batch sizes, every output checked against eager.
 
     python bench/bench_models_gpu.py [--device cuda|cpu] [--models resnet18,...] [--dtypes fp32,bf16]
-        [--batches 8,1] [--budget-s 420] [--jobs 8] [--pipelines 6] [--seconds 0.3] [--json OUT.json]
+        [--batches 8,1] [--budget-s 420] [--jobs 8] [--pipelines 8] [--seconds 0.3] [--json OUT.json]
         [--markdown OUT.md] [--aoti-run PATH] [--no-torch-runner] [--export-only] [--reexport]
 
 Rows: (model, dtype, batch), in the order batch (as given) > model > dtype, so that a run stopped by --budget-s
@@ -36,7 +36,7 @@ timing runs last, in what is left of GPU_RUN_BUDGET_S; GPU_MODELS_ARGS passes op
 in one device call (carry .whl .deps; about 40 s of build and setup, then the rows until the budget):
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl &&
     export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH && GPU_MODELS=1 GPU_TESTS=0 GPU_BENCH=0
-    PREPARE_ONLY="--only mlp" GPU_RUN_BUDGET_S=540 timeout 590 bash tests/gpu/run.sh
+    TORCH_RUNNER_TRACE=0 PREPARE_ONLY="--only mlp" GPU_RUN_BUDGET_S=540 timeout 590 bash tests/gpu/run.sh
 
 Output: a table on stdout as rows finish, the JSON (--json, rewritten after every row) and a markdown table
 (--markdown, and printed at the end) for bench/RESULTS.md. Exit status 0 when every measured row's outputs
@@ -576,7 +576,7 @@ def main() -> int:
     ap.add_argument("--batches", default="8,1")
     ap.add_argument("--budget-s", type=float, default=0.0, help="stop cleanly after this many seconds (0: none)")
     ap.add_argument("--jobs", type=int, default=0, help="export processes at once (default: cores / 2, at most 8)")
-    ap.add_argument("--pipelines", type=int, default=6, help="rows being measured at once (timings never overlap)")
+    ap.add_argument("--pipelines", type=int, default=8, help="rows being measured at once (timings never overlap)")
     ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every measurement (default: 1 on the CPU)")
     ap.add_argument("--seconds", type=float, default=0.3, help="about how long one side's timed calls last")
     ap.add_argument("--json", type=Path)
