@@ -553,9 +553,10 @@ def _check_cell(row: dict) -> str:
 
 def markdown(rows: list[dict], device: str) -> str:
     sides = [s for s in SIDES if device == "cuda" or "graph" not in s[0]]
-    head = ["model", "dtype", "batch", *(f"{label} ms" for _, label in sides), "ours / torch runner"]
+    ours = "aoti-run graphs" if device == "cuda" else "aoti-run"
+    head = ["model", "dtype", "batch", *(f"{label} ms" for _, label in sides), f"{ours} / torch runner"]
     if device == "cuda":
-        head.append("ours / torch graph")
+        head.append(f"{ours} / torch graph")
     head.append("outputs vs eager")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
