@@ -178,6 +178,9 @@ def test_off_never_uses_cudnn_and_bad_values_are_refused():
     results, log = run_child(["eff-64", "flash-64-m<n-causal"], ["float16"], AOTI_HOST_CUDNN_SDPA="off")
     assert set(results.values()) == {"ok"}, results
     assert "cuDNN" not in log, log[-3000:]  # off is quiet
+    results, log = run_child(["eff-64"], ["float16"], AOTI_HOST_CUDNN="off")  # cuDNN off for everything: quiet too
+    assert set(results.values()) == {"ok"}, results
+    assert "cuDNN" not in log, log[-3000:]
     results, _ = run_child(["eff-64"], ["float16"], AOTI_HOST_CUDNN_SDPA="maybe")
     assert all("AOTI_HOST_CUDNN_SDPA=maybe is not one of auto|on|off" in v for v in results.values()), results
 
