@@ -17,12 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / ".ci" / "setup"
 
 # The venv's python: `-m pip ...` logs and exits with $PIP_STATUS (default 0), `.ci/tritonserver.py` (the Triton
-# server's fetch) with $TRITON_STATUS (default 0); `-c CODE` says "no nvidia package".
+# server's fetch) with $TRITON_STATUS (default 0), `.ci/cudnn_headers.py` (cuDNN's and cudnn-frontend's headers) with
+# $CUDNN_HEADERS_STATUS (default 0); `-c CODE` says "no nvidia package".
 VENV_PYTHON = """#!/bin/sh
 echo "RAN python $*" >> "$STUB_LOG"
 echo "RAN python $*"
 [ "$1" = "-m" ] && [ "$2" = "pip" ] && exit "${PIP_STATUS:-0}"
 [ "$1" = ".ci/tritonserver.py" ] && exit "${TRITON_STATUS:-0}"
+[ "$1" = ".ci/cudnn_headers.py" ] && exit "${CUDNN_HEADERS_STATUS:-0}"
 exit 1
 """
 STUBS = {
@@ -145,4 +147,13 @@ def test_setup_announces_the_triton_server_fetch_and_stops_when_it_fails(sandbox
     assert again.returncode == 0 and "tritonserver" not in again.stdout, again.stdout
     (checkout / "build" / "tritonserver" / "nvidia_pytriton-0.7.0.dist-info").rmdir()
     failed = _setup(checkout, env, TRITON_STATUS="1")
+    assert failed.returncode == 1 and "setup: done" not in failed.stdout, failed.stdout
+
+
+def test_setup_fetches_the_cudnn_headers_where_nvcc_is_and_stops_when_that_fails(sandbox):
+    checkout, env, _log = sandbox
+    proc = _setup(checkout, env)  # nvcc is a stub on PATH
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "RAN python .ci/cudnn_headers.py build/cudnn-headers" in _lines(proc.stdout), proc.stdout
+    failed = _setup(checkout, env, CUDNN_HEADERS_STATUS="1")
     assert failed.returncode == 1 and "setup: done" not in failed.stdout, failed.stdout
