@@ -78,18 +78,20 @@ Causal causal_of(const AttentionSpec& s) {
 
 size_t elem_size(int32_t dtype) { return dtype == dc::kFloat32 ? 4 : 2; }
 
-// The bias as cuDNN takes it: broadcast dimensions (stride 0) become size 1, and their strides those of a packed
-// tensor of the remaining sizes.
+// The bias as cuDNN takes it, [B or 1, H or 1, M, N], as ATen hands it to cuDNN: batch and head dimensions it is
+// broadcast over (stride 0) become size 1 (with the stride of a packed tensor of the rest); the query and key
+// dimensions keep their full sizes and strides, 0 where broadcast (a key-padding mask's rows).
 void bias_layout(const AttentionSpec& s, std::vector<int64_t>& dims, std::vector<int64_t>& strides) {
-  const int64_t full[4] = {s.b, s.h, s.m, s.n};
-  dims.assign(4, 1);
-  strides.assign(4, 1);
-  int64_t packed = 1;
-  for (int d = 3; d >= 0; --d) {
-    const bool broadcast = s.bias_st[d] == 0 || full[d] == 1;
-    dims[d] = broadcast ? 1 : full[d];
-    strides[d] = broadcast ? packed : s.bias_st[d];
-    packed = std::max(packed, strides[d] * dims[d]);
+  dims = {s.b, s.h, s.m, s.n};
+  strides = {s.bias_st[0], s.bias_st[1], s.bias_st[2], s.bias_st[3]};
+  int64_t packed = std::max<int64_t>(1, std::max(strides[2] * s.m, strides[3] * s.n));
+  for (int d = 1; d >= 0; --d) {
+    if (strides[d] != 0 && dims[d] != 1) {
+      packed = std::max(packed, strides[d] * dims[d]);
+      continue;
+    }
+    dims[d] = 1;
+    strides[d] = packed;
   }
 }
 
@@ -144,9 +146,15 @@ std::string plan_key(int device, int32_t dtype, const AttentionSpec& s, bool sta
 
 std::string describe(int32_t dtype, const AttentionSpec& s, bool bias) {
   const char* causal[] = {"", ", causal (top-left)", ", causal (bottom-right)"};
-  return "attention of B=" + std::to_string(s.b) + " H=" + std::to_string(s.h) + " M=" + std::to_string(s.m) +
-         " N=" + std::to_string(s.n) + " D=" + std::to_string(s.d) + " Dv=" + std::to_string(s.dv) + ", " +
-         dtype_name(dtype) + causal[static_cast<int>(causal_of(s))] + (bias ? ", with a bias" : "");
+  std::string d = "attention of B=" + std::to_string(s.b) + " H=" + std::to_string(s.h) + " M=" + std::to_string(s.m) +
+                  " N=" + std::to_string(s.n) + " D=" + std::to_string(s.d) + " Dv=" + std::to_string(s.dv) + ", " +
+                  dtype_name(dtype) + causal[static_cast<int>(causal_of(s))];
+  if (bias) {
+    std::vector<int64_t> dims, strides;
+    bias_layout(s, dims, strides);
+    d += ", with a bias of sizes " + list_str(dims) + " and strides " + list_str(strides);
+  }
+  return d;
 }
 
 // Builds the plan's graph for one problem; a refusal leaves ok false and says why (cuDNN's message).
