@@ -181,7 +181,7 @@ fi
 AOTI_HOST_CUDNN_ALLOW_TF32=0 OUT="$OUT" $PY -m pytest "${XDIST[@]}" tests/gpu/test_corpus_cuda.py \
   tests/gpu/test_torch_packages_gpu.py tests/gpu/test_cuda_ops.py tests/gpu/test_cuda.py tests/gpu/test_cuda_state.py \
   tests/gpu/test_cuda_half.py tests/gpu/test_cudnn.py tests/gpu/test_cudnn_decls.py tests/gpu/test_target_gpu.py \
-  tests/gpu/test_multi_gpu.py tests/gpu/test_alloc_shims.py \
+  tests/gpu/test_multi_gpu.py tests/gpu/test_alloc_shims.py tests/gpu/test_cudnn_sdpa.py \
   -v -rfEs -p no:cacheprovider -o addopts= 2>&1 | tee -a "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" | tail -60
 TEST_RC=${PIPESTATUS[0]}
 grep -E "^(E |FAILED)" "$OUT/pytest.log" | head -60
