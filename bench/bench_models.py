@@ -10,14 +10,17 @@ BERT-base, GPT-2 small (prefill), a Llama decoder-block stack (GQA, RoPE), T5-sm
 wav2vec2-base and an LSTM acoustic model, written out with torch.nn and randomly initialised (seed 0;
 nothing downloaded; each builder's docstring gives its batch and sequence). Each is exported once
 (`aoti-toolchain export`'s settings: a vectorised link_libtorch=False plugin, cached under
-build/bench-models/ and re-exported when real_models.py or torch changes) together with its eager outputs.
+build/bench-models/ and re-exported when real_models.py, the export script or torch changes) together with
+its eager outputs.
 Then, at each OMP_NUM_THREADS of --threads, --rounds interleaved rounds of:
 - ours: `aoti-run --repeat N --warmup W` (the C++ floor a user gets; its median per call);
 - torch's: `torch._inductor.aoti_load_package` on the very same .pt2 in a fresh Python process
   (libtorch_cpu.so re-opened RTLD_GLOBAL first, FACTS.md), a perf_counter loop under no_grad.
 N is chosen so that a measurement lasts about --seconds. Each side's peak resident memory (ru_maxrss of
 the process, torch's import included: what a deployment pays) is taken from the same runs. Every
-side's outputs are checked against eager (fp32: |ours - eager| <= 1e-4 * (|eager| + max|eager|)).
+side's outputs are checked against eager (fp32: |ours - eager| <= 1e-4 * (|eager| + max|eager|)), and eager's
+outputs themselves must be finite, not all zero, and move by >= 1e-2 of their magnitude on another random
+input (a model whose output is its classifier's bias would pass any comparison).
 Printed per model: medians of the rounds per thread count, ratio = ours / torch's (target <= 1.0), and
 the peak-RSS ratio (target <= 0.3).
 """
@@ -58,6 +61,16 @@ for i, x in enumerate(inputs):
     np.save(f"{work}/x{i}.npy", x.numpy())
 for i, y in enumerate(ys):
     np.save(f"{work}/eager_{i}.npy", y.numpy())
+# the same model on other inputs (other token ids where the input is integer): how much the outputs
+# depend on the input, so that a comparison with eager that no kernel error could fail is caught
+torch.manual_seed(1)
+others = [torch.randn_like(x) if x.is_floating_point() else torch.randint_like(x, 0, int(x.max()) + 1)
+          for x in inputs]
+with torch.no_grad():
+    zs = module(*others)
+zs = list(zs) if isinstance(zs, (list, tuple)) else [zs]
+for i, z in enumerate(zs):
+    np.save(f"{work}/other_{i}.npy", z.numpy())
 export(module, inputs, f"{work}/{name}.pt2", build_dir=sys.argv[4])
 """
 
@@ -85,7 +98,8 @@ def export_model(name: str, reexport: bool) -> Path:
     real_models.py and torch is there already."""
     from importlib.metadata import version
 
-    stamp = hashlib.sha256((REPO / "bench" / "real_models.py").read_bytes() + version("torch").encode()).hexdigest()
+    stamp = hashlib.sha256((REPO / "bench" / "real_models.py").read_bytes() + EXPORT.encode() +
+                           version("torch").encode()).hexdigest()
     work = WORK / name
     if not reexport and (work / "stamp").is_file() and (work / "stamp").read_text() == stamp:
         return work
@@ -123,8 +137,37 @@ def check_outputs(work: Path, outdir: Path, who: str, first_only: bool = False) 
     return worst
 
 
+# The least input sensitivity (max |y(x) - y(x')| / max |y(x)| over the elements of an output, x' another
+# random input) for which the comparison with eager means something: far above RTOL, so that a kernel that
+# computes its layer wrongly moves the output past the tolerance.
+MIN_SENSITIVITY = 100 * RTOL
+
+
+def check_eager(work: Path) -> float:
+    """The least input sensitivity of the model's eager outputs (saved at export); raises when an output is
+    degenerate: NaN or infinite, all zero, or (near) independent of the input, where any runtime that
+    returns the classifier's bias would pass the comparison."""
+    least = float("inf")
+    for ref_path in sorted(work.glob("eager_*.npy")):
+        i = ref_path.stem.split("_")[1]
+        ref, other = np.load(ref_path).astype(np.float64), np.load(work / f"other_{i}.npy").astype(np.float64)
+        if not np.isfinite(ref).all():
+            raise RuntimeError(f"{work.name}: eager output {i} holds NaN or infinity")
+        scale = float(np.max(np.abs(ref)))
+        if scale == 0.0:
+            raise RuntimeError(f"{work.name}: eager output {i} is all zero")
+        sensitivity = float(np.max(np.abs(ref - other))) / scale
+        if sensitivity < MIN_SENSITIVITY:
+            raise RuntimeError(f"{work.name}: eager output {i} barely depends on the input (another input moves it "
+                               f"by {sensitivity:.2g} of its largest magnitude, need >= {MIN_SENSITIVITY:.2g}): the "
+                               f"comparison with eager could not fail")
+        least = min(least, sensitivity)
+    return least
+
+
 def bench_model(name: str, args: argparse.Namespace) -> list[str]:
     work = export_model(name, args.reexport)
+    sensitivity = check_eager(work)
     pt2 = work / f"{name}.pt2"
     xs = [str(p) for p in sorted(work.glob("x*.npy"))]
     ours_out, torch_out = work / "ours", work / "torch"
@@ -144,7 +187,8 @@ def bench_model(name: str, args: argparse.Namespace) -> list[str]:
     calls = int(min(2000, max(5, args.seconds / per_call)))
     warmup = max(2, calls // 10)
     lines = [f"model {name}: outputs against eager, max error / max|eager|: aoti-run {e_ours:.2g}, "
-             f"torch's runner {e_torch:.2g}; {calls} calls per measurement"]
+             f"torch's runner {e_torch:.2g} (another input moves eager's by {sensitivity:.2g}); "
+             f"{calls} calls per measurement"]
     rss_ours, rss_torch = [], []
     for threads in args.threads:
         env = {**env0, "OMP_NUM_THREADS": str(threads)}

@@ -56,6 +56,30 @@ def _squeeze_excite(ch: int, squeeze: int, act: Any, gate: Any) -> Any:
     return SE()
 
 
+def _with_bn_statistics(model: Any, example: Any) -> Any:
+    """model in eval mode, its BatchNorm layers given the statistics a trained network has: each layer's
+    running mean and variance are those of its own input on a random batch shaped like `example`, and its
+    affine weight and bias are random around (1, 0). With the default init (mean 0, variance 1, weight 1,
+    bias 0) every BatchNorm passes on the shrinking activations of the random convolutions, and the
+    deep CNNs' outputs barely depended on their input (EfficientNet-B0's not at all in float32: the
+    classifier's bias came out, whatever the kernels computed, so comparing with eager proved nothing)."""
+    import torch
+
+    nn = _nn()
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    with torch.no_grad():
+        for bn in norms:
+            bn.reset_running_stats()
+            bn.momentum = None  # a cumulative average: one batch gives exactly its statistics
+            bn.weight.copy_(1 + 0.25 * torch.randn_like(bn.weight))
+            bn.bias.copy_(0.25 * torch.randn_like(bn.bias))
+        model.train()
+        model(torch.randn_like(example))
+        for bn in norms:
+            bn.momentum = 0.1
+    return model.eval()
+
+
 def _residual(body: Any, use: bool) -> Any:
     nn = _nn()
 
@@ -115,13 +139,15 @@ def _resnet(block: str, layers: list[int]) -> Any:
 def resnet18() -> tuple[Any, tuple[Any, ...]]:
     import torch
 
-    return _resnet("basic", [2, 2, 2, 2]).eval(), (torch.randn(1, 3, 224, 224),)
+    x = torch.randn(1, 3, 224, 224)
+    return _with_bn_statistics(_resnet("basic", [2, 2, 2, 2]), x), (x,)
 
 
 def resnet50() -> tuple[Any, tuple[Any, ...]]:
     import torch
 
-    return _resnet("bottleneck", [3, 4, 6, 3]).eval(), (torch.randn(1, 3, 224, 224),)
+    x = torch.randn(1, 3, 224, 224)
+    return _with_bn_statistics(_resnet("bottleneck", [3, 4, 6, 3]), x), (x,)
 
 
 # ---- MobileNetV3 ----
@@ -161,7 +187,8 @@ def mobilenet_v3_small() -> tuple[Any, tuple[Any, ...]]:
     nn = _nn()
     model = nn.Sequential(_mnv3_features(_MNV3_SMALL, 576), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                           nn.Linear(576, 1024), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(1024, 1000))
-    return model.eval(), (torch.randn(1, 3, 224, 224),)
+    x = torch.randn(1, 3, 224, 224)
+    return _with_bn_statistics(model, x), (x,)
 
 
 def lraspp() -> tuple[Any, tuple[Any, ...]]:
@@ -189,7 +216,8 @@ def lraspp() -> tuple[Any, tuple[Any, ...]]:
             y = self.low_cls(low) + self.high_cls(y)
             return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
 
-    return LRASPP().eval(), (torch.randn(1, 3, 224, 224),)
+    x = torch.randn(1, 3, 224, 224)
+    return _with_bn_statistics(LRASPP(), x), (x,)
 
 
 # ---- EfficientNet-B0 ----
@@ -212,7 +240,8 @@ def efficientnet_b0() -> tuple[Any, tuple[Any, ...]]:
             mods.append(_residual(nn.Sequential(*body), s == 1 and cin == cout))
     mods += [_cba(320, 1280, 1, act=nn.SiLU), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2),
              nn.Linear(1280, 1000)]
-    return nn.Sequential(*mods).eval(), (torch.randn(1, 3, 224, 224),)
+    x = torch.randn(1, 3, 224, 224)
+    return _with_bn_statistics(nn.Sequential(*mods), x), (x,)
 
 
 # ---- ShuffleNetV2 x1.0 ----
@@ -254,7 +283,8 @@ def shufflenet_v2() -> tuple[Any, tuple[Any, ...]]:
         def forward(self, x):
             return self.fc(self.features(x).mean([2, 3]))
 
-    return Net().eval(), (torch.randn(1, 3, 224, 224),)
+    x = torch.randn(1, 3, 224, 224)
+    return _with_bn_statistics(Net(), x), (x,)
 
 
 # ---- ConvNeXt-T ----
