@@ -2,7 +2,9 @@
 torch's own (aten.convolution, cuDNN) on the same inputs, layer by layer.
 
     AOTI_HOST_LIBRARY=.../libaoti_host.so python tests/gpu/bench_conv.py [--quick]
-Prints one line per shape, dtype and layout as it is measured: the GPU time per call (the sum of the kernels
+Prints one line per shape, dtype and layout as it is measured: the path ours took (cuDNN's graph API and its
+engine, cuDNN's legacy API and its algorithm, or the direct kernel: read from the runtime's debug log line of the
+row's first call), the GPU time per call (the sum of the kernels
 torch's profiler records over 10 calls after 3 warm-up calls: cuDNN's and ours, such as a layout copy or the
 bias) of ours through cuDNN and of torch's, their ratio, and the wall time per call of ours through ctypes
 (CUDA events around 20 calls: Python's argument marshalling dominates small shapes) and of torch's; then the
@@ -10,16 +12,20 @@ direct kernel's wall time per row (a child process with AOTI_HOST_CUDNN=off). Bo
 defaults (float32 may use TF32, torch.backends.cudnn.allow_tf32=True, benchmark=False); the float32-ieee rows
 turn TF32 off on both (allow_tf32=False, AOTI_HOST_CUDNN_ALLOW_TF32=0). Every row checks ours against torch's
 output first.
+AOTI_HOST_CUDNN_GRAPH=0 in the environment gives the legacy API's table (the graph API's is the default).
 --quick (or BENCH_QUICK=1, as tests/gpu/run.sh passes it): QUICK_SHAPES in float32, float16 and bfloat16, NCHW
 and channels-last (24 of the 76 rows), without the direct kernel's child.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -65,6 +71,37 @@ def kernel_ms(fn, iters: int = 10) -> float:
     return sum(e.time_range.elapsed_us() for e in gpu) / iters / 1000
 
 
+@contextlib.contextmanager
+def runtime_log(lines: list[str]):
+    """Collects what the process writes to file descriptor 2 (the runtime's log) inside the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            lines.extend(f.read().decode(errors="replace").splitlines())
+    sys.stderr.write("".join(ln + "\n" for ln in lines if "aoti-host: debug:" not in ln))
+
+
+def path_of(lines: list[str]) -> str:
+    """The path the runtime's log says a new shape took: graph (engine), legacy (algorithm) or direct."""
+    for ln in lines:
+        if "direct kernel" in ln and "refuses" in ln:
+            return "direct"
+        m = re.search(r"cuDNN plan for the .*: graph API engine (\S*)", ln)
+        if m:
+            return f"graph {m.group(1)[:14]}"
+        m = re.search(r"cuDNN plan for the .*: legacy API algorithm (\d+)", ln)
+        if m:
+            return f"legacy algo {m.group(1)}"
+    return "?"
+
+
 def operands(shape, dtype, layout):
     sizes, c_out, k, stride, pad, groups, transposed, out_pad = shape
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -102,12 +139,14 @@ def measure(names, rows, layouts, check: bool, report=None) -> dict:
                     host.release()
 
                 err = None
+                log: list[str] = []
                 if check:
                     want = theirs()
-                    got = host("convolution", x, w, b, *args)
+                    with runtime_log(log):
+                        got = host("convolution", x, w, b, *args)
                     host.release()
                     err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
-                r = {"ours": timed(ours, 20 if check else 5), "err": err}
+                r = {"ours": timed(ours, 20 if check else 5), "err": err, "path": path_of(log)}
                 if check:
                     r.update(torch=timed(theirs), ours_gpu=kernel_ms(ours), torch_gpu=kernel_ms(theirs))
                 out[f"{name}|{row}|{layout}"] = r
@@ -118,13 +157,15 @@ def measure(names, rows, layouts, check: bool, report=None) -> dict:
 
 def print_row(key: str, r: dict) -> None:
     name, row, layout = key.split("|")
-    print(f"{name:26s} {row:13s} {layout:13s}: gpu ours {r['ours_gpu']:7.3f} torch {r['torch_gpu']:7.3f} ms "
+    print(f"{name:26s} {row:13s} {layout:13s} {r['path']:20s}: gpu ours {r['ours_gpu']:7.3f} torch {r['torch_gpu']:7.3f} ms "
           f"({r['ours_gpu'] / r['torch_gpu']:5.2f}x)  wall ours {r['ours']:7.3f} torch {r['torch']:7.3f} ms  "
           f"max rel err {r['err']:.1e}", flush=True)
 
 
 def main() -> int:
     quick = "--quick" in sys.argv or os.environ.get("BENCH_QUICK") == "1"
+    # the plan lines that name each row's path are debug lines (read once, when the runtime loads)
+    os.environ["AOTI_HOST_LOG"] = "debug"
     if "--child" in sys.argv:  # the direct kernel's timings (AOTI_HOST_CUDNN=off in this process)
         print("CHILD " + json.dumps(measure(list(SHAPES), ROWS, LAYOUTS, check=False)))
         return 0
@@ -132,7 +173,8 @@ def main() -> int:
           f"torch.backends.cudnn.allow_tf32 default {torch.backends.cudnn.allow_tf32}, "
           f"benchmark {torch.backends.cudnn.benchmark}" + (" (quick: QUICK_SHAPES, no direct kernel)" if quick else ""),
           flush=True)
-    print("GPU ms per call (ours through cuDNN / torch's), wall ms per call (ours through ctypes, torch's)")
+    print("path ours took, GPU ms per call (ours through cuDNN / torch's), wall ms per call (ours through ctypes, "
+          "torch's)")
     res = measure(QUICK_SHAPES if quick else list(SHAPES), QUICK_ROWS if quick else ROWS, LAYOUTS, check=True,
                   report=print_row)
     if not quick:

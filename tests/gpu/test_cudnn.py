@@ -1,11 +1,15 @@
-"""Convolutions through cuDNN (runtime/src/shims/cuda/cudnn_conv.cpp) against torch's eager convolutions.
+"""Convolutions through cuDNN (runtime/src/shims/cuda/cudnn_conv.cpp, cudnn_graph_conv.cpp) against torch's eager
+convolutions.
 
 aoti_torch_cuda_convolution is called through the C ABI (tests/gpu/test_cuda_ops.py's Host) on torch CUDA
-tensors: forward and transposed, 1-d/2-d/3-d, grouped and depthwise, NCHW, channels-last and mixed or
-non-packed layouts, float32 (with and without TF32, as torch's allow_tf32 flag), float16, bfloat16 and
-float64. Every output is compared with ATen's in values, sizes and strides. The loader's behaviour (cuDNN
-found and used for every case; missing: the direct kernel with one warning naming the package, or an error
-with AOTI_HOST_CUDNN=on) is checked in child processes, whose log and environment are their own.
+tensors: forward and transposed, 1-d/2-d/3-d, grouped and depthwise, with and without bias, NCHW,
+channels-last and mixed or non-packed layouts, float32 (with and without TF32, as torch's allow_tf32 flag),
+float16, bfloat16 and float64, through cuDNN's graph API (the default) and its legacy API
+(AOTI_HOST_CUDNN_GRAPH=0). Every output is compared with ATen's in values, sizes and strides. Which path each
+shape took (the runtime's debug log), the loader's behaviour (cuDNN found and used for every case; missing: the
+direct kernel with one warning naming the package, or an error with AOTI_HOST_CUDNN=on) and the graph path
+under CUDA graph capture (aoti-run --cuda-graphs on exported convolution models) are checked in child
+processes, whose log and environment are their own.
 
 Needs the GPU machine (tests/gpu/run.sh sets AOTI_HOST_LIBRARY to the CUDA build); skips elsewhere.
 """
@@ -90,23 +94,26 @@ def eager(x, w, bias, args):
     return torch.ops.aten.convolution(x, w, bias, stride, padding, dil, bool(transposed), out_pad, groups)
 
 
-def check(host, name: str, dtype_name: str, layout: str) -> None:
+def check(host, name: str, dtype_name: str, layout: str, graph: bool = True) -> None:
     case = CASES[name]
     dtype = DTYPES[dtype_name]
     tf32 = dtype_name == "float32_tf32"
-    prev, prev_env = torch.backends.cudnn.allow_tf32, os.environ.get("AOTI_HOST_CUDNN_ALLOW_TF32")
+    prev = torch.backends.cudnn.allow_tf32
+    prev_env = {k: os.environ.get(k) for k in ("AOTI_HOST_CUDNN_ALLOW_TF32", "AOTI_HOST_CUDNN_GRAPH")}
     torch.backends.cudnn.allow_tf32 = tf32
-    os.environ["AOTI_HOST_CUDNN_ALLOW_TF32"] = "1" if tf32 else "0"  # the runtime reads it on every call
+    os.environ["AOTI_HOST_CUDNN_ALLOW_TF32"] = "1" if tf32 else "0"  # the runtime reads both on every call
+    os.environ["AOTI_HOST_CUDNN_GRAPH"] = "1" if graph else "0"
     try:
         x, w, bias, args = operands(case, dtype, layout)
         want = eager(x, w, bias, args)
         got = host("convolution", x, w, bias, *args)
     finally:
         torch.backends.cudnn.allow_tf32 = prev
-        if prev_env is None:
-            os.environ.pop("AOTI_HOST_CUDNN_ALLOW_TF32", None)
-        else:
-            os.environ["AOTI_HOST_CUDNN_ALLOW_TF32"] = prev_env
+        for k, v in prev_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     rtol, scale = TOL[dtype_name]
     atol = scale * max(want.abs().max().item(), 1.0)
     same(got, want, rtol=rtol, atol=atol, layout=layout != "stepped")
@@ -123,6 +130,16 @@ def test_convolution_matches_eager(host, name, dtype_name):
 @pytest.mark.parametrize("name", SPATIAL_2D + ["conv3d", "transposed3d"])
 def test_convolution_layouts(host, name, layout, dtype_name):
     check(host, name, dtype_name, layout)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float32_tf32", "float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_legacy_api_matches_eager(host, name, layout, dtype_name):
+    """AOTI_HOST_CUDNN_GRAPH=0: the same cases through cuDNN's legacy convolution API."""
+    if layout == "channels_last" and len(CASES[name][0]) == 3:
+        pytest.skip("a 1-d convolution has no channels-last layout")
+    check(host, name, dtype_name, layout, graph=False)
 
 
 def test_plan_cache_serves_repeated_and_interleaved_shapes(host):
@@ -179,7 +196,7 @@ def run_child(names: list[str], **env_extra: str) -> tuple[dict, str]:
     skip_without_gpu()
     env = {**os.environ, "PYTHONPATH": str(REPO), "AOTI_HOST_LOG": "info", "AOTI_HOST_CUDNN_ALLOW_TF32": "0",
            **env_extra}
-    for key in ("AOTI_HOST_CUDNN", "AOTI_HOST_CUDNN_LIBRARY", "AOTI_HOST_CUDNN_BENCHMARK"):
+    for key in ("AOTI_HOST_CUDNN", "AOTI_HOST_CUDNN_LIBRARY", "AOTI_HOST_CUDNN_BENCHMARK", "AOTI_HOST_CUDNN_GRAPH"):
         if key not in env_extra:
             env.pop(key, None)
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(names)], cwd=REPO, env=env, capture_output=True,
@@ -187,6 +204,16 @@ def run_child(names: list[str], **env_extra: str) -> tuple[dict, str]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS "))
     return json.loads(line[len("RESULTS "):]), proc.stderr
+
+
+def graph_api_compiled(log: str) -> bool:
+    """Whether the child's runtime was built with cudnn-frontend (its info line says which APIs it uses)."""
+    assert "convolutions on cuda run through cuDNN 9." in log, log[-3000:]
+    return "its graph API first" in log
+
+
+def plan_lines(log: str) -> list[str]:
+    return [ln for ln in log.splitlines() if "cuDNN plan for the" in ln]
 
 
 def test_every_case_runs_through_cudnn():
@@ -198,19 +225,83 @@ def test_every_case_runs_through_cudnn():
     assert not bad, bad
 
 
+def test_every_case_runs_through_the_graph_api():
+    """Every case of this file, in float32/float16/bfloat16, NCHW and channels-last, takes cuDNN's graph API
+    (one plan each, an engine named), none falls back to the legacy API."""
+    results, log = run_child(list(CASES), AOTI_HOST_CUDNN="on", AOTI_HOST_LOG="debug")
+    if not graph_api_compiled(log):
+        pytest.skip("this runtime was built without cudnn-frontend's headers (scons: note: ...)")
+    bad = {k: v for k, v in results.items() if not isinstance(v, float) or v > 2e-2}
+    assert not bad, bad
+    refusals = [ln for ln in log.splitlines() if "refuses" in ln]
+    assert not refusals, refusals
+    plans = plan_lines(log)
+    layouts = sum(2 if len(c[0]) > 3 else 1 for c in CASES.values())
+    assert len(plans) == 3 * layouts, "\n".join(plans)
+    assert all(": graph API engine " in ln for ln in plans), [ln for ln in plans if "graph API" not in ln]
+
+
+def test_legacy_api_when_graph_api_is_off():
+    """AOTI_HOST_CUDNN_GRAPH=0: every case through the legacy API (its algorithms named), matching eager."""
+    results, log = run_child(list(CASES), AOTI_HOST_CUDNN="on", AOTI_HOST_LOG="debug", AOTI_HOST_CUDNN_GRAPH="0")
+    bad = {k: v for k, v in results.items() if not isinstance(v, float) or v > 2e-2}
+    assert not bad, bad
+    plans = plan_lines(log)
+    assert plans and all(": legacy API algorithm " in ln for ln in plans), plans
+    assert "graph API" not in "\n".join(plans)
+
+
 def test_algorithms_ranked_by_default_and_measured_with_benchmark_on():
-    """Each new shape's algorithm is the heuristics' first; AOTI_HOST_CUDNN_BENCHMARK=1 takes the fastest
-    cudnnFind measures instead. Both match eager."""
+    """Each new shape's engine (graph API) or algorithm (legacy API) is the heuristics' first;
+    AOTI_HOST_CUDNN_BENCHMARK=1 takes the fastest measured instead (the graph API's engines timed by the
+    frontend's autotune, the legacy API's by cudnnFind). All match eager."""
     names = ["conv2d", "depthwise", "transposed2d", "conv1d"]
-    for bench, want, other in (("1", "(cudnnFind)", "(heuristics)"), ("0", "(heuristics)", "(cudnnFind)")):
-        results, log = run_child(names, AOTI_HOST_LOG="debug", AOTI_HOST_CUDNN_BENCHMARK=bench)
-        bad = {k: v for k, v in results.items() if not isinstance(v, float) or v > 2e-2}
-        assert not bad, (bench, bad)
-        plans = [ln for ln in log.splitlines() if "cuDNN plan for the" in ln]
-        # one plan per shape, dtype and layout (a 1-d case's two layouts are one: it has no channels-last form)
-        layouts = sum(2 if len(CASES[n][0]) > 3 else 1 for n in names)
-        assert len(plans) == 3 * layouts, log[-3000:]
-        assert all(want in ln for ln in plans) and not any(other in ln for ln in plans), plans
+    for graph in ("1", "0"):
+        measured = "(measured)" if graph == "1" else "(cudnnFind)"
+        for bench, want in (("1", measured), ("0", "(heuristics)")):
+            results, log = run_child(names, AOTI_HOST_LOG="debug", AOTI_HOST_CUDNN_BENCHMARK=bench,
+                                     AOTI_HOST_CUDNN_GRAPH=graph)
+            if graph == "1" and not graph_api_compiled(log):
+                continue
+            bad = {k: v for k, v in results.items() if not isinstance(v, float) or v > 2e-2}
+            assert not bad, (graph, bench, bad)
+            plans = plan_lines(log)
+            # one plan per shape, dtype and layout (a 1-d case's two layouts are one: it has no channels-last form)
+            layouts = sum(2 if len(CASES[n][0]) > 3 else 1 for n in names)
+            assert len(plans) == 3 * layouts, log[-3000:]
+            assert all(want in ln for ln in plans), (graph, bench, plans)
+
+
+@pytest.mark.parametrize("name", ["convnet", "convnet_channels_last", "upsample_decoder"])
+def test_graph_api_under_cuda_graph_capture(name, tmp_path):
+    """Exported convolution models (forward, channels-last, transposed) through aoti-run with CUDA graphs: the
+    plans are built by the eager warm-up calls, the capture records the graph API's executions, the replays
+    run them; outputs match eager and every plan is a graph-API one."""
+    skip_without_gpu()
+    art = os.environ.get("AOTI_GPU_ARTIFACTS")
+    if not art:
+        pytest.skip("AOTI_GPU_ARTIFACTS is not set: run tests/gpu/run.sh, which exports the models")
+    from tests.gpu.test_cuda import AOTI_RUN, MANIFEST, assert_close, refs
+
+    if name not in MANIFEST:
+        pytest.fail(f"{name} was not exported (see prepare.py's output in the run log)")
+    import numpy as np
+
+    args = [AOTI_RUN, str(Path(art) / f"{name}.pt2"), "--device", "cuda", "-o", str(tmp_path), "--quiet",
+            "--cuda-graphs", "--device-inputs", "--repeat", "5"]
+    for k in range(MANIFEST[name]["inputs"]):
+        args += ["-i", str(Path(art) / f"{name}.in{k}.npy")]
+    env = {**os.environ, "AOTI_HOST_LOG": "debug", "AOTI_HOST_CUDNN": "on"}
+    env.pop("AOTI_HOST_CUDNN_GRAPH", None)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"aoti-run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert "captures=1 replays=4" in proc.stdout, proc.stdout
+    got = [np.load(tmp_path / f"output_{k}.npy") for k in range(len(refs(name)))]
+    assert_close(got, refs(name), f"aoti-run {name}")
+    if not graph_api_compiled(proc.stderr):
+        pytest.skip("this runtime was built without cudnn-frontend's headers")
+    plans = plan_lines(proc.stderr)
+    assert plans and all(": graph API engine " in ln for ln in plans), plans
 
 
 def test_missing_cudnn_runs_the_direct_kernel_and_says_so_once():

@@ -1,8 +1,14 @@
-// Convolutions through cuDNN's convolution API (cudnnConvolutionForward; transposed convolutions through
-// cudnnConvolutionBackwardData, as ATen runs them), with a per-shape plan cache: descriptors and the
-// algorithm (cuDNN's heuristics' first, torch's default cudnn.benchmark=False, or cudnnFind's fastest with
-// AOTI_HOST_CUDNN_BENCHMARK=1) are made once per shape, layout and dtype; the workspace comes from the device
-// allocator (the graph's arena while capturing).
+// Convolutions through cuDNN, with a per-shape plan cache: each shape, layout, dtype and alignment gets its
+// plan once, on its first call. First through cuDNN's graph API (cudnn_graph_conv.h: cudnn-frontend, as torch
+// since 2.x: the engine heuristics mode A ranks first, or with AOTI_HOST_CUDNN_BENCHMARK=1 the fastest
+// measured); where the graph API refuses a shape (logged once per shape), or AOTI_HOST_CUDNN_GRAPH=0, or the
+// runtime was built without cudnn-frontend, through the legacy convolution API (cudnnConvolutionForward;
+// transposed convolutions through cudnnConvolutionBackwardData, as ATen runs them; the algorithm cuDNN's
+// heuristics rank first, torch's default cudnn.benchmark=False, or cudnnFind's fastest with
+// AOTI_HOST_CUDNN_BENCHMARK=1). The legacy API's algorithms lack the fast bfloat16 and channels-last
+// depthwise kernels: on the H200 those ran 2.6-9x slower through it than torch's through the graph API
+// (bench/results/gpu-h200-cudnn-run2-bench-conv.log). The workspace comes from the device allocator (the
+// graph's arena while capturing).
 //
 // cuDNN is loaded at the first convolution (dlopen, cudnn_api.h): the file AOTI_HOST_CUDNN_LIBRARY names, else
 // in turn the soname libcudnn.so.9 (already loaded, e.g. by torch in the same process, or on the loader's path:
@@ -13,7 +19,8 @@
 //
 // Float32 convolutions may use TF32 tensor cores, as torch's do by default (torch.backends.cudnn.allow_tf32
 // is True, unlike torch.backends.cuda.matmul.allow_tf32); AOTI_HOST_CUDNN_ALLOW_TF32=0 turns that off, as
-// allow_tf32=False does in torch. Float16 and bfloat16 accumulate in float32, as ATen's do.
+// allow_tf32=False does in torch (the graph API then passes over engines noted TENSOR_CORE, as ATen's filter
+// does). Float16 and bfloat16 accumulate in float32, as ATen's do.
 #include "shims/cuda/cudnn_conv.h"
 
 #include <dlfcn.h>
@@ -33,6 +40,7 @@
 #include "aoti_host/error.h"
 #include "aoti_host/log.h"
 #include "shims/cuda/cudnn_api.h"
+#include "shims/cuda/cudnn_graph_conv.h"
 
 namespace aoti_host {
 namespace cuda {
@@ -169,7 +177,9 @@ const Loaded& loaded() {
     state = std::make_unique<Loaded>(env_error.empty() ? load(mode) : Loaded{});
     if (!env_error.empty()) return;
     if (state->ok)
-      log(LogLevel::Info, "convolutions on cuda run through %s", state->description.c_str());
+      log(LogLevel::Info, "convolutions on cuda run through %s, %s", state->description.c_str(),
+          cudnn_graph::compiled() ? "its graph API first (cudnn-frontend)"
+                                  : "its legacy API only (this runtime was built without cudnn-frontend)");
     else if (mode == Mode::kAuto)
       log(LogLevel::Warning,
           "convolutions on cuda run on the runtime's own direct kernel (much slower than cuDNN): %s",
@@ -195,6 +205,23 @@ bool allow_tf32() {
 bool benchmark() {
   const char* v = std::getenv("AOTI_HOST_CUDNN_BENCHMARK");
   return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// AOTI_HOST_CUDNN_GRAPH (read on every call): unset or 1, the graph API first (where the runtime was built
+// with cudnn-frontend); 0, the legacy API only (to compare the two, or to step around a graph-API problem).
+bool use_graph() {
+  if (!cudnn_graph::compiled()) return false;
+  const char* v = std::getenv("AOTI_HOST_CUDNN_GRAPH");
+  return v == nullptr || *v == '\0' || std::strcmp(v, "0") != 0;
+}
+
+// The byte alignment of `p` (at most 16, what cuDNN's vectorized engines want), which the graph API's plan
+// assumes of the operands it runs on.
+int64_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int64_t align = 16;
+  while (align > 1 && a % static_cast<uintptr_t>(align) != 0) align /= 2;
+  return align;
 }
 
 std::string status_str(const Api& api, cudnn::Status s) {
@@ -264,6 +291,7 @@ struct Plan {
   cudnn::FilterDesc w = nullptr;
   cudnn::ConvDesc conv = nullptr;
   bool transposed = false;
+  std::shared_ptr<cudnn_graph::Plan> graph;  // the graph API's plan, else the legacy API's algorithm below
   int algo = 0;
   size_t workspace = 0;
   const char* chosen_by = "heuristics";
@@ -286,11 +314,50 @@ bool fits_int(const std::vector<int64_t>& v) {
 
 std::vector<int> to_int(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
 
-// Builds the plan for one shape: descriptors, then the heuristics' first algorithm that cuDNN accepts within
-// the workspace limit. A refusal (any status but success) leaves ok false and says why.
-void build_plan(Plan& p, const Api& api, cudnn::Handle h, int32_t dtype, const ConvSpec& s, int spatial,
+// Chooses the legacy API's algorithm for the plan's descriptors: the heuristics' first that cuDNN accepts within
+// the workspace limit. A refusal leaves ok false and says why.
+void choose_legacy(Plan& p, const Api& api, cudnn::Handle h) {
+  std::array<cudnn::AlgoPerf, 16> perf{};
+  int returned = 0;
+  const cudnn::Status st =
+      p.transposed ? api.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.x, p.conv, p.y, cudnn::kBwdDataAlgoCount,
+                                                                     &returned, perf.data())
+                   : api.cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, cudnn::kFwdAlgoCount, &returned,
+                                                                perf.data());
+  if (st != cudnn::kStatusSuccess) {
+    p.why_not = "the algorithm heuristics: " + status_str(api, st);
+    return;
+  }
+  for (int i = 0; i < returned; ++i) {
+    if (perf[i].status != cudnn::kStatusSuccess) continue;
+    size_t bytes = 0;
+    const cudnn::Status ws_st =
+        p.transposed ? api.cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.x, p.conv, p.y, perf[i].algo, &bytes)
+                     : api.cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, perf[i].algo, &bytes);
+    if (ws_st != cudnn::kStatusSuccess || bytes > kMaxWorkspace) continue;
+    p.algo = perf[i].algo, p.workspace = bytes, p.chosen_by = "heuristics", p.ok = true;
+    return;
+  }
+  p.why_not = "no algorithm (of " + std::to_string(returned) + " ranked) accepts it";
+}
+
+// How a new plan may use the graph API: at all (use_graph), building every engine for measuring (benchmark
+// outside capture), and the operands' byte alignments (x, w, y).
+struct GraphChoice {
+  int device = 0;
+  bool enabled = false;
+  bool every_engine = false;
+  std::array<int64_t, 3> align{16, 16, 16};
+};
+
+// Builds the plan for one shape: the legacy API's descriptors (also what adds the bias), then the graph API's
+// plan where it is enabled and accepts the shape, else the legacy API's algorithm. A refusal of both leaves ok
+// false and says why; a refusal of the graph API alone is in *graph_refusal.
+void build_plan(Plan& p, const Loaded& lib, cudnn::Handle h, int32_t dtype, const ConvSpec& s, int spatial,
                 const std::vector<int64_t>& in_sizes, const std::vector<int64_t>& w_sizes,
-                const std::vector<int64_t>& out_sizes, bool cl, bool has_bias) {
+                const std::vector<int64_t>& out_sizes, bool cl, bool has_bias, const GraphChoice& gc,
+                std::string* graph_refusal) {
+  const Api& api = lib.api;
   p.api = &api;
   p.channels_last = cl;
   p.transposed = s.transposed;
@@ -300,7 +367,8 @@ void build_plan(Plan& p, const Api& api, cudnn::Handle h, int32_t dtype, const C
     case dc::kFloat32: math = allow_tf32() ? cudnn::kDefaultMath : cudnn::kFmaMath; break;
     case dc::kFloat64: data = compute = cudnn::kDataDouble; break;
     case dc::kFloat16: data = cudnn::kDataHalf, math = cudnn::kTensorOpMath; break;
-    case dc::kBFloat16: data = cudnn::kDataBFloat16; break;
+    // Tensor cores allowed for bfloat16 as for float16 (DEFAULT_MATH leaves the choice to cuDNN).
+    case dc::kBFloat16: data = cudnn::kDataBFloat16, math = cudnn::kTensorOpMath; break;
     default: p.why_not = "dtype " + std::string(dtype_name(dtype)) + " is not one cuDNN convolves"; return;
   }
   const std::vector<int64_t> xs = as_cudnn_dims(in_sizes), ws = as_cudnn_dims(w_sizes), ys = as_cudnn_dims(out_sizes);
@@ -344,26 +412,27 @@ void build_plan(Plan& p, const Api& api, cudnn::Handle h, int32_t dtype, const C
         !step(api.cudnnSetTensorNdDescriptor(p.b, data, nd, bd.data(), bst.data()), "bias descriptor"))
       return;
   }
-  std::array<cudnn::AlgoPerf, 16> perf{};
-  int returned = 0;
-  const cudnn::Status st =
-      s.transposed ? api.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.x, p.conv, p.y, cudnn::kBwdDataAlgoCount,
-                                                                     &returned, perf.data())
-                   : api.cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, cudnn::kFwdAlgoCount, &returned,
-                                                                perf.data());
-  if (!step(st, "the algorithm heuristics")) return;
-  std::string refused;
-  for (int i = 0; i < returned; ++i) {
-    if (perf[i].status != cudnn::kStatusSuccess) continue;
-    size_t bytes = 0;
-    const cudnn::Status ws_st =
-        s.transposed ? api.cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.x, p.conv, p.y, perf[i].algo, &bytes)
-                     : api.cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, perf[i].algo, &bytes);
-    if (ws_st != cudnn::kStatusSuccess || bytes > kMaxWorkspace) continue;
-    p.algo = perf[i].algo, p.workspace = bytes, p.ok = true;
-    return;
+  if (gc.enabled) {
+    cudnn_graph::Conv c;
+    c.dtype = dtype, c.transposed = s.transposed, c.allow_tf32 = allow_tf32();
+    c.x_dims = xs, c.x_strides = xst, c.y_dims = ys, c.y_strides = yst;
+    c.w_dims = ws, c.w_strides = packed_strides(ws, cl);
+    c.padding.assign(pad.begin(), pad.end()), c.stride.assign(stride.begin(), stride.end());
+    c.dilation.assign(dil.begin(), dil.end());
+    c.x_align = gc.align[0], c.w_align = gc.align[1], c.y_align = gc.align[2];
+    c.max_workspace = static_cast<int64_t>(kMaxWorkspace);
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gc.device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, gc.device) == cudaSuccess)
+      c.sm_version = major * 10 + minor;
+    p.graph = cudnn_graph::build(h, c, gc.every_engine, graph_refusal);
+    if (p.graph != nullptr) {
+      p.workspace = static_cast<size_t>(cudnn_graph::workspace_size(*p.graph));
+      p.ok = true;
+      return;
+    }
   }
-  p.why_not = "no algorithm (of " + std::to_string(returned) + " ranked) accepts it";
+  choose_legacy(p, api, h);
 }
 
 size_t workspace_size(const Api& api, cudnn::Handle h, const Plan& p, int algo) {
@@ -408,9 +477,9 @@ void choose_by_find(Plan& p, const Api& api, cudnn::Handle h, const void* x, con
 }
 
 std::string plan_key(int device, int32_t dtype, const ConvSpec& s, const std::vector<int64_t>& in_sizes,
-                     const std::vector<int64_t>& w_sizes, bool cl, bool has_bias) {
-  std::vector<int64_t> k{device, dtype, s.transposed, s.groups, cl, has_bias, allow_tf32(),
-                         static_cast<int64_t>(in_sizes.size())};
+                     const std::vector<int64_t>& w_sizes, bool cl, bool has_bias, const GraphChoice& gc) {
+  std::vector<int64_t> k{device, dtype, s.transposed, s.groups, cl, has_bias, allow_tf32(), gc.enabled,
+                         gc.align[0], gc.align[1], gc.align[2], static_cast<int64_t>(in_sizes.size())};
   k.insert(k.end(), in_sizes.begin(), in_sizes.end());
   k.insert(k.end(), w_sizes.begin(), w_sizes.end());
   for (int d = 0; d < 3; ++d) {
@@ -457,10 +526,32 @@ bool cudnn_convolution(const Tensor& in, const Tensor& weight, const Tensor* bia
   else if (packed_as(out.sizes(), out.strides(), true)) cl = true;
   else return false;
   const bool has_bias = bias != nullptr;
-  const std::string key = plan_key(device, in.dtype(), s, in.sizes(), weight.sizes(), cl, has_bias);
+  // Operands in the plan's layout (ATen likewise makes input and weight contiguous in the suggested format).
+  const std::unique_ptr<Tensor> in_c = repacked(in, cl), w_c = repacked(weight, cl);
+  const Tensor& x = in_c ? *in_c : in;
+  const Tensor& w = w_c ? *w_c : weight;
+  const bool measuring = benchmark() && !capturing(stream);
+  GraphChoice gc;
+  gc.device = device;
+  gc.enabled = use_graph();
+  gc.every_engine = gc.enabled && measuring;
+  gc.align = {alignment(x.data_ptr()), alignment(w.data_ptr()), alignment(out.data_ptr())};
+  const std::string key = plan_key(device, in.dtype(), s, in.sizes(), weight.sizes(), cl, has_bias, gc);
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<Plan>> plans;
-  static bool refused_logged = false;
+  static bool refused_logged = false, graph_refused_logged = false;
+  auto refuse = [&](Plan& p) {  // logs once per shape that it runs on the direct kernel; the caller holds mu
+    log(refused_logged ? LogLevel::Info : LogLevel::Warning,
+        "cuDNN refuses the %s (%s): it runs on the runtime's own direct kernel",
+        describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), p.why_not.c_str());
+    refused_logged = true;
+  };
+  auto graph_refuse = [&](const std::string& why) {  // once per shape: it runs through the legacy API
+    log(graph_refused_logged ? LogLevel::Info : LogLevel::Warning,
+        "cuDNN's graph API refuses the %s (%s): it runs through cuDNN's legacy convolution API",
+        describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), why.c_str());
+    graph_refused_logged = true;
+  };
   std::shared_ptr<Plan> plan;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -471,63 +562,105 @@ bool cudnn_convolution(const Tensor& in, const Tensor& weight, const Tensor* bia
   std::shared_ptr<Plan> fresh;
   if (plan == nullptr) {
     fresh = std::make_shared<Plan>();
-    build_plan(*fresh, api, h, in.dtype(), s, spatial, in.sizes(), weight.sizes(), out.sizes(), cl, has_bias);
+    std::string graph_refusal;
+    const OnDevice on(device);  // engines are chosen for the current device
+    build_plan(*fresh, lib, h, in.dtype(), s, spatial, in.sizes(), weight.sizes(), out.sizes(), cl, has_bias, gc,
+               &graph_refusal);
+    std::lock_guard<std::mutex> lock(mu);
+    if (gc.enabled && fresh->graph == nullptr && !graph_refusal.empty()) graph_refuse(graph_refusal);
     if (!fresh->ok) {
-      std::lock_guard<std::mutex> lock(mu);
       plans.emplace(key, fresh);
-      log(refused_logged ? LogLevel::Info : LogLevel::Warning,
-          "cuDNN refuses the %s (%s): it runs on the runtime's own direct kernel",
-          describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), fresh->why_not.c_str());
-      refused_logged = true;
+      refuse(*fresh);
       return false;
     }
     plan = fresh;
   }
   if (!plan->ok) return false;
-  // Operands in the plan's layout (ATen likewise makes input and weight contiguous in the suggested format).
-  const std::unique_ptr<Tensor> in_c = repacked(in, cl), w_c = repacked(weight, cl);
   std::unique_ptr<Tensor> b_c;
   if (has_bias && bias->dim() == 1 && bias->strides()[0] != 1 && bias->numel() > 1) {
     b_c.reset(new_cuda(bias->dtype(), {bias->numel()}, device));
     copy(*b_c, *bias);
   }
-  const Tensor& x = in_c ? *in_c : in;
-  const Tensor& w = w_c ? *w_c : weight;
   if (fresh != nullptr) {  // a new shape: measure its algorithms once where allowed, then share the plan
-    if (benchmark() && !capturing(stream)) choose_by_find(*fresh, api, h, x.data_ptr(), w.data_ptr(), out.data_ptr(), device);
-    log(LogLevel::Debug, "cuDNN plan for the %s: algorithm %d (%s), workspace %zu bytes",
-        describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), fresh->algo, fresh->chosen_by,
-        fresh->workspace);
+    if (measuring) {
+      if (fresh->graph != nullptr) {
+        std::unique_ptr<Tensor> mws;
+        const int64_t bytes = cudnn_graph::measure_workspace_size(*fresh->graph);
+        try {
+          if (bytes > 0) mws.reset(new_cuda(dc::kUInt8, {bytes}, device));
+        } catch (const Error&) {
+        }
+        if (bytes == 0 || mws != nullptr) {
+          cudnn_graph::measure(*fresh->graph, h, x.data_ptr(), w.data_ptr(), out.data_ptr(), mws ? mws->data_ptr() : nullptr);
+          fresh->workspace = static_cast<size_t>(cudnn_graph::workspace_size(*fresh->graph));
+          if (cudnn_graph::measured(*fresh->graph)) fresh->chosen_by = "measured";
+        }
+      } else {
+        choose_by_find(*fresh, api, h, x.data_ptr(), w.data_ptr(), out.data_ptr(), device);
+      }
+    }
+    if (fresh->graph != nullptr)
+      log(LogLevel::Debug, "cuDNN plan for the %s: graph API engine %s (%s), workspace %zu bytes",
+          describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(),
+          cudnn_graph::engine_name(*fresh->graph).c_str(), fresh->chosen_by, fresh->workspace);
+    else
+      log(LogLevel::Debug, "cuDNN plan for the %s: legacy API algorithm %d (%s), workspace %zu bytes",
+          describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), fresh->algo, fresh->chosen_by,
+          fresh->workspace);
     std::lock_guard<std::mutex> lock(mu);
     plan = plans.emplace(key, fresh).first->second;
   }
-  std::unique_ptr<Tensor> ws;
-  if (plan->workspace > 0)
-    ws.reset(new_cuda(dc::kUInt8, {static_cast<int64_t>(plan->workspace)}, device));
-  void* wsp = ws ? ws->data_ptr() : nullptr;
   const float f_one = 1.f, f_zero = 0.f;
   const double d_one = 1.0, d_zero = 0.0;
   const bool dbl = in.dtype() == dc::kFloat64;
   const void* one = dbl ? static_cast<const void*>(&d_one) : &f_one;
   const void* zero = dbl ? static_cast<const void*>(&d_zero) : &f_zero;
-  const cudnn::Status st =
-      s.transposed ? api.cudnnConvolutionBackwardData(h, one, plan->w, w.data_ptr(), plan->x, x.data_ptr(), plan->conv,
-                                                      plan->algo, wsp, plan->workspace, zero, plan->y, out.data_ptr())
-                   : api.cudnnConvolutionForward(h, one, plan->x, x.data_ptr(), plan->w, w.data_ptr(), plan->conv,
-                                                 plan->algo, wsp, plan->workspace, zero, plan->y, out.data_ptr());
-  if (st != cudnn::kStatusSuccess) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!plan->ran) {  // cuDNN accepted the plan but not the call: this shape takes our kernel from now on
-      plan->ok = false;
-      plan->why_not = "the call failed: " + status_str(api, st);
-      log(refused_logged ? LogLevel::Info : LogLevel::Warning,
-          "cuDNN refuses the %s (%s): it runs on the runtime's own direct kernel",
-          describe(s, in.dtype(), in.sizes(), weight.sizes(), cl).c_str(), plan->why_not.c_str());
-      refused_logged = true;
-      return false;
+  bool done = false;
+  if (const std::shared_ptr<cudnn_graph::Plan> g = std::atomic_load(&plan->graph)) {
+    std::unique_ptr<Tensor> ws;
+    const int64_t bytes = cudnn_graph::workspace_size(*g);
+    if (bytes > 0) ws.reset(new_cuda(dc::kUInt8, {bytes}, device));
+    std::string why;
+    done = cudnn_graph::execute(*g, h, x.data_ptr(), w.data_ptr(), out.data_ptr(), ws ? ws->data_ptr() : nullptr, &why);
+    if (!done) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (plan->ran)
+        throw Error("cuDNN's graph API failed: " + why + " for the " +
+                    describe(s, in.dtype(), in.sizes(), weight.sizes(), cl));
+      // The graph API accepted the plan but not the call: this shape takes the legacy API from now on.
+      if (std::atomic_load(&plan->graph) == g) {
+        graph_refuse("the call failed: " + why);
+        plan->ok = false;
+        choose_legacy(*plan, api, h);
+        std::atomic_store(&plan->graph, std::shared_ptr<cudnn_graph::Plan>());
+      }
+      if (!plan->ok) {
+        refuse(*plan);
+        return false;
+      }
     }
-    throw Error(std::string(s.transposed ? "cudnnConvolutionBackwardData" : "cudnnConvolutionForward") +
-                " failed: " + status_str(api, st) + " for the " + describe(s, in.dtype(), in.sizes(), weight.sizes(), cl));
+  }
+  if (!done) {
+    std::unique_ptr<Tensor> ws;
+    if (plan->workspace > 0) ws.reset(new_cuda(dc::kUInt8, {static_cast<int64_t>(plan->workspace)}, device));
+    void* wsp = ws ? ws->data_ptr() : nullptr;
+    const cudnn::Status st =
+        s.transposed ? api.cudnnConvolutionBackwardData(h, one, plan->w, w.data_ptr(), plan->x, x.data_ptr(), plan->conv,
+                                                        plan->algo, wsp, plan->workspace, zero, plan->y, out.data_ptr())
+                     : api.cudnnConvolutionForward(h, one, plan->x, x.data_ptr(), plan->w, w.data_ptr(), plan->conv,
+                                                   plan->algo, wsp, plan->workspace, zero, plan->y, out.data_ptr());
+    if (st != cudnn::kStatusSuccess) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!plan->ran) {  // cuDNN accepted the plan but not the call: this shape takes our kernel from now on
+        plan->ok = false;
+        plan->why_not = "the call failed: " + status_str(api, st);
+        refuse(*plan);
+        return false;
+      }
+      throw Error(std::string(s.transposed ? "cudnnConvolutionBackwardData" : "cudnnConvolutionForward") +
+                  " failed: " + status_str(api, st) + " for the " +
+                  describe(s, in.dtype(), in.sizes(), weight.sizes(), cl));
+    }
   }
   plan->ran = true;
   if (has_bias) {
