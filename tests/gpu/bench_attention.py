@@ -29,7 +29,7 @@ SHAPES = [  # batch, heads, sequence, head size, causal
     (4, 16, 2048, 64, True),
     (4, 8, 1024, 128, False),
     (1, 8, 128, 64, False),  # small: where the fused kernel should stay
-    (2, 16, 4096, 64, True),  # more than the 64 MiB scratch: blocks of query rows
+    (2, 16, 4096, 64, True),  # more than the 128 MiB scratch: blocks of query rows
 ]
 # (column, AOTI_HOST_CUDNN_SDPA, AOTI_HOST_CUDA_ATTENTION); None: unset
 PATHS = (("default", None, None), ("kernel", "off", "kernel"), ("gemm", "off", "gemm"))

@@ -227,15 +227,16 @@ EFF_CASES = [
     (2, 4, 20, 20, 64, 64, "bmhd", "padded", True),  # sdpa's mask padded to a multiple of 16, sliced
     (2, 4, 17, 31, 128, 128, "contiguous", "broadcast", False),
     (1, 1, 70, 70, 256, 256, "contiguous", "full", True),  # more than 48 KiB of shared memory
-    # sizes where the automatic choice is the cuBLAS path
+    # sizes where the automatic choice is the cuBLAS path (from a quarter million scores on)
     (2, 4, 300, 300, 64, 64, "bmhd", None, True),
     (2, 3, 257, 190, 64, 64, "contiguous", "full", False),
     (1, 2, 400, 200, 32, 48, "contiguous", None, True),  # M > N, top-left causal, Dv != D
     (2, 2, 200, 500, 64, 64, "bmhd", "broadcast", True),  # M < N: early rows see few keys
     (2, 2, 160, 130, 32, 32, "transposed", "padded", False),
     (1, 3, 129, 300, 128, 128, "bmhd", None, False),
-    (2, 8, 1100, 1100, 64, 64, "bmhd", "padded", True),  # more than the 64 MiB scratch: blocks of rows
-    (2, 8, 1100, 1100, 64, 64, "contiguous", None, False),
+    (2, 8, 1100, 1100, 64, 64, "bmhd", "padded", True),  # causal: blocks of rows, each over the keys it sees
+    (2, 16, 1100, 1100, 64, 64, "contiguous", None, False),  # more than the 128 MiB scratch: blocks of rows
+    (2, 16, 1100, 1100, 64, 64, "bmhd", None, False),
 ]
 
 # AOTI_HOST_CUDA_ATTENTION: unset (chosen by size), the fused kernel, or the cuBLAS path
@@ -308,17 +309,35 @@ def test_flash_attention(host, monkeypatch, dtype, case, path):
     same(got[8], want[8], values=False)
 
 
-@pytest.mark.parametrize("b,layout", [(1, "contiguous"), (2, "bmhd")])
-def test_efficient_attention_many_heads(host, monkeypatch, b, layout):
-    """More heads than one block of the cuBLAS path's scratch holds, even a row each: blocks of heads
-    (one strided batch over all B * H entries for a single batch, H at a time per batch otherwise, as the
-    output's [B, M, H, D] layout does not step uniformly over B * H)."""
+@pytest.mark.parametrize("b,h,layout", [(1, 2200, "contiguous"), (2, 1100, "bmhd")])
+def test_efficient_attention_many_heads(host, monkeypatch, b, h, layout):
+    """More heads than one block of the cuBLAS path's 128 MiB scratch holds, even a row each: groups of entries
+    (a strided batch over the B * H entries for a single batch; pointer arrays otherwise, as the output's
+    [B, M, H, D] layout does not step uniformly over B * H), a group starting inside a batch."""
     attention_path(monkeypatch, "gemm")
-    h, m, n, d = 1100, 3, 16384, 8
+    m, n, d = 3, 16384, 8
     q, k, v = qkv(b, h, m, n, d, d, torch.float32, layout, gen(4))
     want = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, False)
     got = host("_scaled_dot_product_efficient_attention", q, k, v, None, 1, 0.0, 0, None)
     same(got[0], want[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got[1][..., :m], want[1][..., :m], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "bmhd"])
+def test_efficient_attention_long_rows(host, monkeypatch, dtype, layout):
+    """Rows of more scores than the cuBLAS path's softmax holds in registers (its two-pass kernel), with a bias
+    broadcast over heads and rows; both ways of batching the products (one stride, pointer arrays)."""
+    attention_path(monkeypatch, "gemm")
+    b, h, m, n, d = 2, 2, 24, 40000, 32
+    g = gen(5)
+    q, k, v = qkv(b, h, m, n, d, d, dtype, layout, g)
+    bias = make_bias("broadcast", b, h, m, n, dtype, g)
+    want = torch.ops.aten._scaled_dot_product_efficient_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                                   bias, True, 0.0, False)
+    got = host("_scaled_dot_product_efficient_attention", q, k, v, bias, 1, 0.0, 0, None)
+    rtol, atol = ATTN_TOL[dtype]
+    same(got[0], want[0], rtol=rtol, atol=atol)
     torch.testing.assert_close(got[1][..., :m], want[1][..., :m], rtol=1e-4, atol=1e-4)
 
 

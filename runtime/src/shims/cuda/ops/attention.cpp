@@ -92,7 +92,9 @@ void run_attention(int32_t dtype, void* out, float* lse, const void* q, const vo
   if (!mode.empty() && mode != "kernel" && mode != "gemm")
     throw Error("AOTI_HOST_CUDA_ATTENTION is '" + mode + "'; expected kernel, gemm or unset");
   if (mode.empty() && cu::cudnn_attention(dtype, out, lse, q, k, v, bias, s, device, stream)) return;
-  const bool big = s.m * s.n >= 128 * 128 || s.d > cu::kMaxHeadDim || s.dv > cu::kMaxHeadDim;
+  // The fused kernel's cost grows with every score; the cuBLAS path's three launches (two products around the
+  // softmax) and its scratch pay off past a quarter million scores.
+  const bool big = s.b * s.h * s.m * s.n >= (int64_t{1} << 18) || s.d > cu::kMaxHeadDim || s.dv > cu::kMaxHeadDim;
   const bool gemm = mode == "gemm" || (mode.empty() && big);
   if (gemm && cu::attention_gemm(dtype, out, lse, q, k, v, bias, s, device, stream)) return;
   cu::launch_attention(dtype, out, lse, q, k, v, bias, s, stream);

@@ -110,10 +110,112 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;
 }
 
-// The GEMM path's softmax: one block per row of scores. Pass 1 keeps a running (max, sum of exp) of the
-// biased scores per thread; the block combines them; pass 2 writes the normalized probabilities. Keys
-// past the row's causal limit are never read and get probability 0.
+// The GEMM path's softmax. Rows of up to kRowRegMax scores: `tpr` threads a row (a warp, or several warps of
+// one block), each holding its C float4 chunks in registers, so the scores are read once and the probabilities
+// written once, with one exp per score; max, sum and lse come from shuffles (and shared memory across warps).
+// Longer rows: one block a row in two passes (attention_softmax_long_kernel).
 constexpr int kSoftmaxBlock = 256;
+constexpr int kRowChunks = 8;                                   // float4 chunks a thread holds at most
+constexpr int kRowThreadsMax = 1024;                            // threads a row at most
+constexpr int64_t kRowRegMax = int64_t{kRowThreadsMax} * 4 * kRowChunks;
+
+template <class T>
+__device__ __forceinline__ float add_bias(float x, const void* bias, const AttentionSpec& s, int64_t bo) {
+  if (s.bias_dtype == dtype_code::kBool) return static_cast<const bool*>(bias)[bo] ? x : -INFINITY;
+  return x + static_cast<float>(ld(static_cast<const T*>(bias) + bo));
+}
+
+template <class T>
+__device__ __forceinline__ void store4(T* p, const float (&v)[4]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) p[u] = cvt<T, float>(v[u]);
+}
+template <>
+__device__ __forceinline__ void store4<float>(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// Row R of the batch (entry e = R / rows, query row i0 + R % rows) starts at scores + e * entry_st + (R % rows) * ld;
+// ld and entry_st are multiples of 4 and scores is 16-byte aligned, so float4 accesses are aligned.
+template <class T, int C>
+__global__ void __launch_bounds__(kRowThreadsMax)
+    attention_softmax_rows_kernel(float* scores, T* probs, float* lse, const void* bias, AttentionSpec s, int64_t i0,
+                                  int64_t rows, int64_t bh0, int64_t total_rows, int64_t ld, int64_t entry_st,
+                                  int tpr) {
+  __shared__ float red[kRowThreadsMax / 32];
+  const int rows_per_block = static_cast<int>(blockDim.x) / tpr;
+  const int t = static_cast<int>(threadIdx.x) % tpr, slot = static_cast<int>(threadIdx.x) / tpr;
+  const int64_t R = static_cast<int64_t>(blockIdx.x) * rows_per_block + slot;
+  const bool live = R < total_rows;
+  const int64_t e = live ? R / rows : 0, r = live ? R % rows : 0;
+  const int64_t i = i0 + r, bh = bh0 + e, b = bh / s.h, h = bh % s.h;
+  const int64_t off = e * entry_st + r * ld;
+  int64_t n_vis = s.n;
+  if (s.causal) {
+    const int64_t last = i + s.causal_offset + 1;
+    n_vis = last < 0 ? 0 : (last < s.n ? last : s.n);
+  }
+  if (!live) n_vis = 0;
+  const int64_t bias_row = b * s.bias_st[0] + h * s.bias_st[1] + i * s.bias_st[2];
+  float x[C][4];
+  float m = -INFINITY;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t j = (static_cast<int64_t>(c) * tpr + t) * 4;
+    if (j < n_vis) {
+      const float4 f = *reinterpret_cast<const float4*>(scores + off + j);
+      x[c][0] = f.x, x[c][1] = f.y, x[c][2] = f.z, x[c][3] = f.w;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (j + u >= n_vis) {
+        x[c][u] = -INFINITY;
+      } else if (s.bias_dtype >= 0) {
+        x[c][u] = add_bias<T>(x[c][u], bias, s, bias_row + (j + u) * s.bias_st[3]);
+      }
+      m = fmaxf(m, x[c][u]);
+    }
+  }
+  const int warps = tpr / 32, lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (warps > 1) {
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    for (int w = 0; w < warps; ++w) m = fmaxf(m, red[slot * warps + w]);
+    __syncthreads();  // red is reused for the sum
+  }
+  float l = 0.f;
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      x[c][u] = x[c][u] == -INFINITY ? 0.f : expf(x[c][u] - m);
+      l += x[c][u];
+    }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  if (warps > 1) {
+    if (lane == 0) red[warp] = l;
+    __syncthreads();
+    l = 0.f;
+    for (int w = 0; w < warps; ++w) l += red[slot * warps + w];
+  }
+  if (!live) return;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const int64_t n_row = s.n;  // the row's width in the products' view: keys past n_vis get 0
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t j = (static_cast<int64_t>(c) * tpr + t) * 4;
+    if (j >= n_row) continue;
+    float p[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) p[u] = x[c][u] * inv;
+    store4<T>(probs + off + j, p);  // probs may alias scores (float32): these were this thread's reads
+  }
+  if (lse != nullptr && t == 0)
+    lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;
+}
 
 __device__ __forceinline__ void softmax_combine(float& m, float& l, float m2, float l2) {
   const float mx = fmaxf(m, m2);
@@ -122,37 +224,39 @@ __device__ __forceinline__ void softmax_combine(float& m, float& l, float m2, fl
   m = mx;
 }
 
+// Rows too long for registers: pass 1 keeps a running (max, sum of exp) of the biased scores per thread; the
+// block combines them; pass 2 writes the normalized probabilities.
 template <class T>
 __global__ void __launch_bounds__(kSoftmaxBlock)
-    attention_softmax_kernel(float* scores, T* probs, float* lse, const void* bias, AttentionSpec s, int64_t i0,
-                             int64_t rows, int64_t bh0) {
+    attention_softmax_long_kernel(float* scores, T* probs, float* lse, const void* bias, AttentionSpec s, int64_t i0,
+                                  int64_t rows, int64_t bh0, int64_t ld, int64_t entry_st) {
   __shared__ float red_m[kSoftmaxBlock / 32], red_l[kSoftmaxBlock / 32];
   const int64_t row = blockIdx.x;
-  const int64_t e = row / rows, i = i0 + row % rows;
+  const int64_t e = row / rows, r = row % rows, i = i0 + r;
   const int64_t bh = bh0 + e, b = bh / s.h, h = bh % s.h;
-  float* srow = scores + row * s.n;
-  T* prow = probs + row * s.n;
+  float* srow = scores + e * entry_st + r * ld;
+  T* prow = probs + e * entry_st + r * ld;
   int64_t n_vis = s.n;
   if (s.causal) {
     const int64_t last = i + s.causal_offset + 1;
     n_vis = last < 0 ? 0 : (last < s.n ? last : s.n);
   }
   const int64_t bias_row = b * s.bias_st[0] + h * s.bias_st[1] + i * s.bias_st[2];
-  // the score of key j with its bias (read twice rather than written back: one pass less over memory)
   auto score = [&](int64_t j) {
-    float x = srow[j];
-    if (s.bias_dtype >= 0) {
-      const int64_t bo = bias_row + j * s.bias_st[3];
-      if (s.bias_dtype == dtype_code::kBool) {
-        if (!static_cast<const bool*>(bias)[bo]) x = -INFINITY;
-      } else {
-        x += static_cast<float>(ld(static_cast<const T*>(bias) + bo));
-      }
-    }
-    return x;
+    const float x = srow[j];
+    return s.bias_dtype >= 0 ? add_bias<T>(x, bias, s, bias_row + j * s.bias_st[3]) : x;
   };
   float m = -INFINITY, l = 0.f;
-  for (int64_t j = threadIdx.x; j < n_vis; j += blockDim.x) softmax_combine(m, l, score(j), 1.f);
+  for (int64_t j = threadIdx.x; j < n_vis; j += blockDim.x) {
+    const float x = score(j);
+    if (x == -INFINITY) continue;
+    if (x > m) {
+      l = (m == -INFINITY ? 0.f : l * expf(m - x)) + 1.f;
+      m = x;
+    } else {
+      l += expf(x - m);
+    }
+  }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
     const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
@@ -174,6 +278,22 @@ __global__ void __launch_bounds__(kSoftmaxBlock)
   }
   if (lse != nullptr && threadIdx.x == 0)
     lse[b * s.lse_st[0] + h * s.lse_st[1] + i * s.lse_st[2]] = l > 0.f ? m + logf(l) : INFINITY;
+}
+
+__global__ void attention_pointers_kernel(void** out, AttentionPtrSpec s) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= s.count) return;
+  const int64_t bh = s.bh0 + e, b = bh / s.heads, h = bh % s.heads;
+  const int64_t b0 = s.bh0 / s.heads, h0 = s.bh0 % s.heads;
+  for (int t = 0; t < 6; ++t) {
+    const int64_t rel = (b - b0) * s.st0[t] + (h - h0) * s.st1[t];
+    char* p = const_cast<char*>(s.base[t]) + rel;
+    if (t < 4) {
+      out[t * s.count + e] = p;
+      continue;
+    }
+    for (int64_t kb = 0; kb < s.blocks; ++kb) out[(4 + 2 * kb + (t - 4)) * s.count + e] = p + kb * s.row_step[t - 4];
+  }
 }
 
 }  // namespace
@@ -202,17 +322,52 @@ void launch_attention(int32_t dtype, void* out, float* lse, const void* q, const
   AOTI_CUDA_CHECK(cudaGetLastError());
 }
 
+void launch_attention_pointers(void** out, const AttentionPtrSpec& spec, cudaStream_t stream) {
+  if (spec.count == 0) return;
+  const int64_t blocks = (spec.count + 255) / 256;
+  attention_pointers_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, spec);
+  AOTI_CUDA_CHECK(cudaGetLastError());
+}
+
 void launch_attention_softmax(int32_t dtype, float* scores, void* probs, float* lse, const void* bias,
                               const AttentionSpec& spec, int64_t i0, int64_t rows, int64_t bh0, int64_t batch,
-                              cudaStream_t stream) {
-  const int64_t blocks = rows * batch;
-  if (blocks == 0) return;
-  if (blocks > 0x7fffffff) throw Error("attention on cuda: " + std::to_string(blocks) + " rows of scores are too many");
+                              int64_t ld, int64_t entry_st, cudaStream_t stream) {
+  const int64_t total = rows * batch;
+  if (total == 0) return;
+  if (ld % 4 != 0 || entry_st % 4 != 0 || reinterpret_cast<uintptr_t>(scores) % 16 != 0 || ld < spec.n)
+    throw Error("attention on cuda: internal error: the softmax's scores are not laid out in aligned rows");
   if (dtype == dtype_code::kFloat64) unsupported("scaled_dot_product_attention", dtype, "float32, float16, bfloat16");
+  // threads a row and float4 chunks a thread: the fewest threads (a warp at least) that hold the row in at most
+  // 4 chunks each (8 spill under the 1024-thread bound), up to kRowThreadsMax; then the fewest chunks
+  int tpr = 32;
+  while (static_cast<int64_t>(tpr) * 4 * 4 < spec.n && tpr < kRowThreadsMax) tpr *= 2;
+  int chunks = 1;
+  while (static_cast<int64_t>(tpr) * 4 * chunks < spec.n && chunks < kRowChunks) chunks *= 2;
+  const bool in_registers = spec.n <= kRowRegMax;
+  const int block = tpr > kSoftmaxBlock ? tpr : kSoftmaxBlock;
+  const int64_t blocks = in_registers ? (total + block / tpr - 1) / (block / tpr) : total;
+  if (blocks > 0x7fffffff) throw Error("attention on cuda: " + std::to_string(total) + " rows of scores are too many");
   dispatch_float(dtype, "scaled_dot_product_attention", [&](auto tag) {
     using T = decltype(tag);
-    attention_softmax_kernel<T><<<static_cast<unsigned>(blocks), kSoftmaxBlock, 0, stream>>>(
-        scores, static_cast<T*>(probs), lse, bias, spec, i0, rows, bh0);
+    T* p = static_cast<T*>(probs);
+    const unsigned g = static_cast<unsigned>(blocks);
+    if (!in_registers) {
+      attention_softmax_long_kernel<T><<<g, kSoftmaxBlock, 0, stream>>>(scores, p, lse, bias, spec, i0, rows, bh0,
+                                                                        ld, entry_st);
+      return;
+    }
+    switch (chunks) {
+#define AOTI_ATTN_SOFTMAX(C)                                                                                  \
+  case C:                                                                                                    \
+    attention_softmax_rows_kernel<T, C><<<g, block, 0, stream>>>(scores, p, lse, bias, spec, i0, rows, bh0, total, \
+                                                                 ld, entry_st, tpr);                          \
+    break;
+      AOTI_ATTN_SOFTMAX(1)
+      AOTI_ATTN_SOFTMAX(2)
+      AOTI_ATTN_SOFTMAX(4)
+      default: AOTI_ATTN_SOFTMAX(8)
+#undef AOTI_ATTN_SOFTMAX
+    }
   });
   AOTI_CUDA_CHECK(cudaGetLastError());
 }

@@ -35,22 +35,35 @@ struct AttentionSpec {
 void launch_attention(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
                       const void* bias, const AttentionSpec& spec, cudaStream_t stream);
 
-// The same attention through cuBLAS (ops.cpp): per block of query rows, S = scale * Q K^T (float32
+// The same attention through cuBLAS (matmul.cpp): per block of query rows, S = scale * Q K^T (float32
 // scores), launch_attention_softmax, then O = P V, with the scratch for S and P bounded by
 // kAttentionScratchBytes. Returns false, having launched nothing, when a layout or size does not suit
 // it (the caller then runs launch_attention).
-constexpr size_t kAttentionScratchBytes = size_t{64} << 20;
+constexpr size_t kAttentionScratchBytes = size_t{128} << 20;
 bool attention_gemm(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
                     const void* bias, const AttentionSpec& spec, int device, cudaStream_t stream);
 
 // Rows of scores for batch entries bh0 .. bh0 + batch - 1 (bh = b * H + h) and query rows i0 .. i0 + rows - 1:
-// the softmax of scores[(e * rows + r) * spec.n + j] (float32, spec.n keys a row) with the bias and the
-// causal mask goes to probs at the same index, in `dtype` (probs may be scores for float32); lse
-// (spec.lse_st) gets each row's logsumexp when non-null. A row with every key masked gets zeros and
-// an lse of +inf, as launch_attention gives it.
+// the softmax of scores[e * entry_st + r * ld + j] (float32, spec.n keys a row; ld and entry_st multiples of 4,
+// scores 16-byte aligned) with the bias and the causal mask goes to probs at the same index, in `dtype` (probs
+// may be scores for float32); lse (spec.lse_st) gets each row's logsumexp when non-null. A row with every key
+// masked gets zeros and an lse of +inf, as launch_attention gives it.
 void launch_attention_softmax(int32_t dtype, float* scores, void* probs, float* lse, const void* bias,
                               const AttentionSpec& spec, int64_t i0, int64_t rows, int64_t bh0, int64_t batch,
-                              cudaStream_t stream);
+                              int64_t ld, int64_t entry_st, cudaStream_t stream);
+
+// The pointer arrays of attention_gemm's batched products over entries bh0 .. bh0 + count - 1 (bh = b * heads + h)
+// for layouts no single stride steps through: operand t (K, V, scores, probs, Q, O) of entry bh is
+// base[t] + (b * st0[t] + h * st1[t]) - (the same for bh0), in bytes; Q and O (t = 4, 5) also move by
+// row_step[t - 4] bytes per block of query rows. out gets [K, V, scores, probs][count], then per block of rows
+// kb < blocks [Q, O][count].
+struct AttentionPtrSpec {
+  const char* base[6];
+  int64_t st0[6], st1[6];
+  int64_t row_step[2];
+  int64_t count, bh0, heads, blocks;
+};
+void launch_attention_pointers(void** out, const AttentionPtrSpec& spec, cudaStream_t stream);
 
 // One tensor's view of a batch of lines: the offset of line l's first element is the sum over the
 // outer dimensions of (index * stride); `step` is the stride along the line.

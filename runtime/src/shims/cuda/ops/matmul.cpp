@@ -326,7 +326,7 @@ bool attention_gemm(int32_t dtype, void* out, float* lse, const void* q, const v
     default: return false;
   }
   if (s.b < 1 || s.h < 1 || s.m < 1 || s.n < 1 || s.d < 1 || s.dv < 1) return false;
-  if (s.m > INT_MAX || s.n > INT_MAX || s.d > INT_MAX || s.dv > INT_MAX) return false;
+  if (s.m > INT_MAX || s.n > INT_MAX - 7 || s.d > INT_MAX || s.dv > INT_MAX) return false;
   // Per batch entry, q is [M, D] (strides q_st[2], q_st[3]), k^T [D, N], v [N, Dv], out [M, Dv]. A check
   // at the full sizes covers every block of rows and keys (the conditions only get weaker for fewer).
   const Operand oq = operand(s.m, s.d, s.q_st[2], s.q_st[3]);
@@ -336,75 +336,130 @@ bool attention_gemm(int32_t dtype, void* out, float* lse, const void* q, const v
   if (!oq.ok || !okt.ok || !ov.ok || !oo.ok || oo.op != CUBLAS_OP_N) return false;
   for (const Operand* o : {&oq, &okt, &ov, &oo})
     if (o->ld > INT_MAX) return false;
-  // One strided batch over all B * H entries when every tensor steps uniformly over them, else one
-  // batch of H per b.
+  // One strided batch over the B * H entries when every tensor steps uniformly over them (b * H + h);
+  // else (a [B, M, H, D] layout, say) one pointer-array batch over them, so the launches do not grow with B.
   const int64_t* sts[4] = {s.q_st, s.k_st, s.v_st, s.o_st};
-  bool merged = true;
-  for (const int64_t* st : sts) merged = merged && (s.b == 1 || s.h == 1 || st[0] == s.h * st[1]);
-  const int64_t outer = merged ? 1 : s.b, inner = merged ? s.b * s.h : s.h;
-  int64_t inner_st[4];
-  for (int t = 0; t < 4; ++t) inner_st[t] = (merged && s.h == 1) ? sts[t][0] : sts[t][1];
-  // Scratch per (entry, query row): the float32 scores, and the probabilities in the input dtype unless
-  // they overwrite the scores (float32).
-  const size_t row_bytes = static_cast<size_t>(s.n) * (4 + (dtype == dc::kFloat32 ? 0 : esize));
+  bool strided = true;
+  for (const int64_t* st : sts) strided = strided && (s.b == 1 || s.h == 1 || st[0] == s.h * st[1]);
+  if (!strided && dtype != dc::kFloat32 && s.d <= kMaxHeadDim && s.dv <= kMaxHeadDim) {
+    // cuBLAS's tensor-core kernels need the pointers of a pointer-array batch 16-byte aligned (it cannot see
+    // them to check); a layout that does not give that runs on the fused kernel.
+    bool aligned = true;
+    for (const void* p : {q, k, v, static_cast<const void*>(out)}) aligned = aligned && alignment(p) == 16;
+    for (const int64_t* st : sts)
+      for (int d = 0; d < 3; ++d) aligned = aligned && (st[d] * static_cast<int64_t>(esize)) % 16 == 0;
+    if (!aligned) return false;
+  }
+  const int64_t entries = s.b * s.h;
+  int64_t entry_st[4];
+  for (int t = 0; t < 4; ++t) entry_st[t] = s.h == 1 ? sts[t][0] : sts[t][1];
+  // Scratch per (entry, query row): the float32 scores in rows of ld (a multiple of 8: 16-byte aligned rows for
+  // the softmax's float4 accesses and for cuBLAS), and the probabilities in the input dtype unless they overwrite
+  // the scores (float32).
+  const int64_t ld = (s.n + 7) / 8 * 8;
+  const size_t row_bytes = static_cast<size_t>(ld) * (4 + (dtype == dc::kFloat32 ? 0 : esize));
   if (row_bytes > kAttentionScratchBytes) return false;
   // blocks of rows_per query rows of `group` entries: all entries when one row of each fits, else fewer
-  int64_t group = inner;
-  int64_t rows_per = static_cast<int64_t>(kAttentionScratchBytes / (static_cast<size_t>(inner) * row_bytes));
+  int64_t group = entries;
+  int64_t rows_per = static_cast<int64_t>(kAttentionScratchBytes / (static_cast<size_t>(entries) * row_bytes));
   if (rows_per == 0) rows_per = 1, group = static_cast<int64_t>(kAttentionScratchBytes / row_bytes);
+  // causal: blocks of rows skip the keys no row of theirs sees (about 8 blocks: a little over half the work of the
+  // full square, for few launches)
+  if (s.causal) rows_per = std::min<int64_t>(rows_per, std::max<int64_t>(128, (s.m + 7) / 8));
   rows_per = std::min(rows_per, s.m);
-  // causal: smaller row blocks skip more of the masked keys
-  if (s.causal) rows_per = std::min<int64_t>(rows_per, 256);
-  if (group > INT_MAX) group = INT_MAX;
-  const size_t score_bytes = static_cast<size_t>(group * rows_per * s.n) * 4;
+  group = std::min<int64_t>(group, INT_MAX);
+  const int64_t blocks = (s.m + rows_per - 1) / rows_per;
+  const int64_t estride = rows_per * ld;  // scores (and probs) of one entry
+  const size_t score_bytes = static_cast<size_t>(group * estride) * 4;
   const size_t prob_off = (score_bytes + 255) / 256 * 256;
-  const size_t total =
-      dtype == dc::kFloat32 ? score_bytes : prob_off + static_cast<size_t>(group * rows_per * s.n) * esize;
+  const size_t prob_end = dtype == dc::kFloat32 ? score_bytes : prob_off + static_cast<size_t>(group * estride) * esize;
+  const size_t ptr_off = (prob_end + 255) / 256 * 256;
+  const int64_t ptr_count = strided ? 0 : group * (4 + 2 * blocks);
+  const size_t total = ptr_off + static_cast<size_t>(ptr_count) * sizeof(void*);
   std::unique_ptr<Tensor> scratch(
       Tensor::empty_strided(dc::kUInt8, {static_cast<int64_t>(total)}, {1}, aoti_host::device_code::kCUDA, device));
   char* base = static_cast<char*>(scratch->data_ptr());
   float* scores = reinterpret_cast<float*>(base);
   void* probs = dtype == dc::kFloat32 ? static_cast<void*>(base) : static_cast<void*>(base + prob_off);
+  void** ptrs = reinterpret_cast<void**>(base + ptr_off);
   cublasHandle_t h = handle_for(device);  // on the thread's current stream, the one `stream` is
   const float one = 1.f, zero = 0.f, scale = s.scale;
+  const int64_t es = static_cast<int64_t>(esize);
   auto at = [&](const void* p, int64_t elems) {
-    return static_cast<const void*>(static_cast<const char*>(p) + elems * static_cast<int64_t>(esize));
+    return static_cast<const void*>(static_cast<const char*>(p) + elems * es);
   };
-  for (int64_t bo = 0; bo < outer; ++bo) {
-    for (int64_t g0 = 0; g0 < inner; g0 += group) {
-      const int64_t gc = std::min(group, inner - g0);
-      const int64_t bh0 = bo * s.h + g0;
-      for (int64_t i0 = 0; i0 < s.m; i0 += rows_per) {
-        const int64_t rows = std::min(rows_per, s.m - i0);
-        int64_t n_eff = s.n;  // keys any row of this block can see
-        if (s.causal) n_eff = std::max<int64_t>(1, std::min(s.n, i0 + rows + s.causal_offset));
-        const Operand a = operand(rows, s.d, s.q_st[2], s.q_st[3]);
-        const Operand kt = operand(s.d, n_eff, s.k_st[3], s.k_st[2]);
-        const Operand vv = operand(n_eff, s.dv, s.v_st[2], s.v_st[3]);
-        const Operand o = operand(rows, s.dv, s.o_st[2], s.o_st[3]);
-        const Operand p = operand(rows, n_eff, n_eff, 1);
-        if (!a.ok || !kt.ok || !vv.ok || !o.ok || o.op != CUBLAS_OP_N || !p.ok)
-          throw Error("attention on cuda: internal error: a block's layout does not fit cuBLAS");
-        const void* qp = at(q, bo * s.q_st[0] + g0 * inner_st[0] + i0 * s.q_st[2]);
-        const void* kp = at(k, bo * s.k_st[0] + g0 * inner_st[1]);
-        const void* vp = at(v, bo * s.v_st[0] + g0 * inner_st[2]);
-        void* op = const_cast<void*>(at(out, bo * s.o_st[0] + g0 * inner_st[3] + i0 * s.o_st[2]));
-        const int ni = static_cast<int>(n_eff), ri = static_cast<int>(rows);
-        // scores^T (n_eff x rows, column-major) = (k^T)^T-as-stored x q^T, as in gemm() above
-        cublas_check(cublasGemmStridedBatchedEx(h, kt.op, a.op, ni, ri, static_cast<int>(s.d), &scale, kp, data,
-                                                static_cast<int>(kt.ld), inner_st[1], qp, data, static_cast<int>(a.ld),
-                                                inner_st[0], &zero, scores, CUDA_R_32F, ni, rows * n_eff,
-                                                static_cast<int>(gc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  for (int64_t g0 = 0; g0 < entries; g0 += group) {
+    const int64_t gc = std::min(group, entries - g0);
+    const int64_t b0 = g0 / s.h, h0 = g0 % s.h;
+    // the group's first entry in each tensor
+    const void* qg = at(q, b0 * s.q_st[0] + h0 * s.q_st[1]);
+    const void* kg = at(k, b0 * s.k_st[0] + h0 * s.k_st[1]);
+    const void* vg = at(v, b0 * s.v_st[0] + h0 * s.v_st[1]);
+    const void* og = at(out, b0 * s.o_st[0] + h0 * s.o_st[1]);
+    if (!strided) {
+      AttentionPtrSpec ps{};
+      const void* bases[6] = {kg, vg, scores, probs, qg, og};
+      const int64_t own0 = s.h * estride, own1 = estride;  // scratch: entry e at e * estride
+      const int64_t st0[6] = {s.k_st[0], s.v_st[0], own0, own0, s.q_st[0], s.o_st[0]};
+      const int64_t st1[6] = {s.k_st[1], s.v_st[1], own1, own1, s.q_st[1], s.o_st[1]};
+      for (int t = 0; t < 6; ++t) {
+        const int64_t bytes = t == 2 ? 4 : es;  // scores are float32, probs the dtype
+        ps.base[t] = static_cast<const char*>(bases[t]);
+        ps.st0[t] = st0[t] * bytes, ps.st1[t] = st1[t] * bytes;
+      }
+      ps.row_step[0] = rows_per * s.q_st[2] * es, ps.row_step[1] = rows_per * s.o_st[2] * es;
+      ps.count = gc, ps.bh0 = g0, ps.heads = s.h, ps.blocks = blocks;
+      launch_attention_pointers(ptrs, ps, stream);
+    }
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      const int64_t i0 = kb * rows_per, rows = std::min(rows_per, s.m - i0);
+      int64_t n_eff = s.n;  // keys any row of this block can see
+      if (s.causal) n_eff = std::max<int64_t>(1, std::min(s.n, i0 + rows + s.causal_offset));
+      const Operand a = operand(rows, s.d, s.q_st[2], s.q_st[3]);
+      const Operand kt = operand(s.d, n_eff, s.k_st[3], s.k_st[2]);
+      const Operand vv = operand(n_eff, s.dv, s.v_st[2], s.v_st[3]);
+      const Operand o = operand(rows, s.dv, s.o_st[2], s.o_st[3]);
+      const Operand p = operand(rows, n_eff, ld, 1);
+      if (!a.ok || !kt.ok || !vv.ok || !o.ok || o.op != CUBLAS_OP_N || !p.ok)
+        throw Error("attention on cuda: internal error: a block's layout does not fit cuBLAS");
+      const int ni = static_cast<int>(n_eff), ri = static_cast<int>(rows), gi = static_cast<int>(gc);
+      // scores^T (n_eff x rows, column-major, ld) = (k^T)^T-as-stored x q^T, as in gemm() above
+      if (strided) {
+        cublas_check(cublasGemmStridedBatchedEx(h, kt.op, a.op, ni, ri, static_cast<int>(s.d), &scale, kg, data,
+                                                static_cast<int>(kt.ld), entry_st[1], at(qg, i0 * s.q_st[2]), data,
+                                                static_cast<int>(a.ld), entry_st[0], &zero, scores, CUDA_R_32F,
+                                                static_cast<int>(ld), estride, gi, CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT),
                      "cublasGemmStridedBatchedEx (attention scores)");
-        AttentionSpec bs = s;
-        bs.n = n_eff;
-        launch_attention_softmax(dtype, scores, probs, lse, bias, bs, i0, rows, bh0, gc, stream);
-        cublas_check(cublasGemmStridedBatchedEx(h, vv.op, p.op, static_cast<int>(s.dv), ri, ni, &one, vp, data,
-                                                static_cast<int>(vv.ld), inner_st[2], probs, data,
-                                                static_cast<int>(p.ld), rows * n_eff, &zero, op, data,
-                                                static_cast<int>(o.ld), inner_st[3], static_cast<int>(gc),
-                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      } else {
+        void* const* fixed = ptrs;  // [K, V, S, P][gc]
+        void* const* row_ptrs = ptrs + (4 + 2 * kb) * gc;  // [Q, O][gc] of this block
+        cublas_check(cublasGemmBatchedEx(h, kt.op, a.op, ni, ri, static_cast<int>(s.d), &scale, fixed, data,
+                                         static_cast<int>(kt.ld), row_ptrs, data, static_cast<int>(a.ld), &zero,
+                                         fixed + 2 * gc, CUDA_R_32F, static_cast<int>(ld), gi, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmBatchedEx (attention scores)");
+      }
+      AttentionSpec bs = s;
+      bs.n = n_eff;
+      launch_attention_softmax(dtype, scores, probs, lse, bias, bs, i0, rows, g0, gc, ld, estride, stream);
+      // out^T (dv x rows) = v^T x p^T
+      if (strided) {
+        cublas_check(cublasGemmStridedBatchedEx(h, vv.op, p.op, static_cast<int>(s.dv), ri, ni, &one, vg, data,
+                                                static_cast<int>(vv.ld), entry_st[2], probs, data,
+                                                static_cast<int>(p.ld), estride, &zero,
+                                                const_cast<void*>(at(og, i0 * s.o_st[2])), data,
+                                                static_cast<int>(o.ld), entry_st[3], gi, CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT),
                      "cublasGemmStridedBatchedEx (attention output)");
+      } else {
+        void* const* fixed = ptrs;
+        void* const* row_ptrs = ptrs + (4 + 2 * kb) * gc;
+        cublas_check(cublasGemmBatchedEx(h, vv.op, p.op, static_cast<int>(s.dv), ri, ni, &one, fixed + gc, data,
+                                         static_cast<int>(vv.ld), fixed + 3 * gc, data, static_cast<int>(p.ld),
+                                         &zero, row_ptrs + gc, data, static_cast<int>(o.ld), gi,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmBatchedEx (attention output)");
       }
     }
   }
