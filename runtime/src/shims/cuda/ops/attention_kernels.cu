@@ -47,13 +47,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   for (int64_t t0 = 0; t0 < n_end; t0 += kAttnTile) {
     const int64_t tn = (n_end - t0) < kAttnTile ? (n_end - t0) : kAttnTile;
     __syncthreads();  // the previous tile is no longer read
-    for (int64_t e = threadIdx.x; e < tn * dk; e += blockDim.x) {
-      const int64_t j = e / dk, d = e % dk;
-      ks[j * (dk + 1) + d] = ld(kb + (t0 + j) * s.k_st[2] + d * s.k_st[3]);
+    // 32-bit index arithmetic: a tile has at most kAttnTile * kMaxHeadDim elements
+    const int tni = static_cast<int>(tn), dki = static_cast<int>(dk), dvi = static_cast<int>(dv);
+    for (int e = static_cast<int>(threadIdx.x); e < tni * dki; e += static_cast<int>(blockDim.x)) {
+      const int j = e / dki, d = e - j * dki;
+      ks[j * (dki + 1) + d] = ld(kb + (t0 + j) * s.k_st[2] + d * s.k_st[3]);
     }
-    for (int64_t e = threadIdx.x; e < tn * dv; e += blockDim.x) {
-      const int64_t j = e / dv, d = e % dv;
-      vs[j * (dv + 1) + d] = ld(vb + (t0 + j) * s.v_st[2] + d * s.v_st[3]);
+    for (int e = static_cast<int>(threadIdx.x); e < tni * dvi; e += static_cast<int>(blockDim.x)) {
+      const int j = e / dvi, d = e - j * dvi;
+      vs[j * (dvi + 1) + d] = ld(vb + (t0 + j) * s.v_st[2] + d * s.v_st[3]);
     }
     __syncthreads();
     if (!active) continue;
