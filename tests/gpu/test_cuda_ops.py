@@ -227,7 +227,7 @@ EFF_CASES = [
     (2, 4, 20, 20, 64, 64, "bmhd", "padded", True),  # sdpa's mask padded to a multiple of 16, sliced
     (2, 4, 17, 31, 128, 128, "contiguous", "broadcast", False),
     (1, 1, 70, 70, 256, 256, "contiguous", "full", True),  # more than 48 KiB of shared memory
-    # sizes where the automatic choice is the cuBLAS path (from a quarter million scores on)
+    # larger sizes (the automatic choice is the cuBLAS path from a quarter million scores, B * H * M * N, on)
     (2, 4, 300, 300, 64, 64, "bmhd", None, True),
     (2, 3, 257, 190, 64, 64, "contiguous", "full", False),
     (1, 2, 400, 200, 32, 48, "contiguous", None, True),  # M > N, top-left causal, Dv != D
