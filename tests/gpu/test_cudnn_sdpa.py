@@ -1,10 +1,11 @@
 """Scaled-dot-product attention through cuDNN's fused SDPA (runtime/src/shims/cuda/cudnn_sdpa.cpp) against torch.
 
-aoti_torch_cuda__scaled_dot_product_efficient_attention / _flash_attention are called through the C ABI
-(tests/gpu/test_cuda_ops.py's Host) on torch CUDA tensors, and compared with torch's own kernels (values, sizes,
-strides of the output and the logsumexp): float16, bfloat16 (cuDNN) and float32 (cuDNN refuses it: the runtime's
-own kernel), causal and not, M != N (top-left causal for the efficient entry, bottom-right for the flash entry, as
-ATen's kernels align them), head sizes 64 and 128, an additive bias (full and broadcast over heads and rows).
+aoti_torch_cuda__scaled_dot_product_efficient_attention / _flash_attention / _cudnn_attention are called through
+the C ABI (tests/gpu/test_cuda_ops.py's Host) on torch CUDA tensors, and compared with torch's own kernels (values,
+sizes, strides of the output and the logsumexp): float16, bfloat16 (cuDNN) and float32 (cuDNN refuses it: the
+runtime's own kernel), causal and not, M != N (top-left causal for the efficient and cuDNN entries, bottom-right for
+the flash entry, as ATen's kernels align them), head sizes 64 and 128, an additive bias (full and broadcast over
+heads and rows), query layouts BHSD, BSHD-transposed and packed (the cuDNN entry's output strides are torch's).
 What runs where is read from the runtime's log in child processes (their log and environment are their own):
 with AOTI_HOST_CUDNN_SDPA=on every float16/bfloat16 case runs through cuDNN and the refused ones are said once;
 =off never touches cuDNN; a bad value is refused by name. A float16 attention plugin exported with torch runs
@@ -119,6 +120,85 @@ def test_plan_cache_serves_repeated_and_interleaved_problems(host):
             first[name] = got[0].clone()
 
 
+# --- the cuDNN attention entry (what scaled_dot_product_attention exports to in half precision on sm90) -------
+
+# name: (B, H, M, N, D, Dv, layout, causal, bias): layout as tests/gpu/test_cuda_ops.py's qkv (contiguous: BHSD;
+# bmhd: a [B, S, H, D] projection transposed), or packed (q, k, v slices of one [B, S, 3, H, D] projection: not
+# dense, so torch's empty_like does not keep the query's strides). Causal masking is top-left for M != N.
+CUDNN_CASES = {
+    "bhsd": (2, 4, 128, 128, 64, 64, "contiguous", False, None),
+    "bhsd-causal": (2, 4, 128, 128, 64, 64, "contiguous", True, None),
+    "bshd": (2, 4, 128, 128, 64, 64, "bmhd", False, None),
+    "bshd-causal-128": (2, 2, 256, 256, 128, 128, "bmhd", True, None),
+    "bshd-m<n-causal": (2, 3, 96, 200, 64, 64, "bmhd", True, None),
+    "bshd-m>n-causal": (1, 4, 200, 96, 64, 64, "bmhd", True, None),
+    "packed-causal": (2, 4, 64, 64, 64, 64, "packed", True, None),
+    "bshd-dv128": (2, 2, 64, 80, 64, 128, "bmhd", False, None),  # sizes differ from the query's: stride order
+    "bhsd-bias": (2, 4, 64, 80, 64, 64, "contiguous", False, "full"),
+}
+
+
+def cudnn_inputs(case, dtype, g):
+    b, h, m, n, d, dv, layout, causal, bias_kind = case
+    if layout == "packed":
+        assert m == n and d == dv
+        qkv_ = torch.randn(b, m, 3, h, d, generator=g, device="cuda").to(dtype)
+        q, k, v = (qkv_[:, :, i].transpose(1, 2) for i in range(3))
+    else:
+        q, k, v = qkv(b, h, m, n, d, dv, dtype, layout, g)
+    return q, k, v, make_bias(bias_kind, b, h, m, n, dtype, g)
+
+
+@pytest.mark.parametrize("path", ["cudnn", "kernel"])
+@pytest.mark.parametrize("lse", [True, False], ids=["lse", "no-lse"])
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(CUDNN_CASES))
+def test_cudnn_entry_matches_torch(host, monkeypatch, name, dtype_name, lse, path):
+    """aoti_torch_cuda__scaled_dot_product_cudnn_attention against torch's: the output's values and strides (AOTI
+    indexes it with the strides torch's meta function predicts), the logsumexp [B, H, M, 1] where computed, the
+    undefined cum_seq_q/k and debug mask, the sequence lengths, the 0-d int64 philox seed and offset. path kernel
+    runs the runtime's own kernel (the fallback where cuDNN refuses a problem)."""
+    if path == "kernel":
+        monkeypatch.setenv("AOTI_HOST_CUDA_ATTENTION", "kernel")
+    case = CUDNN_CASES[name]
+    b, h, m, n, d, dv, layout, causal, bias_kind = case
+    dtype = DTYPES[dtype_name]
+    q, k, v, bias = cudnn_inputs(case, dtype, gen(11))
+    try:
+        want = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, bias, lse, 0.0, causal, False)
+    except RuntimeError as exc:  # torch's own cuDNN refusing a case is not ours to test
+        pytest.skip(f"torch's cuDNN attention refuses {name}: {str(exc).splitlines()[0]}")
+    meta = torch.ops.aten._scaled_dot_product_cudnn_attention(
+        *(t.to("meta") if t is not None else None for t in (q, k, v, bias)), lse, 0.0, causal, False)
+    got = host("_scaled_dot_product_cudnn_attention", q, k, v, bias, int(lse), 0.0, int(causal), 0, None)
+    assert len(got) == 9
+    rtol, atol = ATTN_TOL[dtype]
+    same(got[0], want[0], rtol=rtol, atol=atol)
+    assert got[0].stride() == meta[0].stride(), (got[0].stride(), meta[0].stride())
+    assert got[1].dtype == torch.float32 and tuple(got[1].shape) == (b, h, m, 1) == tuple(meta[1].shape)
+    if lse:
+        same(got[1], want[1], values=False)
+        torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-4)
+    assert got[2] is None and got[3] is None and got[8] is None, got
+    assert (got[4], got[5]) == (m, n)
+    for t in got[6:8]:
+        assert t.dtype == torch.int64 and t.dim() == 0, t
+
+
+def test_cudnn_entry_default_scale_and_refusals(host):
+    """scale None is 1/sqrt(D) (an explicit scale is honoured); dropout and the debug mask are refused by name."""
+    q, k, v, _ = cudnn_inputs(CUDNN_CASES["bshd"], torch.float16, gen(12))
+    for scale in (None, 0.3):
+        want = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, False, 0.0, False, False,
+                                                                  scale=scale)
+        got = host("_scaled_dot_product_cudnn_attention", q, k, v, None, 0, 0.0, 0, 0, scale)
+        same(got[0], want[0], rtol=ATTN_TOL[torch.float16][0], atol=ATTN_TOL[torch.float16][1])
+    with pytest.raises(Exception, match="dropout_p"):
+        host("_scaled_dot_product_cudnn_attention", q, k, v, None, 0, 0.1, 0, 0, None)
+    with pytest.raises(Exception, match="return_debug_mask"):
+        host("_scaled_dot_product_cudnn_attention", q, k, v, None, 0, 0.0, 0, 1, None)
+
+
 # --- what runs where, in child processes ------------------------------------------------------------------
 
 CHILD = r"""
@@ -206,9 +286,12 @@ def test_missing_cudnn_runs_our_kernel_and_says_why_once():
 # --- under the runtime's CUDA-graph capture ---------------------------------------------------------------
 
 
-def test_exported_attention_under_cuda_graphs(tmp_path):
-    """A float16 causal attention plugin exported by torch (its SDPA is a call of the flash-attention shim) runs
-    warm-up, capture and replays through cuDNN, each call with new inputs matching eager torch."""
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_exported_attention_under_cuda_graphs(tmp_path, layout):
+    """A float16 causal attention plugin exported by torch (its SDPA is a call of the cuDNN-attention shim where
+    cuDNN is torch's preferred backend, as on sm90, else of the flash-attention shim) runs warm-up, capture and
+    replays through cuDNN, each call with new inputs matching eager torch. bshd: q, k, v come in as [B, S, H, D]
+    and are transposed inside, so the generated code indexes an output whose strides torch's meta predicted."""
     skip_without_gpu()
     import numpy as np
 
@@ -217,9 +300,12 @@ def test_exported_attention_under_cuda_graphs(tmp_path):
 
     class Attn(torch.nn.Module):
         def forward(self, q, k, v):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2.0
+            if layout == "bshd":
+                q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2.0
+            return o.transpose(1, 2) if layout == "bshd" else o
 
-    shape = (2, 4, 256, 64)
+    shape = (2, 4, 256, 64) if layout == "bhsd" else (2, 256, 4, 64)
     g = torch.Generator().manual_seed(0)
     example = [torch.randn(shape, generator=g).half().cuda() for _ in range(3)]
     pt2 = tmp_path / "attn.pt2"

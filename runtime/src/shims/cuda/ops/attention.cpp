@@ -1,8 +1,9 @@
-// ATen's scaled-dot-product attention on CUDA (efficient and flash): cuDNN's fused attention (cudnn_sdpa.cpp) where
+// ATen's scaled-dot-product attention on CUDA (efficient, flash and cuDNN): cuDNN's fused attention (cudnn_sdpa.cpp) where
 // it is built in, loads and takes the problem; else the runtime's own fused kernel (attention_kernels.cu), or
 // cuBLAS (attention_gemm, matmul.cpp) for problems big enough to pay for its launches.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -113,6 +114,22 @@ Tensor* zeros64(int32_t dtype, const Shape& sizes, bool on_cuda, int device) {
   return t.release();
 }
 
+// at::empty_strided with the strides torch's meta function for cuDNN attention (alloc_with_matching_layout)
+// predicts for `sizes`: at::empty_like(query) when the sizes are the query's, else the query's dimensions
+// ordered by decreasing stride (ties: the earlier dimension outer) and filled densely innermost first.
+Shape matching_layout_strides(const Tensor& q, const Shape& sizes) {
+  if (q.sizes() == sizes) return aoti_host::cpu::detail::empty_like_strides(q);
+  int order[4] = {0, 1, 2, 3};
+  std::stable_sort(order, order + 4, [&](int x, int y) { return q.strides()[x] > q.strides()[y]; });
+  Shape strides(4, 0);
+  int64_t stride = 1;
+  for (int i = 3; i >= 0; --i) {
+    strides[static_cast<size_t>(order[i])] = stride;
+    stride *= sizes[static_cast<size_t>(order[i])];
+  }
+  return strides;
+}
+
 }  // namespace
 
 // ATen's _scaled_dot_product_efficient_attention on CUDA: output [B, H, M, Dv] laid out as a
@@ -187,6 +204,41 @@ void sdpa_flash(const Tensor& q, const Tensor& key, const Tensor& value, double 
   *rng_state = seed.release();
   *unused = offset.release();
   *debug_mask = debug.release();
+}
+
+// ATen's _scaled_dot_product_cudnn_attention on CUDA (what scaled_dot_product_attention exports to in half
+// precision where cuDNN is ATen's preferred backend): output [B, H, M, Dv] laid out as torch's meta function
+// predicts (matching_layout_strides); logsumexp float32 [B, H, M, 1], filled where compute_log_sumexp (else
+// allocated only); cum_seq_q/k and the debug mask undefined (null handles); max_q = M, max_k = N; philox seed and
+// offset 0-d int64 zeros on the GPU (no dropout). Causal masking is top-left aligned, as cuDNN's causal mask is
+// (key j visible to query i when j <= i). The default scale is 1/sqrt(D).
+void sdpa_cudnn(const Tensor& q, const Tensor& key, const Tensor& value, const Tensor* attn_bias,
+                bool compute_log_sumexp, double dropout_p, bool is_causal, bool return_debug_mask, const double* scale,
+                Tensor** out_t, Tensor** lse_t, Tensor** cum_seq_q, Tensor** cum_seq_k, int64_t* max_q,
+                int64_t* max_k, Tensor** seed_t, Tensor** offset_t, Tensor** debug_mask) {
+  if (return_debug_mask) throw Error("return_debug_mask=True is not supported (inference only)");
+  const int device = q.device_index();
+  AttentionArgs a{&q, &key, &value, attn_bias, dropout_p, is_causal, scale};
+  cu::AttentionSpec s = attention_spec(a, device);
+  s.causal_offset = 0;
+  const Shape out_sizes{s.b, s.h, s.m, s.dv};
+  Owned out(new_cuda(q.dtype(), out_sizes, matching_layout_strides(q, out_sizes), device));
+  Owned lse(new_cuda(dc::kFloat32, {s.b, s.h, s.m, 1}, device));
+  for (int d = 0; d < 4; ++d) s.o_st[d] = out->strides()[static_cast<size_t>(d)];
+  for (int d = 0; d < 3; ++d) s.lse_st[d] = lse->strides()[static_cast<size_t>(d)];
+  run_attention(q.dtype(), out->data_ptr(), compute_log_sumexp ? static_cast<float*>(lse->data_ptr()) : nullptr,
+                q.data_ptr(), a.k->data_ptr(), a.v->data_ptr(), a.bias != nullptr ? a.bias->data_ptr() : nullptr, s,
+                device);
+  Owned seed(zeros64(dc::kInt64, {}, true, device)), offset(zeros64(dc::kInt64, {}, true, device));
+  *out_t = out.release();
+  *lse_t = lse.release();
+  *cum_seq_q = nullptr;
+  *cum_seq_k = nullptr;
+  *max_q = s.m;
+  *max_k = s.n;
+  *seed_t = seed.release();
+  *offset_t = offset.release();
+  *debug_mask = nullptr;
 }
 
 }  // namespace cuda

@@ -28,6 +28,10 @@ Tensor* convolution(const Tensor& input, const Tensor& weight, const Tensor* bia
 void sdpa_efficient(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor* attn_bias,
                     bool compute_log_sumexp, double dropout_p, bool is_causal, const double* scale, Tensor** out,
                     Tensor** logsumexp, Tensor** philox_seed, Tensor** philox_offset);
+void sdpa_cudnn(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor* attn_bias,
+                bool compute_log_sumexp, double dropout_p, bool is_causal, bool return_debug_mask, const double* scale,
+                Tensor** out, Tensor** logsumexp, Tensor** cum_seq_q, Tensor** cum_seq_k, int64_t* max_q,
+                int64_t* max_k, Tensor** philox_seed, Tensor** philox_offset, Tensor** debug_mask);
 void sdpa_flash(const Tensor& query, const Tensor& key, const Tensor& value, double dropout_p, bool is_causal,
                 bool return_debug_mask, const double* scale, Tensor** out, Tensor** logsumexp, Tensor** cum_seq_q,
                 Tensor** cum_seq_k, int64_t* max_q, int64_t* max_k, Tensor** rng_state, Tensor** unused,
