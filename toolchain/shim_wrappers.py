@@ -45,6 +45,16 @@ MARSHAL: dict[str, Marshal] = {
 #: Output parameters (named ret<N>), by type -> the kernel's out-parameter type. A kernel whose only output is
 #: one tensor returns it (a new owning Tensor*) instead.
 OUTPUT_TYPES: dict[str, str] = {"AtenTensorHandle*": "Tensor**", "int64_t*": "int64_t*"}
+#: Ops whose shims take null output pointers (torchgen's gen_aoti_c_shim.py, ret_pointer_can_be_null; matched,
+#: as there, as a part of the op's name): AOTInductor passes nullptr for an output the op's meta function says is
+#: None (the attention ops' cum_seq_q/k, the cuDNN entry's debug mask), and the output is dropped.
+NULLABLE_OUTPUT_OPS: tuple[str, ...] = (
+    "_functional_sym_constrain_range", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_fused_attention_overrideable",
+    "_thhn_fused_lstm_cell_backward_impl", "convolution_backward", "grid_sampler_2d_backward",
+    "grid_sampler_3d_backward", "linear_backward",
+)
 #: The header declaring each device's kernel entries, included by its generated wrappers.
 WRAPPER_INCLUDES: dict[str, tuple[str, ...]] = {
     "cpu": ("shims/cpu_kernels.h", "shims/ops/ops.h"), "cuda": ("shims/cuda/ops/ops.h",),
@@ -63,6 +73,8 @@ class Wrapper:
     outputs: tuple[str, ...]  # the ret<N> parameters, in order
     tensor_outputs: tuple[str, ...]  # those that are tensors (a Tensor* local each, handed over after the call)
     returns: str  # the one tensor output the kernel returns, or "" when outputs are out-parameters
+    nullable: bool = False  # out-parameter pointers may be null (NULLABLE_OUTPUT_OPS): that output is dropped
+    int_outputs: tuple[str, ...] = ()  # the int64_t* outputs (a local each stands in for a null pointer)
 
 
 def is_op_shim(shim: Shim) -> bool:
@@ -110,9 +122,14 @@ def _wrapper(s: Shim) -> Wrapper:
     types = {p.name: p.type for p in params}
     tensor_outputs = tuple(o for o in outputs if types[o] == "AtenTensorHandle*")
     returns = outputs[0] if len(outputs) == 1 and tensor_outputs else ""
+    op = s.name[len(f"aoti_torch_{s.group}_"):]
+    nullable = not returns and any(name in op for name in NULLABLE_OUTPUT_OPS)
+    int_outputs = tuple(o for o in outputs if o not in tensor_outputs) if nullable else ()
     if not returns:
-        args += [f"&{o}_t" if o in tensor_outputs else o for o in outputs]
-    return Wrapper(s, s.impl, tuple(args), tuple(outputs), () if returns else tensor_outputs, returns)
+        args += [f"&{o}_t" if o in tensor_outputs else f"{o} != nullptr ? {o} : &{o}_v" if o in int_outputs else o
+                 for o in outputs]
+    return Wrapper(s, s.impl, tuple(args), tuple(outputs), () if returns else tensor_outputs, returns, nullable,
+                   int_outputs)
 
 
 def wrappers(shims: tuple[Shim, ...]) -> dict[str, list[Wrapper]]:

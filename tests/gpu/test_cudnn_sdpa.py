@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.test_cuda_ops import ATTN_TOL, Host, gen, qkv, same
+from tests.gpu.test_cuda_ops import ATTN_TOL, SIGS, Host, gen, qkv, same
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -197,6 +197,29 @@ def test_cudnn_entry_default_scale_and_refusals(host):
         host("_scaled_dot_product_cudnn_attention", q, k, v, None, 0, 0.1, 0, 0, None)
     with pytest.raises(Exception, match="return_debug_mask"):
         host("_scaled_dot_product_cudnn_attention", q, k, v, None, 0, 0.0, 0, 1, None)
+
+
+def test_cudnn_entry_takes_null_output_pointers(host):
+    """AOTInductor's generated code passes nullptr for the outputs torch's meta says are None (cum_seq_q/k, the
+    debug mask): the call succeeds and fills the others (here also max_q left null)."""
+    from tests.shim_kinds import marshal
+
+    q, k, v, _ = cudnn_inputs(CUDNN_CASES["bshd-causal-128"], torch.float16, gen(13))
+    want = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True, False)
+    name = "aoti_torch_cuda__scaled_dot_product_cudnn_attention"
+    fn = getattr(host.lib, name)
+    fn.argtypes, cargs, rets = marshal(SIGS["_scaled_dot_product_cudnn_attention"],
+                                       (q, k, v, None, 1, 0.0, 1, 0, None), host.from_torch, host.keep)
+    for i in (2, 3, 4, 8):  # ret2, ret3, ret4 (max_q), ret8
+        cargs[len(cargs) - 9 + i] = None
+    host.ok(fn(*cargs), name)
+    torch.cuda.synchronize()
+    cells = [cell for _, cell in rets]
+    for i in (0, 1, 6, 7):
+        host.handles.append(cells[i].value)
+    same(host.to_torch(cells[0].value), want[0], rtol=ATTN_TOL[torch.float16][0], atol=ATTN_TOL[torch.float16][1])
+    torch.testing.assert_close(host.to_torch(cells[1].value), want[1], rtol=1e-4, atol=1e-4)
+    assert cells[5].value == k.shape[2]
 
 
 # --- what runs where, in child processes ------------------------------------------------------------------

@@ -61,6 +61,21 @@ def test_rendered_wrapper_checks_outputs_and_hands_them_over():
     assert codegen.render(SPEC, ("core", "cpu"))["src/shims/cuda_ops.cpp"].count("AOTI_HOST_API") == 0
 
 
+def test_attention_wrappers_take_null_output_pointers():
+    """AOTInductor passes nullptr for an output the op's meta says is None (torchgen's ret_pointer_can_be_null
+    ops): those wrappers drop that output instead of refusing the call; other wrappers still refuse null."""
+    text = codegen.render(SPEC, ("core", "cpu", "cuda"))["src/shims/cuda_ops.cpp"]
+    body = text[text.index("aoti_torch_cuda__scaled_dot_product_cudnn_attention(AtenTensorHandle"):]
+    body = body[:body.index("\n}\n")]
+    assert "need(" not in body
+    assert "if (ret2 != nullptr) *ret2 = to_handle(ret2_t); else delete ret2_t;" in body
+    assert "ret4 != nullptr ? ret4 : &ret4_v" in body and "int64_t ret4_v = 0;" in body
+    w = shim_wrappers._wrapper(shim(
+        "AOTITorchError aoti_torch_cuda_y(AtenTensorHandle q, AtenTensorHandle* ret0, int64_t* ret1)",
+        group="cuda", impl="cuda::y"))
+    assert not w.nullable and w.args == ('tensor_arg(q, "q")', "&ret0_t", "ret1")
+
+
 @pytest.mark.parametrize(("prototype", "row", "reason"), [
     ("AOTITorchError aoti_torch_cpu_z(AtenTensorHandle self, float x)", {"impl": "ops::z"},
      "parameter x has type 'float'"),
