@@ -309,6 +309,39 @@ def test_missing_cudnn_runs_our_kernel_and_says_why_once():
 # --- under the runtime's CUDA-graph capture ---------------------------------------------------------------
 
 
+# The model, as source: each export runs in a fresh process (inductor keeps one precompiled-header path per
+# process, so a second in-process export under another build folder was pointed at a header that folder never
+# had: "precompiled_headers/....h: No such file", seen on the H200), and the test compares with the same class.
+ATTN_SOURCE = """
+import torch
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, layout):
+        super().__init__()
+        self.layout = layout
+
+    def forward(self, q, k, v):
+        if self.layout == "bshd":
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2.0
+        return o.transpose(1, 2) if self.layout == "bshd" else o
+"""
+
+EXPORT_ATTN = """
+import sys
+import torch
+from toolchain import export
+ns = {}
+exec(sys.argv[1], ns)
+layout, pt2, build = sys.argv[2], sys.argv[3], sys.argv[4]
+shape = (2, 4, 256, 64) if layout == "bhsd" else (2, 256, 4, 64)
+g = torch.Generator().manual_seed(0)
+example = [torch.randn(shape, generator=g).half().cuda() for _ in range(3)]
+export.export(ns["Attn"](layout).eval(), example, pt2, build_dir=build, device="cuda")
+"""
+
+
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
 def test_exported_attention_under_cuda_graphs(tmp_path, layout):
     """A float16 causal attention plugin exported by torch (its SDPA is a call of the cuDNN-attention shim where
@@ -318,25 +351,22 @@ def test_exported_attention_under_cuda_graphs(tmp_path, layout):
     skip_without_gpu()
     import numpy as np
 
-    from toolchain import export, runtime
+    from toolchain import runtime
     from toolchain.runtime import cuda
 
-    class Attn(torch.nn.Module):
-        def forward(self, q, k, v):
-            if layout == "bshd":
-                q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2.0
-            return o.transpose(1, 2) if layout == "bshd" else o
-
+    ns: dict = {}
+    exec(ATTN_SOURCE, ns)
+    Attn = ns["Attn"]
     shape = (2, 4, 256, 64) if layout == "bhsd" else (2, 256, 4, 64)
-    g = torch.Generator().manual_seed(0)
-    example = [torch.randn(shape, generator=g).half().cuda() for _ in range(3)]
+    g = torch.Generator().manual_seed(1)
     pt2 = tmp_path / "attn.pt2"
-    export.export(Attn().eval(), example, pt2, build_dir=tmp_path / "build", device="cuda")
+    done = subprocess.run([sys.executable, "-c", EXPORT_ATTN, ATTN_SOURCE, layout, str(pt2), str(tmp_path / "build")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
     prog = runtime.load(pt2, device="cuda", cuda_graphs=True)
     for call in range(5):
         xs = [torch.randn(shape, generator=g).half() for _ in range(3)]
-        want = Attn()(*[x.cuda() for x in xs]).float().cpu().numpy()
+        want = Attn(layout)(*[x.cuda() for x in xs]).float().cpu().numpy()
         got = prog.run([cuda.DeviceArray.from_numpy(x.numpy()) for x in xs], device_outputs=True)[0].numpy()
         np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-3, atol=4e-3, err_msg=f"call {call}")
     st = prog.cuda_stats()
