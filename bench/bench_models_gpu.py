@@ -27,7 +27,10 @@ device; N chosen so that one measurement lasts about --seconds):
 - ours, C++: `aoti-run --device cuda --device-inputs --repeat N --warmup W`, graphs off, then --cuda-graphs.
 Every side's outputs are checked against the exported eager outputs: |x - eager| <= rtol * (|eager| +
 max|eager|) elementwise, rtol 1e-4 (fp32) / 2e-2 (bf16), computed in float64 (bench/bench_models.py's rule);
-a failed check is recorded with its error and the row's timings are kept. Ratios: ours / torch's runner and
+a failed check is recorded with its error and the row's timings are kept. aoti-run's outputs are also
+compared, by the same rule, with torch's runner's on the same package (JSON `vs_torch_runner`; the table says
+it where a side missed eager): in bfloat16 the compiled package can differ from eager by more than rtol
+whoever runs it (torch's runner too), and this column tells that apart from a runtime bug. Ratios: ours / torch's runner and
 ours / torch's graph replay (targets <= 1.0), ours being aoti-run with graphs (the C++ floor a server gets).
 --device cpu runs the same rows on the CPU: eager, torch's runner and ours (aoti-run, Python), no graphs.
 
@@ -325,7 +328,12 @@ def child_torch(device: str, d: Path, name: str, dtype: str, batch: int, seconds
                 t0 = time.perf_counter()
                 r = torch._inductor.aoti_load_package(str(d / "model.pt2"))
                 res["runner_load_s"] = round(time.perf_counter() - t0, 2)
-                res["check"]["torch_runner"] = check([to_float(y) for y in _flat(r(*xs))], refs, rtol)
+                runner_outs = [to_float(y) for y in _flat(r(*xs))]
+                res["check"]["torch_runner"] = check(runner_outs, refs, rtol)
+                # The same package's outputs under torch's runner: ours are also compared with these (in bfloat16
+                # the compiled package itself can differ from eager by more than rtol, torch's runner included).
+                for i, y in enumerate(runner_outs):
+                    np.save(d / f"runner_out_{i}.npy", y)
                 timed.append(("torch_runner", lambda: r(*xs)))
             except Exception as exc:  # noqa: BLE001
                 res["check"]["torch_runner"] = {"ok": False, "err": None, "error": _error(exc)}
@@ -516,6 +524,10 @@ def measure_row(runner: Runner, a: argparse.Namespace, row: dict, work: Path, en
         outs = [load_npy(p).astype(np.float32) for p in sorted(out.glob("output_*.npy"),
                                                                 key=lambda p: int(p.stem.split("_")[1]))]
         row["check"][side] = check(outs, refs_of(d), RTOL[row["dtype"]])
+        runner_outs = sorted(d.glob("runner_out_*.npy"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+        if runner_outs and "torch_runner" in row["us"]:
+            row.setdefault("vs_torch_runner", {})[side] = check(outs, [load_npy(p) for p in runner_outs],
+                                                                RTOL[row["dtype"]])
     ours = "aoti_run_graphs" if cuda else "aoti_run"
     for ref in ("torch_runner", "torch_graph"):
         if row["us"].get(ours) and row["us"].get(ref):
@@ -548,7 +560,14 @@ def _check_cell(row: dict) -> str:
     bad = [s for s, c in row["check"].items() if not c.get("ok")]
     errs = [c["err"] for c in row["check"].values() if c.get("err") is not None]
     worst = f"max err {max(errs):.1e}" if errs else "no output"
-    return f"ok ({worst})" if not bad else f"FAILED {', '.join(bad)} ({worst})"
+    cell = f"ok ({worst})" if not bad else f"FAILED {', '.join(bad)} ({worst})"
+    vs = row.get("vs_torch_runner", {})
+    if bad and vs:  # say whether ours still equals the same package under torch's runner
+        vs_bad = [s for s, c in vs.items() if not c.get("ok")]
+        vs_err = max((c["err"] for c in vs.values() if c.get("err") is not None), default=None)
+        vs_worst = f"max err {vs_err:.1e}" if vs_err is not None else "no output"
+        cell += f"; aoti-run vs torch runner: {'ok' if not vs_bad else 'FAILED ' + ', '.join(vs_bad)} ({vs_worst})"
+    return cell
 
 
 def markdown(rows: list[dict], device: str) -> str:
