@@ -58,18 +58,14 @@ std::shared_ptr<Plan> build(cudnn::Handle handle, const Conv& c, bool every_engi
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(io).set_intermediate_data_type(compute).set_compute_data_type(compute);
     if (c.sm_version > 0) g->set_sm_version(c.sm_version);
-    auto X = g->tensor(fe::graph::Tensor_attributes()
-                           .set_name("x")
-                           .set_uid(kX)
-                           .set_dim(c.x_dims)
-                           .set_stride(c.x_strides)
-                           .set_alignment(c.x_align));
-    auto W = g->tensor(fe::graph::Tensor_attributes()
-                           .set_name("w")
-                           .set_uid(kW)
-                           .set_dim(c.w_dims)
-                           .set_stride(c.w_strides)
-                           .set_alignment(c.w_align));
+    auto operand = [&g](const char* name, int64_t uid, const std::vector<int64_t>& dims,
+                        const std::vector<int64_t>& strides, int64_t align) {
+      return g->tensor(
+          fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides).set_alignment(
+              align));
+    };
+    auto X = operand("x", kX, c.x_dims, c.x_strides, c.x_align);
+    auto W = operand("w", kW, c.w_dims, c.w_strides, c.w_align);
     std::shared_ptr<fe::graph::Tensor_attributes> Y;
     if (c.transposed) {
       Y = g->conv_dgrad(X, W,
