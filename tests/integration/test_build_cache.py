@@ -80,7 +80,10 @@ def _assert_null_build(*args: str) -> None:
     q = repo_scons("-q", *args)
     assert q.returncode == 0, f"scons -q {' '.join(args)}: out of date after a full build\n{q.stdout[-2000:]}"
     dry = repo_scons("-n", "-Q", *args)
-    commands = [ln for ln in dry.stdout.splitlines() if ln and not ln.startswith(("scons: `", "scons: cuda="))]
+    assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
+    # Lines of SCons's own ("scons: `x' is up to date.") and the configuration's reports ("scons: cuda=auto: ...",
+    # "scons: cuDNN 9.19.0 headers ...") start with "scons: "; a command the build would run never does.
+    commands = [ln for ln in dry.stdout.splitlines() if ln and not ln.startswith("scons: ")]
     assert commands == [], commands
 
 
