@@ -352,7 +352,36 @@ int aoti_host_program_cuda_stream(const aoti_host_program* program, void** out) 
     *out = s.stream();
   });
 }
+
+int aoti_host_program_method_cuda_stream(const aoti_host_program* program, size_t method, void** out) {
+  return guarded([&] {
+    cuda_of(program);  // refuses a cpu program
+    require(out, "out");
+    const auto* s = program->set->method(method_index(program, method)).cuda_state();
+    if (s == nullptr)
+      throw aoti_host::Error("method " + std::to_string(method) + " does not run on a cuda device",
+                             AOTI_HOST_NOT_SUPPORTED);
+    *out = s->stream();
+  });
+}
+
+int aoti_host_program_method_synchronize(const aoti_host_program* program, size_t method) {
+  return guarded([&] {
+    require(program, "program");
+    if (auto* s = program->set->method(method_index(program, method)).cuda_state()) s->synchronize();
+  });
+}
 #else
+int aoti_host_program_method_synchronize(const aoti_host_program* program, size_t method) {
+  return guarded([&] {
+    require(program, "program");
+    method_index(program, method);
+  });
+}
+int aoti_host_program_method_cuda_stream(const aoti_host_program*, size_t, void**) {
+  aoti_host::set_last_error("cuda stream: this runtime was built without CUDA (scons cuda=on)");
+  return AOTI_HOST_NOT_SUPPORTED;
+}
 int aoti_host_program_synchronize(const aoti_host_program* program) {
   return guarded([&] { require(program, "program"); });
 }

@@ -54,7 +54,11 @@ struct Api {
   decltype(&aoti_host_session_create) session_create = nullptr;
   decltype(&aoti_host_session_free) session_free = nullptr;
   decltype(&aoti_host_tensor_to_cpu) to_cpu = nullptr;
-  decltype(&aoti_host_program_synchronize) synchronize = nullptr;
+  decltype(&aoti_host_program_method_synchronize) method_synchronize = nullptr;
+  decltype(&aoti_host_program_method_cuda_stream) method_cuda_stream = nullptr;
+  // shims of a CUDA runtime (absent from a CPU-only one): the thread's current stream
+  int32_t (*create_stream_guard)(void*, int32_t, void**) = nullptr;
+  int32_t (*delete_stream_guard)(void*) = nullptr;
   int32_t (*get_data_ptr)(Tensor, void**) = nullptr;
   int32_t (*get_dtype)(Tensor, int32_t*) = nullptr;
   int32_t (*get_dim)(Tensor, int64_t*) = nullptr;
@@ -122,12 +126,16 @@ TRITONSERVER_Error* open_runtime() {
             resolve(h, "aoti_host_session_create", a.session_create) &&
             resolve(h, "aoti_host_session_free", a.session_free) &&
             resolve(h, "aoti_host_tensor_to_cpu", a.to_cpu) &&
-            resolve(h, "aoti_host_program_synchronize", a.synchronize) &&
+            resolve(h, "aoti_host_program_method_synchronize", a.method_synchronize) &&
+            resolve(h, "aoti_host_program_method_cuda_stream", a.method_cuda_stream) &&
             resolve(h, "aoti_torch_get_data_ptr", a.get_data_ptr) &&
             resolve(h, "aoti_torch_get_dtype", a.get_dtype) && resolve(h, "aoti_torch_get_dim", a.get_dim) &&
             resolve(h, "aoti_torch_get_sizes", a.get_sizes) && resolve(h, "aoti_torch_get_strides", a.get_strides) &&
             resolve(h, "aoti_torch_get_device_type", a.get_device_type) &&
             resolve(h, "aoti_torch_delete_tensor_object", a.delete_tensor);
+  if (ok && (resolve(h, "aoti_torch_create_cuda_stream_guard", a.create_stream_guard) !=
+             resolve(h, "aoti_torch_delete_cuda_stream_guard", a.delete_stream_guard)))
+    ok = false;
   if (!ok) {
     ::dlclose(h);
     return error(TRITONSERVER_ERROR_UNAVAILABLE, path + ": lacks a C API function this backend needs (an older "
@@ -258,6 +266,8 @@ struct InstanceState {
   bool replica = false;  // `method` is one of the shared GPU program's copies of the model's package
   aoti_host_session* session = nullptr;  // the instance's own mutable state, for a stateful program
   bool on_gpu = false;
+  int32_t device_id = 0;
+  void* stream = nullptr;  // a GPU instance's: its method's stream
   size_t method = 0, num_inputs = 0, num_outputs = 0;
   std::vector<std::string> input_names, output_names;  // method 0: from the contract; else INPUT__k/OUTPUT__k
   std::vector<std::vector<char>> scratch;  // per input: the stacked (or gathered) input of a run, reused
@@ -283,6 +293,26 @@ struct TensorDeleter {
   }
 };
 using TensorPtr = std::unique_ptr<AtenTensorOpaque, TensorDeleter>;
+
+// A GPU instance's method stream as the thread's current one (nothing for a CPU instance).
+class StreamScope {
+ public:
+  explicit StreamScope(const InstanceState* st) {
+    if (st->on_gpu && g_api.create_stream_guard(st->stream, st->device_id, &guard_) != 0) {
+      guard_ = nullptr;
+      std::fprintf(stderr, "aoti_toolchain: cannot make the instance's stream current (%s): this run uses the "
+                   "legacy default stream\n", g_api.last_error ? g_api.last_error() : "");
+    }
+  }
+  ~StreamScope() {
+    if (guard_ != nullptr) g_api.delete_stream_guard(guard_);
+  }
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  void* guard_ = nullptr;
+};
 
 bool file_exists(const std::string& p) { return ::access(p.c_str(), R_OK) == 0; }
 
@@ -524,7 +554,7 @@ bool run_group(InstanceState* st, TRITONBACKEND_ModelInstance* instance, std::ve
     // A device-side assert (or any sticky CUDA error) leaves the context unusable for every later run, as
     // in torch: when the device cannot even synchronise after a failed run, end the process so that the
     // server's supervisor restarts it, instead of failing every request from now on.
-    if (st->on_gpu && g_api.synchronize(st->program) != 0) {
+    if (st->on_gpu && g_api.method_synchronize(st->program, st->method) != 0) {
       std::fprintf(stderr, "aoti_toolchain: the CUDA context is unusable after a failed run (%s): aborting\n",
                    detail.c_str());
       std::abort();
@@ -740,6 +770,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   auto st = std::make_unique<InstanceState>();
   st->model = ms;
   st->on_gpu = kind == TRITONSERVER_INSTANCEGROUPKIND_GPU;
+  st->device_id = device_id;
   const std::string device = st->on_gpu ? "cuda:" + std::to_string(device_id) : "cpu";
   if (!st->on_gpu && ms->cpu_instances > 1) {
     std::lock_guard<std::mutex> lock(ms->mu);
@@ -835,6 +866,12 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     }
     return nullptr;
   };
+  if (st->on_gpu && (g_api.create_stream_guard == nullptr ||
+                     g_api.method_cuda_stream(st->program, st->method, &st->stream) != 0))
+    return g_api.create_stream_guard == nullptr
+               ? error(TRITONSERVER_ERROR_UNAVAILABLE, "KIND_GPU: the host runtime was built without CUDA "
+                                                       "(build it with scons cuda=on)")
+               : runtime_error("reading the method's CUDA stream");
   RETURN_IF_ERROR(check(ms->config_inputs, st->input_names, "INPUT__", "input"));
   RETURN_IF_ERROR(check(ms->config_outputs, st->output_names, "OUTPUT__", "output"));
   size_t state_tensors = 0;
@@ -889,9 +926,15 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     groups[g].push_back(r);
     if (group_rows[g] >= 0) group_rows[g] += rows;
   }
-  for (const std::vector<size_t>& group : groups)
-    if (!run_group(st, instance, pending, group, batched))
-      for (size_t r : group) run_group(st, instance, pending, {r}, batched);  // a lone request always answers
+  {
+    // A GPU instance copies and frees its outputs on its method's stream: work on the legacy default stream
+    // (the thread's current stream otherwise) is refused while another instance's stream captures its graph,
+    // and would wait on every instance's work.
+    const StreamScope on_stream(st);
+    for (const std::vector<size_t>& group : groups)
+      if (!run_group(st, instance, pending, group, batched))
+        for (size_t r : group) run_group(st, instance, pending, {r}, batched);  // a lone request always answers
+  }
   const uint64_t exec_end = now_ns();
   for (Pending& p : pending) {
     const bool ok = p.error == nullptr;

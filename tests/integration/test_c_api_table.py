@@ -71,7 +71,7 @@ def _newer_header(tmp_path: Path) -> Path:
     text = (ROOT / "toolchain/spec/c_api.toml").read_text()
     text = text.replace("\n[[table]]\nversion = 1", '\n[[function]]\nname = "aoti_host_later"\n'
                         'prototype = "int aoti_host_later(void)"\n\n[[table]]\nversion = 1')
-    text += '\n[[table]]\nversion = 2\nfunctions = ["aoti_host_later"]\n'
+    text += f'\n[[table]]\nversion = {_abi.API_VERSION + 1}\nfunctions = ["aoti_host_later"]\n'
     spec = tmp_path / "c_api.toml"
     spec.write_text(text)
     rendered = codegen.render(load_spec(), ("core", "cpu"), c_api=load_c_api(spec))
@@ -91,10 +91,10 @@ def test_a_module_built_for_a_newer_runtime_fails_to_load_with_the_fix(host_buil
     if cc is None or not (Path(include) / "Python.h").is_file():
         pytest.skip("needs a C compiler and Python.h (as the SCons build of the module does)")
     gen_include = _newer_header(tmp_path)
-    assert "#define AOTI_HOST_API_VERSION 2" in (gen_include / "aoti_host/c_api.h").read_text()
+    assert f"#define AOTI_HOST_API_VERSION {_abi.API_VERSION + 1}" in (gen_include / "aoti_host/c_api.h").read_text()
     place = tmp_path / "lib"
     place.mkdir()
-    shutil.copy2(host_build.lib, place / "libaoti_host.so")  # the runtime as built: table version 1
+    shutil.copy2(host_build.lib, place / "libaoti_host.so")  # the runtime as built: this version's table
     subprocess.run([cc, "-std=c11", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-DPy_LIMITED_API=0x030A0000",
                     f"-I{ROOT / 'runtime/include'}", f"-I{gen_include}", f"-isystem{include}",
                     f"-isystem{np.get_include()}", "-o", str(place / "_aoti_fastrun.abi3.so"),
@@ -113,5 +113,6 @@ def test_a_module_built_for_a_newer_runtime_fails_to_load_with_the_fix(host_buil
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True)
     out = proc.stdout
     assert "LoadError:" in out, out + proc.stderr
-    assert "asks for C API table version 2" in out and "provides versions 1 to 1" in out
+    assert f"asks for C API table version {_abi.API_VERSION + 1}" in out
+    assert f"provides versions 1 to {_abi.API_VERSION}" in out
     assert "_aoti_fastrun.abi3.so" in out and "AOTI_HOST_PYTHON_FAST=0" in out and "scons" in out

@@ -111,6 +111,28 @@ def test_c_api_cuda_on_a_cpu_build_is_not_supported(host_lib, mlp):
     assert rc == 0, why
 
 
+def test_c_api_per_method_stream_calls_on_a_cpu_program(host_lib, mlp):
+    """A cpu program has no method stream (NOT_SUPPORTED, naming the fix), synchronising one method is a no-op,
+    and a method index out of range is an invalid argument for both."""
+    from toolchain import runtime
+    from toolchain.runtime import _abi
+
+    lib = runtime.library(host_lib).lib
+    opts = _abi.LoadOptions(None, None, 1, 0)
+    handle = ctypes.c_void_p()
+    assert lib.aoti_host_program_load(os.fsencode(mlp[0]), ctypes.byref(opts), ctypes.byref(handle)) == 0
+    try:
+        stream = ctypes.c_void_p()
+        assert lib.aoti_host_program_method_synchronize(handle, 0) == 0
+        rc = lib.aoti_host_program_method_cuda_stream(handle, 0, ctypes.byref(stream))
+        assert rc == 6 and "scons cuda=on" in lib.aoti_host_last_error().decode()
+        assert lib.aoti_host_program_method_synchronize(handle, 1) == 1
+        assert "method index 1 out of range (1 methods)" in lib.aoti_host_last_error().decode()
+        assert lib.aoti_host_program_method_synchronize(None, 0) == 1
+    finally:
+        lib.aoti_host_program_free(handle)
+
+
 # ------------------------------------------------------------------------------------------------ Python
 
 def test_python_load_refuses_malformed_devices_before_the_runtime(host_lib, mlp):

@@ -60,7 +60,7 @@ def test_header_declares_exactly_the_spec_functions(gen):
     declared = [parse_prototype(re.sub(r"\s+", " ", m[1])).prototype
                 for m in re.finditer(r"AOTI_HOST_API\s+([^;]*?);", text, re.S)]
     assert declared == [f.prototype for f in C_API.functions]
-    assert len(declared) == 33
+    assert len(declared) == 35
     assert "(void);" in text and "()" not in text  # a C prototype without parameters says (void)
 
 
@@ -119,7 +119,7 @@ def test_function_table_members_match_the_declarations(gen, tmp_path):
     src.write_text(_table_program(names, size=8 + ctypes.sizeof(ctypes.c_void_p) * len(names)))
     subprocess.run([_cc(), "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'runtime/include'}", f"-I{gen}",
                     "-c", "-o", str(tmp_path / "table.o"), str(src)], check=True)
-    assert C_API.table_version == _abi.API_VERSION == 1
+    assert C_API.table_version == _abi.API_VERSION == 2
     assert set(names) == {f.name for f in C_API.functions} - {"aoti_host_get_api"} | set(C_API.shims)
 
 
@@ -153,14 +153,15 @@ def test_a_function_outside_the_table_is_refused(tmp_path):
     path = _spec_copy(tmp_path, lambda t: t.replace(' "aoti_host_program_set_strict",', ''))
     with pytest.raises(SpecError, match="not in the function table: aoti_host_program_set_strict") as exc:
         load_c_api(path)
-    assert "version = 2" in str(exc.value.fix)
+    assert f"version = {C_API.table_version + 1}" in str(exc.value.fix)
 
 
 def test_a_table_entry_twice_or_unknown_is_refused(tmp_path):
-    twice = _spec_copy(tmp_path, lambda t: t + '\n[[table]]\nversion = 2\nfunctions = ["aoti_host_version"]\n')
+    later = C_API.table_version + 1
+    twice = _spec_copy(tmp_path, lambda t: t + f'\n[[table]]\nversion = {later}\nfunctions = ["aoti_host_version"]\n')
     with pytest.raises(SpecError, match="already in version 1"):
         load_c_api(twice)
-    unknown = _spec_copy(tmp_path, lambda t: t + '\n[[table]]\nversion = 2\nfunctions = ["aoti_host_versoin"]\n')
+    unknown = _spec_copy(tmp_path, lambda t: t + f'\n[[table]]\nversion = {later}\nfunctions = ["aoti_host_versoin"]\n')
     with pytest.raises(SpecError, match="did you mean 'aoti_host_version'"):
         load_c_api(unknown)
     skipped = _spec_copy(tmp_path, lambda t: t.replace("[[table]]\nversion = 1", "[[table]]\nversion = 2"))
@@ -175,17 +176,18 @@ def test_a_comment_on_no_field_is_refused(tmp_path):
 
 
 def test_a_new_version_appends_to_the_table(tmp_path):
-    """A function added in version 2 lands after every version-1 member: the old members keep their offsets."""
+    """A function added in the next version lands after every earlier member: the old members keep their offsets."""
+    later = C_API.table_version + 1
     path = _spec_copy(tmp_path, lambda t: t.replace(
         "\n[[table]]\nversion = 1",
         '\n[[function]]\nname = "aoti_host_later"\nprototype = "int aoti_host_later(void)"\n\n[[table]]\nversion = 1')
-        + '\n[[table]]\nversion = 2\nfunctions = ["aoti_host_later"]\n')
+        + f'\n[[table]]\nversion = {later}\nfunctions = ["aoti_host_later"]\n')
     c_api = load_c_api(path)
-    assert c_api.table_version == 2 and c_api.table[0] == C_API.table[0] and c_api.table[1] == ("aoti_host_later",)
+    assert c_api.table_version == later and c_api.table[:-1] == C_API.table and c_api.table[-1] == ("aoti_host_later",)
     header = codegen.render(load_spec(), ("core", "cpu"), c_api=c_api)["include/aoti_host/c_api.h"]
-    assert "#define AOTI_HOST_API_VERSION 2" in header
+    assert f"#define AOTI_HOST_API_VERSION {later}" in header
     members = re.findall(r"\(\*(\w+)\)", header)
-    assert members[:-1] == list(C_API.table[0]) and members[-1] == "aoti_host_later"
+    assert members[:-1] == [n for row in C_API.table for n in row] and members[-1] == "aoti_host_later"
 
 
 def test_ctypes_bind_covers_the_api_and_the_shims_it_reads():

@@ -29,7 +29,7 @@ STATUSES: dict[str, int] = {
 }
 
 #: AOTI_HOST_API_VERSION: the version of the function table aoti_host_get_api() returns (c_api.toml [[table]]).
-API_VERSION = 1
+API_VERSION = 2
 
 
 class TensorView(ctypes.Structure):
@@ -135,6 +135,8 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {
     "aoti_host_program_cuda_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(CudaStats)]),
     "aoti_host_program_synchronize": (ctypes.c_int, [ctypes.c_void_p]),
     "aoti_host_program_cuda_stream": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
+    "aoti_host_program_method_cuda_stream": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]),
+    "aoti_host_program_method_synchronize": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
     "aoti_host_program_num_methods": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]),
     "aoti_host_program_method_name": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p)]),
     "aoti_host_program_find_method": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]),
