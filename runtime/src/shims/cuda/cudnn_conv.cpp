@@ -56,17 +56,7 @@ constexpr size_t kMaxWorkspace = size_t{256} << 20;
 
 std::string package_name() { return "nvidia-cudnn-cu" + std::to_string(kCudaMajor); }
 
-enum class Mode { kAuto, kOn, kOff };
-
-// AOTI_HOST_CUDNN: auto (unset), on or off; anything else is refused by name.
-Mode mode_from_env() {
-  const char* env = std::getenv("AOTI_HOST_CUDNN");
-  const std::string v = env != nullptr ? env : "";
-  if (v.empty() || v == "auto") return Mode::kAuto;
-  if (v == "on" || v == "1") return Mode::kOn;
-  if (v == "off" || v == "0") return Mode::kOff;
-  throw Error("AOTI_HOST_CUDNN=" + v + " is not one of auto|on|off; unset it to use cuDNN where it is found");
-}
+using Mode = CudnnMode;
 
 struct Loaded {
   Api api;
@@ -170,7 +160,7 @@ const Loaded& loaded() {
   static std::string env_error;
   std::call_once(once, [] {
     try {
-      mode = mode_from_env();
+      mode = cudnn_mode_from_env("AOTI_HOST_CUDNN", "use cuDNN where it is found");
     } catch (const Error& e) {
       env_error = e.what();
     }
@@ -505,6 +495,15 @@ std::unique_ptr<Tensor> repacked(const Tensor& t, bool cl) {
 }
 
 }  // namespace
+
+CudnnMode cudnn_mode_from_env(const char* var, const char* hint) {
+  const char* env = std::getenv(var);
+  const std::string v = env != nullptr ? env : "";
+  if (v.empty() || v == "auto") return CudnnMode::kAuto;
+  if (v == "on" || v == "1") return CudnnMode::kOn;
+  if (v == "off" || v == "0") return CudnnMode::kOff;
+  throw Error(std::string(var) + "=" + v + " is not one of auto|on|off; unset it to " + hint);
+}
 
 void* cudnn_library(std::string* why) {
   const Loaded& lib = loaded();

@@ -12,8 +12,16 @@
 namespace aoti_host {
 namespace cuda {
 
+// How an AOTI_HOST_CUDNN* variable selects a cuDNN path: auto (use it where it loads and accepts the problem),
+// on (its absence is an error), off (never used).
+enum class CudnnMode { kAuto, kOn, kOff };
+
+// Reads the environment variable `var` on every call: unset, empty or auto -> kAuto; on or 1 -> kOn; off or 0 ->
+// kOff. Throws for any other value, naming it: "<var>=<value> is not one of auto|on|off; unset it to <hint>".
+CudnnMode cudnn_mode_from_env(const char* var, const char* hint);
+
 // The cuDNN library the convolutions load, shared with the runtime's other cuDNN callers (the frontend's,
-// cudnn_frontend_util.h), so that every path uses one libcudnn: loaded at the first call from any of them, with
+// cudnn_fe.h), so that every path uses one libcudnn: loaded at the first call from any of them, with
 // the search order, AOTI_HOST_CUDNN and AOTI_HOST_CUDNN_LIBRARY of cudnn_conv.cpp, and said once in the log.
 // Returns its dlopen handle, or null where cuDNN is not used (`why`, when given, says why and names the fix).
 // Throws where AOTI_HOST_CUDNN is not auto|on|off, or is on and cuDNN did not load.

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include "aoti_host/log.h"
 #include "aoti_host/tensor.h"
 #include "shims/cuda/cuda_util.h"
+#include "shims/cuda/cudnn_conv.h"
 
 #if defined(AOTI_HAVE_CUDNN_FRONTEND)
 #include "shims/cuda/cudnn_fe.h"
@@ -30,18 +30,7 @@ namespace {
 
 namespace dc = aoti_host::dtype_code;
 
-enum class Mode { kAuto, kOn, kOff };
-
-// AOTI_HOST_CUDNN_SDPA: auto (unset), on or off; anything else is refused by name.
-Mode mode_from_env() {
-  const char* env = std::getenv("AOTI_HOST_CUDNN_SDPA");
-  const std::string v = env != nullptr ? env : "";
-  if (v.empty() || v == "auto") return Mode::kAuto;
-  if (v == "on" || v == "1") return Mode::kOn;
-  if (v == "off" || v == "0") return Mode::kOff;
-  throw Error("AOTI_HOST_CUDNN_SDPA=" + v +
-              " is not one of auto|on|off; unset it to run attention through cuDNN where it is available");
-}
+using Mode = CudnnMode;
 
 // Says once per process that attention runs on the runtime's own kernels, and why.
 void say_unavailable(const std::string& why) {
@@ -307,15 +296,14 @@ bool run(int32_t dtype, void* out, float* lse, const void* q, const void* k, con
 
 bool cudnn_attention(int32_t dtype, void* out, float* lse, const void* q, const void* k, const void* v,
                      const void* bias, const AttentionSpec& spec, int device, cudaStream_t stream) {
-  const Mode mode = mode_from_env();
+  const Mode mode = cudnn_mode_from_env("AOTI_HOST_CUDNN_SDPA", "run attention through cuDNN where it is available");
   if (mode == Mode::kOff) return false;
 #if defined(AOTI_HAVE_CUDNN_FRONTEND)
   std::string why;
   if (!cudnn_fe::ready(&why)) {
     if (mode == Mode::kOn) throw Error("AOTI_HOST_CUDNN_SDPA=on asks for cuDNN's fused attention, but " + why);
-    const char* all = std::getenv("AOTI_HOST_CUDNN");
-    const bool asked_off = all != nullptr && (std::strcmp(all, "off") == 0 || std::strcmp(all, "0") == 0);
-    if (!asked_off) say_unavailable(why);  // AOTI_HOST_CUDNN=off is quiet, as for convolutions
+    // ready() has thrown for a bad AOTI_HOST_CUDNN; off is quiet, as for convolutions.
+    if (cudnn_mode_from_env("AOTI_HOST_CUDNN", "use cuDNN where it is found") != Mode::kOff) say_unavailable(why);
     return false;
   }
   static std::once_flag once;
