@@ -61,11 +61,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from toolchain.atomic import locked
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -183,17 +185,6 @@ def check(outs: list[Any], refs: list[np.ndarray], rtol: float) -> dict:
                                          f"(max error {float(err.max()):.3g}, max |eager| {scale:.3g})"}
     res["err"] = worst
     return res
-
-
-@contextlib.contextmanager
-def gpu_lock(path: Path) -> Iterator[None]:
-    """The timing lock: one measurement at a time on the machine, whichever process runs it."""
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def measure(fn: Callable[[], Any], sync: Callable[[], Any], seconds: float) -> tuple[float, int]:
@@ -338,7 +329,7 @@ def child_torch(device: str, d: Path, name: str, dtype: str, batch: int, seconds
             except Exception as exc:  # noqa: BLE001
                 res["check"]["torch_runner"] = {"ok": False, "err": None, "error": _error(exc)}
         for side, fn in timed:
-            with gpu_lock(lock):
+            with locked(lock):
                 res["us"][side], res["calls"][side] = measure(fn, sync, seconds)
     return res
 
@@ -378,7 +369,7 @@ def child_ours_python(device: str, d: Path, dtype: str, seconds: float, lock: Pa
             for _ in range(4):  # graphs: two eager runs, the capture, then the replay checked below
                 run()
             res["check"][side] = check(host(run()), refs, rtol)
-            with gpu_lock(lock):
+            with locked(lock):
                 res["us"][side], res["calls"][side] = measure(run, prog.synchronize, seconds)
             if cuda:
                 st = prog.cuda_stats()
@@ -512,7 +503,7 @@ def measure_row(runner: Runner, a: argparse.Namespace, row: dict, work: Path, en
                "--repeat", str(n), "--warmup", str(max(5, n // 10))]
         if cuda:
             cmd += ["--device", "cuda", "--device-inputs", *(["--cuda-graphs"] if graphs else [])]
-        with gpu_lock(lock):
+        with locked(lock):
             rc, so, se = runner.run(cmd, env=env)
         med, counters = parse_aoti_run(so + se)
         if rc != 0 or med is None:

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import build_fixture
+from toolchain.atomic import locked as file_lock  # the xdist workers' (and concurrent runs') lock on a shared thing
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO_ROOT / "build"
@@ -77,19 +76,6 @@ class HostBuild:
     @property
     def gen_dir(self) -> Path:
         return self.variant_dir / "gen"
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive fcntl lock on `path` (created if missing) for the block: serialises the xdist workers (and
-    concurrent runs) on one shared thing; the kernel drops it if the holder dies."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def build_lock():

@@ -2,10 +2,12 @@
 target, renamed over it on success and removed on failure, so no reader ever sees half a file and a failed
 write leaves nothing behind. The file gets the mode a plain open() would give it (0666 less the umask: 0644
 under umask 022), and it and its directory are fsync'ed, so the new content survives a crash once the call
-returns."""
+returns. Writers that share one output (processes making a cache entry, timings that must not overlap) take
+locked() around it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -55,6 +57,25 @@ def replacing(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
         _fsync_path(target.parent, directory=True)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def locked(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive flock on the lock file `path` (created, with its directory, if missing; mode as a plain
+    open() gives it) for the block: serialises the processes that take it on one shared thing, and the kernel
+    drops it if the holder dies. The file is opened with O_NOFOLLOW: a symbolic link planted at `path` fails the
+    open (OSError) instead of creating or locking the file it points to."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -1,10 +1,13 @@
 """The atomic writer: the mode a plain open() gives under the umask, fsync of file and directory, nothing
-half-written; write_if_changed leaves an unchanged file alone."""
+half-written; write_if_changed leaves an unchanged file alone; locked() excludes another process and refuses a
+symbolic link."""
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +83,36 @@ def test_write_if_changed(tmp_path):
     # A file that is not UTF-8 text is replaced, not read as text.
     out.write_bytes(b"\xff\xfe")
     assert atomic.write_if_changed(out, "c\n") is True and out.read_text() == "c\n"
+
+
+# Tries the lock on argv[1] without waiting in another process: prints "taken" or "busy".
+TRY_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("taken")
+except BlockingIOError:
+    print("busy")
+"""
+
+
+def try_lock(path) -> str:
+    return subprocess.run([sys.executable, "-c", TRY_LOCK, str(path)], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_locked_excludes_another_process_until_the_block_ends(tmp_path):
+    lock = tmp_path / "sub" / "x.lock"
+    with atomic.locked(lock):
+        assert lock.is_file()
+        assert try_lock(lock) == "busy"
+    assert try_lock(lock) == "taken"
+
+
+def test_locked_refuses_a_symbolic_link(tmp_path):
+    target = tmp_path / "elsewhere"
+    (tmp_path / "x.lock").symlink_to(target)
+    with pytest.raises(OSError), atomic.locked(tmp_path / "x.lock"):
+        pass
+    assert not target.exists()
