@@ -237,3 +237,25 @@ def test_large_gemm_split_over_threads(rt, dtype, shape):
     out = torch.full((m, n), float("nan"), dtype=a.dtype)
     assert rt.lib.aoti_torch_cpu_mm_out(rt.from_torch(out), rt.from_torch(a), rt.from_torch(b)) == 0
     torch.testing.assert_close(out, a @ b, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-4)
+
+
+# ---------------------------------------------------------------- dense convolutions into channels-last outputs
+
+@pytest.mark.parametrize("cin,cout", [(1, 5), (3, 16), (13, 37), (64, 33), (40, 128)], ids=str)
+@pytest.mark.parametrize("geometry", [((1, 1), (1, 1), (0, 0), (1, 1)), ((3, 3), (1, 1), (1, 1), (1, 1)),
+                                      ((3, 3), (2, 2), (1, 1), (1, 1)), ((3, 3), (1, 1), (2, 2), (2, 2)),
+                                      ((1, 1), (2, 2), (0, 0), (1, 1))],
+                         ids=["pointwise", "3x3", "3x3-s2", "3x3-dilated", "1x1-s2"])
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("w_layout", ["contiguous", "channels_last"])
+def test_channels_last_conv_gemm(rt, cin, cout, geometry, batch, w_layout):
+    """Channels-last convolutions as a GEMM of position rows against weight rows (on CPUs without AVX-512,
+    packed_gemm.cpp's gemm_nt_avx2: 6-row x 16-column tiles, so row and column tails, K not a multiple of
+    the unrolling, the bias in the epilogue and none, several samples)."""
+    kernel, stride, padding, dilation = geometry
+    g = torch.Generator().manual_seed(cin * 100 + cout)
+    x = _operand(g, (batch, cin, 11, 7), "float32", "channels_last")
+    w = _operand(g, (cout, cin, *kernel), "float32", w_layout)
+    b = _operand(g, (cout,), "float32", "contiguous")
+    for bias in (b, None):
+        _check_conv(rt, x, w, bias, list(stride), list(padding), list(dilation), 1, "float32", 1e-4)

@@ -548,3 +548,167 @@ bool fast_gemm(const MatView<const float>& A, const MatView<const float>& B, con
 
 }  // namespace cpu
 }  // namespace aoti_host
+
+// ---- gemm_nt_avx2: an AVX2 outer-product kernel, B packed per call ----
+
+namespace aoti_host {
+namespace cpu {
+namespace {
+
+constexpr int kNtMR = 6;  // 6 rows x 16 columns: 12 accumulators, 2 B vectors, 1 broadcast
+
+#if AOTI_X86_SIMD
+struct NtTile {
+  const float* a;  // row r, column k at a[r * lda + k]
+  int64_t lda, K;
+  const float* b;  // the panel: 16 columns for k at b[k * 16]
+  float* c;  // row r at c[r * ldc], unit column stride
+  int64_t ldc;
+  int nj;  // valid columns (1-16)
+  float alpha, beta;
+  const float* bias;  // 16 values (zero-padded past nj), or null
+};
+
+// acc[r] += a(r, k) * (the panel's row k at b); rows 0-2 at a0 + r * lda, 3-5 at a3 + (r - 3) * lda.
+template <int MR>
+__attribute__((target("avx2,fma"), always_inline)) inline void nt_step(__m256 (&acc)[MR][2], const float* a0,
+                                                                       const float* a3, int64_t lda, const float* b) {
+  const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    const __m256 av = _mm256_broadcast_ss(r < 3 ? a0 + r * lda : a3 + (r - 3) * lda);
+    acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+    acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+  }
+}
+
+template <int MR>
+__attribute__((target("avx2,fma"))) void nt_micro(const NtTile& t) {
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  // Rows 0-2 and 3-5 from two pointers (base + lda * {0, 1, 2} addressing), k unrolled by 4.
+  const int64_t lda = t.lda;
+  const float* a0 = t.a;
+  const float* a3 = t.a + 3 * lda;
+  const float* b = t.b;
+  int64_t k = t.K;
+  for (; k >= 4; k -= 4, a0 += 4, a3 += 4, b += 64) {
+    nt_step<MR>(acc, a0, a3, lda, b);
+    nt_step<MR>(acc, a0 + 1, a3 + 1, lda, b + 16);
+    nt_step<MR>(acc, a0 + 2, a3 + 2, lda, b + 32);
+    nt_step<MR>(acc, a0 + 3, a3 + 3, lda, b + 48);
+  }
+  for (; k > 0; --k, ++a0, ++a3, b += 16) nt_step<MR>(acc, a0, a3, lda, b);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(t.nj), lane),
+                m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(t.nj - 8), lane);
+  const bool full = t.nj == 16;
+  const __m256 alpha = _mm256_set1_ps(t.alpha), beta = _mm256_set1_ps(t.beta);
+  __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();
+  if (t.bias != nullptr) bias0 = _mm256_loadu_ps(t.bias), bias1 = _mm256_loadu_ps(t.bias + 8);
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    float* c = t.c + r * t.ldc;
+    __m256 x0 = acc[r][0], x1 = acc[r][1];
+    if (t.alpha != 1.0f) x0 = _mm256_mul_ps(x0, alpha), x1 = _mm256_mul_ps(x1, alpha);
+    if (t.bias != nullptr) {
+      x0 = _mm256_add_ps(x0, bias0), x1 = _mm256_add_ps(x1, bias1);
+    } else if (t.beta != 0.0f) {
+      x0 = _mm256_fmadd_ps(beta, _mm256_maskload_ps(c, m0), x0);
+      x1 = _mm256_fmadd_ps(beta, _mm256_maskload_ps(c + 8, m1), x1);
+    }
+    if (full) {
+      _mm256_storeu_ps(c, x0);
+      _mm256_storeu_ps(c + 8, x1);
+    } else {
+      _mm256_maskstore_ps(c, m0, x0);
+      _mm256_maskstore_ps(c + 8, m1, x1);
+    }
+  }
+}
+
+using NtFn = void (*)(const NtTile&);
+constexpr NtFn kNtMicro[kNtMR] = {nt_micro<1>, nt_micro<2>, nt_micro<3>, nt_micro<4>, nt_micro<5>, nt_micro<6>};
+#endif
+
+}  // namespace
+
+bool gemm_nt_avx2_available() {
+  static const bool on = cpu_has_avx2_fma() && !env_off("AOTI_HOST_FAST_GEMM");
+  return on;
+}
+
+bool gemm_nt_avx2(const MatView<const float>& A, const MatView<const float>& B, const MatView<float>& C,
+                  float alpha, float beta, const float* bias) {
+#if AOTI_X86_SIMD
+  const int64_t M = C.rows, N = C.cols, K = A.cols;
+  if (!gemm_nt_avx2_available() || K == 0 || B.cols != K || A.rows != M || B.rows != N) return false;
+  if ((K > 1 && (A.cs != 1 || B.cs != 1)) || !(N == 1 || C.cs == 1) || !(M == 1 || C.rs >= N)) return false;
+  if (M == 0 || N == 0) return true;
+  // B^T in panels of 16 columns (k-major, zero-padded past N), per call: K x N copies against M x N x K
+  // multiply-adds. B's rows are read in order.
+  static thread_local std::vector<float> pack_store;
+  const int64_t np = (N + 15) / 16;
+  float* pb = aligned_buffer(pack_store, static_cast<size_t>(np * K * 16));
+  for (int64_t p = 0; p < np; ++p) {
+    float* dst = pb + p * K * 16;
+    const int64_t j0 = p * 16, nj = std::min<int64_t>(16, N - j0);
+    for (int64_t j = 0; j < 16; ++j) {
+      if (j >= nj) {
+        for (int64_t k = 0; k < K; ++k) dst[k * 16 + j] = 0.0f;
+        continue;
+      }
+      const float* src = B.p + (j0 + j) * B.rs;
+      for (int64_t k = 0; k < K; ++k) dst[k * 16 + j] = src[k];
+    }
+  }
+  std::vector<float> bb;
+  if (bias != nullptr) {
+    bb.assign(static_cast<size_t>(np * 16), 0.0f);
+    std::copy_n(bias, N, bb.begin());
+  }
+  // Blocks of rows of A that stay in L2 (about 128 KiB) while the panels pass over them; one block per
+  // thread at least.
+  int64_t rows = std::max<int64_t>(kNtMR, (32768 / K) / kNtMR * kNtMR);
+  int nt = 1;
+#ifdef _OPENMP
+  const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (work >= 256.0 * 1024 && omp_get_level() == 0) nt = omp_get_max_threads();
+#endif
+  if (nt > 1) rows = std::min<int64_t>(rows, ((M + nt - 1) / nt + kNtMR - 1) / kNtMR * kNtMR);
+  const int64_t blocks = (M + rows - 1) / rows;
+  auto run_block = [&](int64_t blk) {
+    const int64_t i_lo = blk * rows, i_hi = std::min(M, i_lo + rows);
+    NtTile t;
+    t.lda = A.rs, t.K = K, t.ldc = C.rs, t.alpha = alpha;
+    t.beta = bias != nullptr ? 0.0f : beta;
+    for (int64_t p = 0; p < np; ++p) {
+      t.b = pb + p * K * 16;
+      t.nj = static_cast<int>(std::min<int64_t>(16, N - p * 16));
+      t.bias = bias != nullptr ? bb.data() + p * 16 : nullptr;
+      for (int64_t i0 = i_lo; i0 < i_hi; i0 += kNtMR) {
+        const int mr = static_cast<int>(std::min<int64_t>(kNtMR, i_hi - i0));
+        t.a = A.p + i0 * A.rs;
+        t.c = C.p + i0 * C.rs + p * 16;
+        kNtMicro[mr - 1](t);
+      }
+    }
+  };
+#ifdef _OPENMP
+  if (nt > 1 && blocks > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) run_block(blk);
+    return true;
+  }
+#endif
+  for (int64_t blk = 0; blk < blocks; ++blk) run_block(blk);
+  return true;
+#else
+  (void)A, (void)B, (void)C, (void)alpha, (void)beta, (void)bias;
+  return false;
+#endif
+}
+
+}  // namespace cpu
+}  // namespace aoti_host

@@ -125,6 +125,17 @@ bool prefer_fast_unpacked(int64_t M, int64_t N, int64_t K);
 bool fast_conv_rows(const float* x, const int64_t* offs, int64_t taps, int64_t cin, const PackedB& packed,
                     const MatView<float>& C, float beta, const float* bias);
 
+// C <- alpha * A @ B^T + (bias broadcast over rows when bias != null, else beta * C), A [M, K] and B
+// [N, K] with unit stride along K (rows of positions and rows of weights: a channels-last or im2col
+// convolution against its weight as it lies), C with unit column stride. For CPUs without AVX-512, where
+// fast_gemm is unavailable: an AVX2 + FMA kernel of 6 x 16 tiles with B packed per call (K x N copies
+// against M x N x K multiply-adds) and no zeroing pass (beta == 0 never reads C), where the BLAS would
+// pack both operands and zero C first. False (nothing written) without AVX2/FMA, with
+// AOTI_HOST_FAST_GEMM=0 or operands of other strides: the caller falls back.
+bool gemm_nt_avx2(const MatView<const float>& A, const MatView<const float>& B, const MatView<float>& C,
+                  float alpha, float beta, const float* bias);
+bool gemm_nt_avx2_available();
+
 // Short runs of floats (im2col's rows of channels): AVX-512 masked moves where available.
 void copy_floats(float* dst, const float* src, int64_t n);
 

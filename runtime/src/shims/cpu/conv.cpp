@@ -427,7 +427,16 @@ void im2col_fill(const ConvGeometry& geo, const T* xg, int64_t xs_c, const std::
   }
 }
 
-// One sample and group's GEMM: cols [Osp, Kc] against the weight, into the output where it lies.
+// Whether im2col_gemm runs on gemm_nt_avx2 (no AVX-512 kernel, the AVX2 one available, a channels-last
+// output, rows of im2col/input and of the weight with unit stride): it then adds the bias in its epilogue.
+template <typename T>
+bool takes_gemm_nt(const Im2colWeight<T>& wt, bool channels_last_out, bool cols_unit) {
+  return std::is_same<T, float>::value && wt.packed.empty() && channels_last_out && cols_unit &&
+         (wt.rows.cs == 1 || wt.rows.cols == 1) && gemm_nt_avx2_available();
+}
+
+// One sample and group's GEMM: cols [Osp, Kc] against the weight, into the output where it lies. A
+// bias_row that no kernel's epilogue adds is stored into the output first (beta 1).
 template <typename T>
 void im2col_gemm(const MatView<const T>& cols, const Im2colWeight<T>& wt, int64_t g, const ConvGeometry& geo,
                  T* yn, bool channels_last_out, T beta, const T* bias_row, int64_t p0 = 0) {
@@ -445,6 +454,18 @@ void im2col_gemm(const MatView<const T>& cols, const Im2colWeight<T>& wt, int64_
     }
   }
   const MatView<const T> Wg = wt.group(g, Cout_g);
+  if constexpr (std::is_same<T, float>::value) {
+    if (wt.packed.empty() && channels_last_out &&
+        gemm_nt_avx2(cols, Wg, MatView<float>{yn + g * Cout_g, rows, Cout_g, Cout, 1}, 1.0f, beta,
+                     bias_row != nullptr ? bias_row + g * Cout_g : nullptr))
+      return;
+  }
+  if (bias_row != nullptr) {  // the bias was meant for a kernel's epilogue: into the output first
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < Cout_g; ++c)
+        yn[channels_last_out ? r * Cout + g * Cout_g + c : (g * Cout_g + c) * Osp + r] = bias_row[g * Cout_g + c];
+    beta = T(1);
+  }
   if (channels_last_out) {
     gemm<T>(cols, Wg.t(), MatView<T>{yn + g * Cout_g, rows, Cout_g, Cout, 1}, T(1), beta);
   } else {
@@ -471,13 +492,14 @@ void conv_im2col(Tensor& out, const Tensor& input, const Tensor& weight, const T
   const Im2colWeight<T> wt = im2col_weight<T>(weight, geo, fast);
   T* y = static_cast<T*>(out.data_ptr());
   const int64_t ysn = out.strides()[0];
-  std::vector<T> bias_buf;
-  const T* bias_row = nullptr;
-  const T beta = im2col_bias<T>(out, bias, geo, fast, channels_last_out, bias_buf, &bias_row);
   // A 1x1 convolution with stride 1 and no padding reads the input as it is, when its spatial dims
   // flatten into one (true of contiguous and channels-last inputs).
   const bool pointwise = Ksp == 1 && all_ones(S) && P[0] == 0 && P[1] == 0 && P[2] == 0 &&
                          (I[0] == 1 || xsp[0] == I[1] * xsp[1]) && (I[1] == 1 || xsp[1] == I[2] * xsp[2]);
+  std::vector<T> bias_buf;
+  const T* bias_row = nullptr;
+  const T beta = im2col_bias<T>(out, bias, geo, fast || takes_gemm_nt<T>(wt, channels_last_out, !pointwise || xs[1] == 1),
+                                channels_last_out, bias_buf, &bias_row);
   const int64_t pos_stride = I[2] > 1 ? xsp[2] : I[1] > 1 ? xsp[1] : xsp[0];
   // A channels-last input into a channels-last output: no im2col, the kernel reads each output
   // position's taps straight from the input through a table of offsets (one per position and tap,
@@ -528,7 +550,8 @@ bool conv_im2col_split(Tensor& out, const Tensor& input, const Tensor& weight, c
   const Im2colWeight<T> wt = im2col_weight<T>(weight, geo, false);
   std::vector<T> bias_buf;
   const T* bias_row = nullptr;
-  const T beta = im2col_bias<T>(out, bias, geo, false, channels_last_out, bias_buf, &bias_row);
+  const T beta = im2col_bias<T>(out, bias, geo, takes_gemm_nt<T>(wt, channels_last_out, true), channels_last_out,
+                                bias_buf, &bias_row);
   const int64_t block = (geo.Osp + nt - 1) / nt;
   T* y = static_cast<T*>(out.data_ptr());
 #pragma omp parallel for schedule(static) num_threads(static_cast<int>(nt))
