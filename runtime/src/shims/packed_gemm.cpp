@@ -628,6 +628,58 @@ __attribute__((target("avx2,fma"))) void nt_micro(const NtTile& t) {
   }
 }
 
+// 8 rows of B (k-contiguous), 8 k from k0, transposed into the panel's 8 columns at dst (k-major, 16 wide).
+__attribute__((target("avx2,fma"), always_inline)) inline void nt_transpose8(const float* const (&src)[8], int64_t k0,
+                                                                             float* dst) {
+  __m256 r[8], t[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src[i] + k0);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const int i = 4 * h;
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[0..3]: k0+{0,1,2,3} (lanes 0-3) and k0+{4,5,6,7} (lanes 4-7) of rows 0-3; r[4..7] the same of rows 4-7
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * 16, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * 16, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// Columns [j0, j0 + 16) of B^T (rows j0.. of B) into one panel at dst: K rows of 16, zero past N.
+__attribute__((target("avx2,fma"))) void nt_pack_panel(const MatView<const float>& B, int64_t j0, float* dst) {
+  const int64_t K = B.cols, nj = std::min<int64_t>(16, B.rows - j0);
+  for (int64_t h = 0; h < 16; h += 8) {
+    if (h + 8 <= nj) {
+      const float* src[8];
+      for (int i = 0; i < 8; ++i) src[i] = B.p + (j0 + h + i) * B.rs;
+      int64_t k = 0;
+      for (; k + 8 <= K; k += 8) nt_transpose8(src, k, dst + k * 16 + h);
+      for (; k < K; ++k)
+        for (int i = 0; i < 8; ++i) dst[k * 16 + h + i] = src[i][k];
+    } else {
+      for (int64_t j = h; j < h + 8; ++j) {
+        float* d = dst + j;
+        if (j >= nj) {
+          for (int64_t k = 0; k < K; ++k) d[k * 16] = 0.0f;
+        } else {
+          const float* src = B.p + (j0 + j) * B.rs;
+          for (int64_t k = 0; k < K; ++k) d[k * 16] = src[k];
+        }
+      }
+    }
+  }
+}
+
 using NtFn = void (*)(const NtTile&);
 constexpr NtFn kNtMicro[kNtMR] = {nt_micro<1>, nt_micro<2>, nt_micro<3>, nt_micro<4>, nt_micro<5>, nt_micro<6>};
 #endif
@@ -651,18 +703,7 @@ bool gemm_nt_avx2(const MatView<const float>& A, const MatView<const float>& B, 
   static thread_local std::vector<float> pack_store;
   const int64_t np = (N + 15) / 16;
   float* pb = aligned_buffer(pack_store, static_cast<size_t>(np * K * 16));
-  for (int64_t p = 0; p < np; ++p) {
-    float* dst = pb + p * K * 16;
-    const int64_t j0 = p * 16, nj = std::min<int64_t>(16, N - j0);
-    for (int64_t j = 0; j < 16; ++j) {
-      if (j >= nj) {
-        for (int64_t k = 0; k < K; ++k) dst[k * 16 + j] = 0.0f;
-        continue;
-      }
-      const float* src = B.p + (j0 + j) * B.rs;
-      for (int64_t k = 0; k < K; ++k) dst[k * 16 + j] = src[k];
-    }
-  }
+  for (int64_t p = 0; p < np; ++p) nt_pack_panel(B, p * 16, pb + p * K * 16);
   std::vector<float> bb;
   if (bias != nullptr) {
     bb.assign(static_cast<size_t>(np * 16), 0.0f);
