@@ -55,12 +55,14 @@ def _check_conv(rt, x, w, b, stride, padding, dilation, groups, dtype, tol=None)
 
 
 # Depthwise: (spatial sizes, kernel, stride, padding, dilation); channels 13 (one vector block and a
-# tail), 24 (three whole blocks) and 3 (a tail only).
+# tail), 24 (three whole blocks), 3 (a tail only), 35 (a group of four blocks and a tail) and 72 (two
+# groups of four blocks and a whole block).
 DW_CASES = [
     ((9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
     ((10, 13), (3, 3), (2, 2), (1, 1), (1, 1)),      # MobileNet's strided 3x3
     ((12, 12), (5, 5), (2, 1), (2, 2), (1, 1)),      # 5x5, strides differ per dim
     ((11, 14), (3, 3), (1, 1), (2, 2), (2, 2)),      # dilated (LRASPP's last stage)
+    ((14, 14), (5, 5), (1, 1), (4, 4), (2, 2)),      # 5x5 dilated: 4 interior positions of 14, one quad
     ((14, 14), (7, 7), (1, 1), (3, 3), (1, 1)),      # ConvNeXt's 7x7
     ((5, 6), (3, 3), (1, 1), (0, 0), (1, 1)),        # no padding
     ((4, 3), (3, 3), (1, 1), (3, 2), (1, 1)),        # padding wider than the input: rows of padding only
@@ -71,7 +73,7 @@ DW_CASES = [
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", DW_CASES, ids=lambda c: f"{len(c[0])}d-k{c[1][0]}-s{c[2][0]}-d{c[4][-1]}")
-@pytest.mark.parametrize("channels", [13, 24, 3])
+@pytest.mark.parametrize("channels", [13, 24, 3, 35, 72])
 @pytest.mark.parametrize("layout", ["channels_last", "contiguous", "stepped"])
 def test_depthwise_matches_eager(rt, dtype, case, channels, layout):
     spatial, kernel, stride, padding, dilation = case

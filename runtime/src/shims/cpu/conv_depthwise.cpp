@@ -127,8 +127,85 @@ __attribute__((target("avx2,fma"))) void block8(const Row<float>& r, int64_t c) 
   }
 }
 
+// One position, 32 channels from c (four whole blocks): the valid taps along w found once for the four,
+// each tap a weight load and a multiply-add per block (edge positions, and interior ones left over
+// from the quads).
+__attribute__((target("avx2,fma"))) void position32(const Row<float>& r, int64_t ow, int64_t c) {
+  __m256 a0, a1, a2, a3;
+  if (r.bias != nullptr) {
+    a0 = _mm256_loadu_ps(r.bias + c), a1 = _mm256_loadu_ps(r.bias + c + 8);
+    a2 = _mm256_loadu_ps(r.bias + c + 16), a3 = _mm256_loadu_ps(r.bias + c + 24);
+  } else {
+    a0 = a1 = a2 = a3 = _mm256_setzero_ps();
+  }
+  const int64_t iw0 = ow * r.Sw - r.Pw;
+  const int64_t k0 = iw0 < 0 ? (-iw0 + r.Dw - 1) / r.Dw : 0;
+  const int64_t k1 = iw0 >= r.Iw ? 0 : std::min<int64_t>(r.Kw, (r.Iw - 1 - iw0) / r.Dw + 1);
+  const int64_t xstep = r.Dw * r.xs_w;
+  for (int64_t t = 0; t < r.nr; ++t) {
+    const float* xp = r.x + r.roff[t] + (iw0 + k0 * r.Dw) * r.xs_w + c;
+    const float* wt = r.w + (r.rtap[t] + k0) * r.C + c;
+    for (int64_t kw = k0; kw < k1; ++kw, xp += xstep, wt += r.C) {
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xp), _mm256_loadu_ps(wt), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 8), _mm256_loadu_ps(wt + 8), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 16), _mm256_loadu_ps(wt + 16), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 24), _mm256_loadu_ps(wt + 24), a3);
+    }
+  }
+  float* y = r.y + ow * r.ys_w + c;
+  _mm256_storeu_ps(y, a0);
+  _mm256_storeu_ps(y + 8, a1);
+  _mm256_storeu_ps(y + 16, a2);
+  _mm256_storeu_ps(y + 24, a3);
+}
+
+// Four interior positions, 16 channels from c (two whole blocks): each pair of weight vectors loaded once
+// for the four.
+__attribute__((target("avx2,fma"))) void quad16(const Row<float>& r, int64_t ow, int64_t c) {
+  __m256 a[4][2];
+  const __m256 b0 = r.bias != nullptr ? _mm256_loadu_ps(r.bias + c) : _mm256_setzero_ps();
+  const __m256 b1 = r.bias != nullptr ? _mm256_loadu_ps(r.bias + c + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) a[q][0] = b0, a[q][1] = b1;
+  const int64_t step = r.Sw * r.xs_w, dstep = r.Dw * r.xs_w;
+  const int64_t x0 = (ow * r.Sw - r.Pw) * r.xs_w + c;
+  for (int64_t t = 0; t < r.nr; ++t) {
+    const float* xp = r.x + r.roff[t] + x0;
+    const float* wt = r.w + r.rtap[t] * r.C + c;
+    for (int64_t kw = 0; kw < r.Kw; ++kw, xp += dstep, wt += r.C) {
+      const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + 8);
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        a[q][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + q * step), w0, a[q][0]);
+        a[q][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + q * step + 8), w1, a[q][1]);
+      }
+    }
+  }
+  float* y = r.y + ow * r.ys_w + c;
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    _mm256_storeu_ps(y + q * r.ys_w, a[q][0]);
+    _mm256_storeu_ps(y + q * r.ys_w + 8, a[q][1]);
+  }
+}
+
+// 32 channels from c over the row: interior quads per two blocks of 8, every other position for the four.
+__attribute__((target("avx2,fma"))) void block32(const Row<float>& r, int64_t c) {
+  for (int64_t ow = 0; ow < r.Ow;) {
+    if (ow >= r.ow_lo && ow + 4 <= r.ow_hi) {
+      quad16(r, ow, c);
+      quad16(r, ow, c + 16);
+      ow += 4;
+    } else {
+      position32(r, ow, c);
+      ++ow;
+    }
+  }
+}
+
 __attribute__((target("avx2,fma"))) void row_avx2(const Row<float>& r) {
   int64_t c = 0;
+  for (; c + 32 <= r.C; c += 32) block32(r, c);
   for (; c + 8 <= r.C; c += 8) block8<true>(r, c);
   if (c < r.C) block8<false>(r, c);
 }
